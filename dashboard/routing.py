@@ -1,0 +1,3 @@
+"""Websocket routes. The live run view arrives with the dashboard issue."""
+
+websocket_urlpatterns: list = []

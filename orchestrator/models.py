@@ -1,0 +1,404 @@
+"""Glassbox's domain model (DESIGN §2).
+
+State transitions live in the engine modules (scheduler, execution, runs); the models hold
+data, small derived properties and the guards that keep history append-only.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+
+class Agent(models.Model):
+    """A registry entry: who an agent is, which provider and model it uses, its limits."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        ACTIVE = "active"
+        RETIRED = "retired"
+
+    class Provider(models.TextChoices):
+        SIMULATED = "simulated"
+        ANTHROPIC = "anthropic"
+
+    name = models.SlugField(max_length=64, unique=True)
+    role = models.CharField(max_length=200, blank=True)
+    capabilities = models.JSONField(default=list, blank=True)
+    provider = models.CharField(max_length=20, choices=Provider.choices, default=Provider.SIMULATED)
+    model = models.CharField(max_length=100, default="sim-1")
+    system_prompt = models.TextField(blank=True)
+    max_concurrency = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1)])
+    timeout_s = models.PositiveIntegerField(
+        default=30, validators=[MinValueValidator(1), MaxValueValidator(settings.GLASSBOX_MAX_TASK_TIMEOUT_S)]
+    )
+    max_retries = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(20)])
+    max_output_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
+    # Provider-specific knobs, e.g. for the simulated provider:
+    # {"latency": {"dist": "lognormal", "median_s": 1.0, "sigma": 0.5}, "failure_rate": 0.0, "seed": 7}
+    provider_options = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_schedulable(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class ProviderLimit(models.Model):
+    """Limits and prices shared by every agent that uses one provider and model."""
+
+    provider = models.CharField(max_length=20, choices=Agent.Provider.choices)
+    model = models.CharField(max_length=100)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    input_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # Adaptive concurrency: the in-flight cap in force now (None = max_in_flight).
+    effective_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    input_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
+    output_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
+    # A 429/529 backs off the whole provider until this moment.
+    backoff_until = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["provider", "model"], name="unique_provider_model")]
+        ordering = ["provider", "model"]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model}"
+
+    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
+        return (
+            Decimal(input_tokens) * self.input_price_per_mtok + Decimal(output_tokens) * self.output_price_per_mtok
+        ) / Decimal(1_000_000)
+
+
+class Plan(models.Model):
+    """A goal and its DAG of subtasks, validated whole before it is saved."""
+
+    class Source(models.TextChoices):
+        PLANNER = "planner"
+        FILE = "file"
+        MANUAL = "manual"
+
+    goal = models.TextField()
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.FILE)
+    source_name = models.CharField(max_length=255, blank=True, help_text="File name or planner model")
+    document = models.TextField(blank=True, help_text="The plan document as submitted")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Plan {self.pk}: {self.goal[:60]}"
+
+
+class Subtask(models.Model):
+    class Gate(models.TextChoices):
+        NONE = "none"
+        BEFORE = "before"
+        AFTER = "after"
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="subtasks")
+    key = models.CharField(max_length=100)
+    title = models.CharField(max_length=200)
+    instructions = models.TextField(blank=True)
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="subtasks")
+    priority = models.IntegerField(default=0)
+    gate = models.CharField(max_length=10, choices=Gate.choices, default=Gate.NONE)
+    timeout_s = models.PositiveIntegerField(null=True, blank=True)
+    max_retries = models.PositiveIntegerField(null=True, blank=True)
+    estimated_input_tokens = models.PositiveIntegerField(default=0)
+    estimated_output_tokens = models.PositiveIntegerField(default=0)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["plan", "key"], name="unique_subtask_key_in_plan")]
+        ordering = ["plan", "position"]
+
+    def __str__(self) -> str:
+        return self.key
+
+    @property
+    def effective_timeout_s(self) -> int:
+        return self.timeout_s or self.agent.timeout_s
+
+    @property
+    def effective_max_retries(self) -> int:
+        return self.max_retries if self.max_retries is not None else self.agent.max_retries
+
+
+class Dependency(models.Model):
+    """An edge of the DAG: `downstream` may start only after `upstream`."""
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="dependencies")
+    upstream = models.ForeignKey(Subtask, on_delete=models.CASCADE, related_name="downstream_edges")
+    downstream = models.ForeignKey(Subtask, on_delete=models.CASCADE, related_name="upstream_edges")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["upstream", "downstream"], name="unique_dependency"),
+            models.CheckConstraint(condition=~models.Q(upstream=models.F("downstream")), name="no_self_dependency"),
+        ]
+        verbose_name_plural = "dependencies"
+
+    def __str__(self) -> str:
+        return f"{self.upstream.key} → {self.downstream.key}"
+
+
+class Run(models.Model):
+    """One execution of a plan."""
+
+    class Status(models.TextChoices):
+        AWAITING_APPROVAL = "awaiting_approval"
+        RUNNING = "running"
+        PAUSED = "paused"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        OVER_BUDGET = "over_budget"
+
+    FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.OVER_BUDGET)
+
+    class FailurePolicy(models.TextChoices):
+        CONTINUE = "continue"
+        FAIL_FAST = "fail_fast"
+
+    plan = models.ForeignKey(Plan, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.RUNNING)
+    cap = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1), MaxValueValidator(1000)])
+    budget_usd = models.DecimalField(max_digits=12, decimal_places=4, default=Decimal("0.50"))
+    failure_policy = models.CharField(max_length=10, choices=FailurePolicy.choices, default=FailurePolicy.CONTINUE)
+    launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    # Worst-case cost of attempts in flight; admission keeps cost + reserved within budget.
+    reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    peak_running = models.PositiveIntegerField(default=0)
+    summary = models.TextField(blank=True, help_text="How the run ended, in words")
+    last_event_seq = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED
+
+
+class TaskRun(models.Model):
+    """A subtask within a run."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        WAITING_GATE = "waiting_gate"
+        READY = "ready"
+        QUEUED = "queued"
+        RUNNING = "running"
+        AWAITING_REVIEW = "awaiting_review"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+        CANCELLED = "cancelled"
+
+    TERMINAL = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
+    ACTIVE = (State.QUEUED, State.RUNNING)
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
+    subtask = models.ForeignKey(Subtask, on_delete=models.PROTECT, related_name="task_runs")
+    # Denormalised from the subtask so that admission counts per agent in one indexed query.
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="task_runs")
+    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
+    # Why a ready task is not running yet (cap, agent limit, rate limit, backoff), in words.
+    wait_reason = models.CharField(max_length=255, blank=True)
+    # Longest remaining path to the end of the DAG (estimated seconds): critical path first.
+    rank = models.FloatField(default=0.0)
+    progress = models.PositiveSmallIntegerField(default=0)
+    output = models.TextField(blank=True)
+    summary = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    attempt_count = models.PositiveIntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not admitted before")
+    ready_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "subtask"], name="unique_subtask_per_run")]
+        indexes = [
+            models.Index(fields=["run", "state"]),
+            models.Index(fields=["agent", "state"]),
+            models.Index(fields=["state", "lease_expires_at"]),
+        ]
+        ordering = ["run", "subtask__position"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}:{self.subtask.key}"
+
+    @property
+    def key(self) -> str:
+        return self.subtask.key
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in self.TERMINAL
+
+
+class Attempt(models.Model):
+    """One try of a TaskRun. Nothing is overwritten: a retry is a new row."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        TIMED_OUT = "timed_out"
+        LOST = "lost"  # lease expired: the worker died or stalled
+        CANCELLED = "cancelled"
+
+    task_run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    state = models.CharField(max_length=12, choices=State.choices, default=State.QUEUED)
+    worker = models.CharField(max_length=200, blank=True)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cache_read_tokens = models.PositiveBigIntegerField(default=0)
+    cache_creation_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    error = models.TextField(blank=True)
+    # Set when a result arrived after the attempt lost its lease: kept, never applied.
+    late_result_discarded = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task_run", "number"], name="unique_attempt_number")]
+        ordering = ["task_run", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.task_run} #{self.number}"
+
+
+class Checkpoint(models.Model):
+    """A human decision point: the plan, a gate before a subtask, a review after it."""
+
+    class Kind(models.TextChoices):
+        PLAN = "plan"
+        BEFORE = "before"
+        AFTER = "after"
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved"
+        REJECTED = "rejected"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    task_run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
+    kind = models.CharField(max_length=10, choices=Kind.choices)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task_run", "kind"], name="unique_checkpoint_per_task_kind"),
+        ]
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        target = self.task_run.key if self.task_run_id else "plan"
+        return f"{self.get_kind_display()} checkpoint {self.pk} ({target})"
+
+
+class AppendOnlyError(Exception):
+    """Raised on any attempt to change or delete an audit-log row."""
+
+
+class EventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyError("Events are append-only: they cannot be updated.")
+
+    def delete(self):
+        raise AppendOnlyError("Events are append-only: they cannot be deleted.")
+
+
+class Event(models.Model):
+    """The append-only log of everything that happens: audit trail and source of the live view."""
+
+    class ActorKind(models.TextChoices):
+        USER = "user"
+        AGENT = "agent"
+        SYSTEM = "system"
+
+    run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.PROTECT, related_name="events")
+    # Per-run sequence number (1, 2, 3 ...) so a live client sees a gap at once.
+    seq = models.PositiveBigIntegerField(null=True, blank=True)
+    type = models.CharField(max_length=64)
+    actor_kind = models.CharField(max_length=10, choices=ActorKind.choices, default=ActorKind.SYSTEM)
+    actor_user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    actor_name = models.CharField(max_length=150, blank=True)
+    task_run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.PROTECT, related_name="events")
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.SET_NULL, related_name="events")
+    message = models.CharField(max_length=500, blank=True)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_event_seq_per_run")]
+        indexes = [models.Index(fields=["type"])]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"#{self.seq or self.pk} {self.type}"
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise AppendOnlyError("Events are append-only: they cannot be updated.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyError("Events are append-only: they cannot be deleted.")
+
+
+class RateCounter(models.Model):
+    """A counter of the shared rate limiter when it lives in the database (embedded default)."""
+
+    key = models.CharField(max_length=255, unique=True)
+    count = models.BigIntegerField(default=0)
+    expires_at = models.FloatField(help_text="Unix time at which the window resets")
+
+    def __str__(self) -> str:
+        return self.key

@@ -1,0 +1,218 @@
+"""Glassbox settings.
+
+Everything a deployment changes comes from environment variables. With none set, Glassbox
+runs on the embedded default: SQLite (WAL, immediate transactions), the django-q2 ORM broker
+and an in-process channel layer. Setting DATABASE_URL and REDIS_URL switches to the
+production profile (PostgreSQL, the django-q2 Redis broker, channels_redis).
+"""
+
+import os
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else default
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return float(value) if value not in (None, "") else default
+
+
+DEFAULT_SECRET_KEY = "glassbox-insecure-development-key-change-me"
+SECRET_KEY = os.environ.get("SECRET_KEY", DEFAULT_SECRET_KEY)
+DEBUG = env_bool("DEBUG", True)
+if not DEBUG and SECRET_KEY == DEFAULT_SECRET_KEY:
+    raise ImproperlyConfigured(
+        "DEBUG is off but SECRET_KEY is the built-in development key: set SECRET_KEY."
+    )
+
+ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "django_q",
+    "orchestrator",
+    "dashboard",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "orchestrator.urls"
+ASGI_APPLICATION = "orchestrator.asgi.application"
+WSGI_APPLICATION = "orchestrator.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database -------------------------------------------------------------------------------
+# SQLite needs immediate transactions and WAL, or django-q2's monitor and our scheduler hit
+# "database is locked" under concurrent workers (DESIGN §8).
+SQLITE_OPTIONS = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+}
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    default_db = dj_database_url.parse(DATABASE_URL, conn_max_age=0)
+else:
+    default_db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("GLASSBOX_SQLITE_PATH", str(BASE_DIR / "glassbox.sqlite3")),
+    }
+if default_db["ENGINE"] == "django.db.backends.sqlite3":
+    default_db["OPTIONS"] = {**SQLITE_OPTIONS, **default_db.get("OPTIONS", {})}
+    # Tests need a file database (not :memory:) so that real worker processes share it.
+    default_db.setdefault("TEST", {})
+    default_db["TEST"].setdefault(
+        "NAME", os.environ.get("GLASSBOX_TEST_SQLITE_PATH", str(BASE_DIR / ".test-glassbox.sqlite3"))
+    )
+DATABASES = {"default": default_db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Queue, channels, rate limiter -----------------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+# Prefix for every Redis key this deployment writes (tests set their own and clean up).
+REDIS_PREFIX = os.environ.get("GLASSBOX_REDIS_PREFIX", "glassbox")
+
+# Longest per-task timeout an agent or subtask may ask for. q2's own timeout sits above it so
+# that our cooperative timeout always fires first; q2's retry sits above that (timeout < retry).
+GLASSBOX_MAX_TASK_TIMEOUT_S = 3600
+
+Q_CLUSTER = {
+    "name": os.environ.get("GLASSBOX_Q_NAME", "glassbox"),
+    "workers": env_int("GLASSBOX_WORKERS", 4),
+    "recycle": 500,
+    "timeout": GLASSBOX_MAX_TASK_TIMEOUT_S + 60,
+    "retry": GLASSBOX_MAX_TASK_TIMEOUT_S + 120,
+    # Our leases, attempts and reaper are the delivery guarantee: q2 must never retry alone.
+    "max_attempts": 1,
+    "ack_failures": True,
+    "catch_up": False,
+    "save_limit": 250,
+    "poll": 0.1,
+    "label": "Task queue",
+}
+if REDIS_URL:
+    Q_CLUSTER["redis"] = REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Where the shared rate limiter keeps its counters: the database by default, Redis when set.
+GLASSBOX_RATE_LIMIT_STORAGE = os.environ.get("GLASSBOX_RATE_LIMIT_STORAGE", "redis" if REDIS_URL else "database")
+
+# --- Engine defaults (DESIGN §3), each overridable per run, agent or subtask -----------------
+GLASSBOX_DEFAULT_CAP = env_int("GLASSBOX_DEFAULT_CAP", 4)
+GLASSBOX_DEFAULT_TIMEOUT_S = env_int("GLASSBOX_DEFAULT_TIMEOUT_S", 30)
+GLASSBOX_DEFAULT_MAX_RETRIES = env_int("GLASSBOX_DEFAULT_MAX_RETRIES", 3)
+GLASSBOX_DEFAULT_BUDGET_USD = os.environ.get("GLASSBOX_DEFAULT_BUDGET_USD", "0.50")
+GLASSBOX_SUMMARY_TOKENS = env_int("GLASSBOX_SUMMARY_TOKENS", 200)
+# A running attempt holds a lease this long and renews it every third of it.
+GLASSBOX_LEASE_S = env_float("GLASSBOX_LEASE_S", 15.0)
+# Retry backoff: base * 2**(attempt-1), capped, with full jitter.
+GLASSBOX_RETRY_BASE_S = env_float("GLASSBOX_RETRY_BASE_S", 1.0)
+GLASSBOX_RETRY_MAX_S = env_float("GLASSBOX_RETRY_MAX_S", 30.0)
+# How often the reaper schedule runs (seconds).
+GLASSBOX_REAPER_INTERVAL_S = env_int("GLASSBOX_REAPER_INTERVAL_S", 5)
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
+GLASSBOX_MODEL = os.environ.get("GLASSBOX_MODEL", "claude-sonnet-4-5")
+
+# --- Auth, i18n, static ----------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django_q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")}},
+}
+
+# Django's cache is shared across processes (django-q2 keeps cluster stats in it, so that
+# `launch` can tell whether a qcluster is running): a database table by default, Redis when set.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": f"{REDIS_PREFIX}:cache",
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": "glassbox_cache",
+        }
+    }
