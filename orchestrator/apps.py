@@ -5,3 +5,10 @@ class OrchestratorConfig(AppConfig):
     name = "orchestrator"
     verbose_name = "Orchestration engine"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self):
+        from django_q.signals import post_spawn
+
+        from .ticker import start_ticker
+
+        post_spawn.connect(start_ticker, dispatch_uid="glassbox-ticker")

@@ -242,6 +242,11 @@ class TaskRun(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     attempt_count = models.PositiveIntegerField(default=0)
+    # Failures that were the task's own fault (not a provider-wide 429/529): the retry budget.
+    fault_count = models.PositiveIntegerField(default=0)
+    # A skip that downstream tasks inherit (upstream failed or was rejected), unlike a person's
+    # "skip this task", after which downstream tasks go on without it.
+    skip_cascades = models.BooleanField(default=False)
     lease_owner = models.CharField(max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     not_before = models.DateTimeField(null=True, blank=True, help_text="Retry backoff: not admitted before")

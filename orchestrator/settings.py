@@ -216,3 +216,7 @@ else:
             "LOCATION": "glassbox_cache",
         }
     }
+
+# Each qcluster worker process runs the reaper's tick this often (seconds; 0 turns it off and
+# leaves only the once-a-minute q2 Schedule).
+GLASSBOX_TICK_S = env_float("GLASSBOX_TICK_S", 1.0)

@@ -1,0 +1,18 @@
+"""django-q2 entry points. Arguments are primary keys; each reloads its rows and calls the engine."""
+
+from __future__ import annotations
+
+from . import execution, reaper, scheduler
+
+
+def execute_attempt(attempt_id: int) -> str:
+    return execution.execute_attempt(attempt_id)
+
+
+def advance(run_id: int) -> None:
+    scheduler.advance(run_id)
+
+
+def tick() -> dict[str, int]:
+    """The reaper Schedule's task (a safety net beside the per-process ticker)."""
+    return reaper.tick()
