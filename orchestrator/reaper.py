@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -68,7 +69,7 @@ def requeue_stale() -> int:
         with transaction.atomic():
             run = scheduler.lock_run(run_id)
             updated = TaskRun.objects.filter(pk=task_id, state=State.QUEUED, attempt_count=number, lease_expires_at__lt=now).update(
-                lease_expires_at=now + timedelta(seconds=scheduler.QUEUED_GRACE_S)
+                lease_expires_at=now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)
             )
             if not updated:
                 continue
@@ -78,7 +79,7 @@ def requeue_stale() -> int:
                 "attempt.requeued",
                 run=run,
                 task=task,
-                message=f"attempt {number} was not picked up in {scheduler.QUEUED_GRACE_S} s: handed to the broker again",
+                message=f"attempt {number} was not picked up in {settings.GLASSBOX_QUEUED_GRACE_S} s: handed to the broker again",
                 payload={"attempt": number},
             )
             transaction.on_commit(lambda attempt_id=attempt.pk: scheduler.enqueue_attempt(attempt_id))

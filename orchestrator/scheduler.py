@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
@@ -30,10 +31,6 @@ log = logging.getLogger(__name__)
 
 State = TaskRun.State
 
-# An admitted task that no worker has claimed after this long is handed to the broker again
-# (the broker lost it, or the process died between commit and enqueue). A second delivery of
-# the same attempt is harmless: only one claim can succeed.
-QUEUED_GRACE_S = 60
 
 
 @dataclass
@@ -326,7 +323,7 @@ def dispatch(task: TaskRun, reserve: Decimal, now) -> Attempt:
     """Admit one task: a new Attempt, the task queued, one q2 task enqueued after commit."""
     task.attempt_count += 1
     task.state, task.wait_reason = State.QUEUED, ""
-    task.lease_owner, task.lease_expires_at = "", now + timedelta(seconds=QUEUED_GRACE_S)
+    task.lease_owner, task.lease_expires_at = "", now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)
     task.save(update_fields=["attempt_count", "state", "wait_reason", "lease_owner", "lease_expires_at"])
     attempt = Attempt.objects.create(task_run=task, number=task.attempt_count, reserved_usd=reserve)
     events.record(

@@ -165,8 +165,10 @@ GLASSBOX_LEASE_S = env_float("GLASSBOX_LEASE_S", 15.0)
 # Retry backoff: base * 2**(attempt-1), capped, with full jitter.
 GLASSBOX_RETRY_BASE_S = env_float("GLASSBOX_RETRY_BASE_S", 1.0)
 GLASSBOX_RETRY_MAX_S = env_float("GLASSBOX_RETRY_MAX_S", 30.0)
-# How often the reaper schedule runs (seconds).
-GLASSBOX_REAPER_INTERVAL_S = env_int("GLASSBOX_REAPER_INTERVAL_S", 5)
+# An admitted attempt that no worker claimed after this long is handed to the broker again (the
+# Redis broker loses a task whose worker dies; a process can die between commit and enqueue).
+# A second delivery is harmless: only one claim of an attempt can succeed.
+GLASSBOX_QUEUED_GRACE_S = env_float("GLASSBOX_QUEUED_GRACE_S", 60.0)
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
 GLASSBOX_MODEL = os.environ.get("GLASSBOX_MODEL", "claude-sonnet-4-5")
 
@@ -196,7 +198,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django_q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")}},
+    "loggers": {"django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")}},
 }
 
 # Django's cache is shared across processes (django-q2 keeps cluster stats in it, so that

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,7 @@ def demo_agents(make_agent):
 @pytest.fixture
 def priced_limit(db):
     return ProviderLimit.objects.create(
-        provider="simulated", model="sim-1", input_price_per_mtok="3", output_price_per_mtok="15"
+        provider="simulated", model="sim-1", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15")
     )
 
 
@@ -125,17 +126,20 @@ class QCluster:
         proc.wait(timeout=30)
 
     def stop(self) -> None:
+        """SIGTERM to each cluster's main process (q2 then stops its workers), SIGKILL what is left."""
         for proc in self.procs:
             if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                    proc.wait(timeout=10)
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                pass
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # leftovers of a cluster that did not stop
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
 
     def logs(self) -> str:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("qcluster-*.log")))

@@ -1,0 +1,19 @@
+"""`python manage.py approve CHECKPOINT [--comment TEXT]`: approve a plan, gate or review checkpoint."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from orchestrator.management import console
+
+
+class Command(BaseCommand):
+    help = "Approve a pending checkpoint (plan approval, gate before a task, review after it)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("checkpoint", type=int, help="Checkpoint id (see `run_status RUN`)")
+        parser.add_argument("--comment", default="", help="Optional note kept with the decision")
+
+    def handle(self, *args, checkpoint, comment, **options):
+        decided = console.decide_checkpoint(checkpoint, approve=True, comment=comment)
+        self.stdout.write(f"Approved checkpoint {decided.pk}: {console.checkpoint_target(decided)} (run {decided.run_id}).")

@@ -1,0 +1,42 @@
+"""`manage.py import_plan FILE`: validate a plan file and save it, all or nothing.
+
+On any problem nothing is saved and the command exits 1 listing every problem, exactly like
+validate_plan.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError
+
+from orchestrator import plans
+from orchestrator.models import Plan
+
+from .validate_plan import database_unavailable, load_or_fail
+
+
+class Command(BaseCommand):
+    help = "Validate a plan file (YAML or JSON) and save it as a Plan; exit 1 listing every problem."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="Path to the plan file (.yaml, .yml or .json)")
+
+    def handle(self, *args, **options):
+        path = options["file"]
+        spec, document = load_or_fail(path)
+        try:
+            plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=Path(path).name)
+        except plans.PlanValidationError as exc:
+            raise CommandError(exc.report(path), returncode=1) from exc
+        except DatabaseError as exc:
+            raise database_unavailable(exc, doing="save the plan") from exc
+        goal = " ".join(plan.goal.split())
+        subtasks = _count(len(spec.subtasks), "subtask", "subtasks")
+        dependencies = _count(len(spec.edges), "dependency", "dependencies")
+        self.stdout.write(self.style.SUCCESS(f"Saved plan {plan.pk}: {goal} ({subtasks}, {dependencies})"))
+
+
+def _count(number: int, singular: str, plural: str) -> str:
+    return f"{number} {singular if number == 1 else plural}"

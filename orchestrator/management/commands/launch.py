@@ -1,0 +1,124 @@
+"""`python manage.py launch FILE`: validate and save a plan file, start a run, optionally follow it.
+
+Exit codes: 0 launched (or, when waiting, the run succeeded); 1 invalid plan, launch refused
+or run not succeeded; 2 no qcluster running; 130 stopped watching with Ctrl-C (the run goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, transaction
+
+from orchestrator import plans, runs
+from orchestrator.cluster import cluster_is_running
+from orchestrator.management import console
+from orchestrator.models import Plan, Run
+
+from .validate_plan import database_unavailable, load_or_fail
+
+NO_CLUSTER_MESSAGE = (
+    "No qcluster is running. Start one with `python manage.py qcluster` in another terminal, or use `make run`."
+)
+NO_CLUSTER_EXIT = 2
+STOPPED_WATCHING_EXIT = 130
+
+
+def budget_argument(value: str) -> Decimal:
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"must be an amount in USD such as 0.50, got {value!r}") from None
+    if not amount.is_finite() or amount <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return amount
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+class Command(BaseCommand):
+    help = "Validate and save a plan file (YAML or JSON), then launch a run of it."
+
+    def add_arguments(self, parser):
+        parser.add_argument("file", help="Plan file, e.g. examples/research_brief.yaml")
+        parser.add_argument("--cap", type=positive_int, help="Most tasks of this run at once (default: setting)")
+        parser.add_argument("--budget", type=budget_argument, help="Budget in USD (default: setting)")
+        parser.add_argument(
+            "--policy",
+            choices=Run.FailurePolicy.values,
+            default=Run.FailurePolicy.CONTINUE,
+            help="On a failed task: continue with independent branches, or fail_fast.",
+        )
+        parser.add_argument("--watch", action="store_true", help="Show a live progress bar until the run ends.")
+        parser.add_argument(
+            "--json",
+            dest="as_json",
+            action="store_true",
+            help="Wait for the end and print one JSON summary line on stdout (other output goes to stderr).",
+        )
+        parser.add_argument(
+            "--no-cluster-check", action="store_true", help="Launch even when no qcluster seems to be running."
+        )
+
+    def handle(self, *args, file, cap, budget, policy, watch, as_json, no_cluster_check, **options):
+        # With --json, stdout carries exactly one JSON line; everything meant for people goes to stderr.
+        messages = self.stderr._out if as_json else self.stdout._out
+        plan = self.save_plan(file, check_cluster=not no_cluster_check)
+        run = self.launch(plan, cap=cap, budget=budget, policy=policy)
+        console.write_line(messages, f"Launched run {run.pk} ({run.tasks.count()} tasks, cap {run.cap})")
+        if not (watch or as_json):
+            console.write_line(messages, f"Follow it with `{console.MANAGE} run_status {run.pk}` or in the dashboard.")
+            return
+        if watch:
+            console.write_line(messages, "Ctrl-C stops watching; the run goes on.")
+        try:
+            final = console.watch(run, messages=messages, bar_stream=self.stderr._out if watch else None)
+        except console.StoppedWatching as stopped:
+            console.write_line(messages, str(stopped))
+            raise SystemExit(STOPPED_WATCHING_EXIT) from None
+        self.report_end(run, final, as_json=as_json, messages=messages)
+
+    def save_plan(self, path: str, *, check_cluster: bool) -> Plan:
+        """Validate and save the plan (problems reported as validate_plan does); without a cluster, keep nothing."""
+        spec, document = load_or_fail(path)
+        try:
+            with transaction.atomic():
+                plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=Path(path).name)
+                if check_cluster and not cluster_is_running():
+                    raise CommandError(NO_CLUSTER_MESSAGE, returncode=NO_CLUSTER_EXIT)
+        except plans.PlanValidationError as error:
+            raise CommandError(error.report(path), returncode=1) from None
+        except DatabaseError as error:
+            raise database_unavailable(error, doing="save the plan") from None
+        return plan
+
+    def launch(self, plan: Plan, *, cap: int | None, budget: Decimal | None, policy: str) -> Run:
+        try:
+            return runs.launch(plan, cap=cap, budget_usd=budget, failure_policy=policy)
+        except runs.ActionError as error:
+            raise CommandError(f"Run not launched: {error}\nThe plan was saved as plan {plan.pk}.") from None
+
+    def report_end(self, run: Run, final, *, as_json: bool, messages) -> None:
+        line = (
+            f"Run {run.pk} {final.status}: {console.progress_counts(final)}; "
+            f"elapsed {console.duration(final.elapsed_s)}, cost {console.usd(final.cost_usd)}"
+        )
+        console.write_line(messages, line)
+        if final.summary:
+            console.write_line(messages, final.summary)
+        if as_json:
+            self.stdout.write(json.dumps(console.run_summary(run, final)))
+        if final.status != Run.Status.SUCCEEDED:
+            raise SystemExit(1)

@@ -1,0 +1,63 @@
+"""`python manage.py run_status RUN`: one run in full — totals, every task, pending checkpoints."""
+
+from __future__ import annotations
+
+from django.core.management.base import BaseCommand
+
+from orchestrator import runs
+from orchestrator.management import console
+
+NOTE_WIDTH = 70
+
+
+def task_note(task) -> str:
+    """Why a task is where it is: its error, or what it waits for, or its summary."""
+    if task.error:
+        return task.error
+    if task.wait_reason:
+        return f"waiting: {task.wait_reason}"
+    return task.summary
+
+
+class Command(BaseCommand):
+    help = "Show one run: status, progress, every task with its state and attempts, pending checkpoints."
+
+    def add_arguments(self, parser):
+        parser.add_argument("run", type=int, help="Run id (see `runs`)")
+
+    def handle(self, *args, run, **options):
+        run = console.get_run(run)
+        progress = runs.progress(run)
+        write = self.stdout.write
+        write(f"Run {run.pk}: {progress.status}")
+        write(f"Goal:     {console.shorten(run.plan.goal, 200)}")
+        write(f"Progress: {console.progress_counts(progress)}")
+        write(
+            f"Elapsed:  {console.duration(progress.elapsed_s)}   "
+            f"cost {console.usd(progress.cost_usd)} of {console.usd(run.budget_usd)} budget   "
+            f"tokens {progress.input_tokens} in / {progress.output_tokens} out   cap {run.cap}"
+        )
+        if progress.summary:
+            write(f"Summary:  {progress.summary}")
+        tasks = run.tasks.select_related("subtask", "agent").order_by("subtask__position")
+        rows = [
+            (
+                task.subtask.key,
+                task.agent.name,
+                task.state,
+                task.attempt_count,
+                f"{task.progress}%",
+                console.usd(task.cost_usd),
+                console.shorten(task_note(task), NOTE_WIDTH),
+            )
+            for task in tasks
+        ]
+        write("")
+        write(console.table(("task", "agent", "state", "attempts", "progress", "cost", "note"), rows))
+        write("")
+        if progress.pending_checkpoints:
+            write("Pending checkpoints:")
+            for checkpoint in progress.pending_checkpoints:
+                write(f"  {console.checkpoint_line(checkpoint)}")
+        else:
+            write("No pending checkpoints.")

@@ -1,0 +1,192 @@
+"""`python manage.py seed_demo`: the demo team, its provider limits, a login and the example plans.
+
+Safe to run again and again (`make run` does so on every start): agents and provider limits
+are brought back to the demo values, the demo user is created only when absent (a changed
+password is never reset), and an example plan is imported only once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+
+from orchestrator import plans
+from orchestrator.models import Agent, Plan, ProviderLimit
+
+DEMO_USERNAME = "demo"
+DEMO_PASSWORD_ENV = "GLASSBOX_DEMO_PASSWORD"
+EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
+EXAMPLE_PLANS = ("research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml")
+SIMULATED_MODEL = "sim-1"
+DEMO_LATENCY = {"latency": {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}}
+
+
+@dataclass(frozen=True)
+class DemoAgent:
+    name: str
+    role: str
+    capabilities: tuple[str, ...]
+    max_concurrency: int
+    system_prompt: str
+
+
+DEMO_TEAM = (
+    DemoAgent(
+        "researcher",
+        "Gathers facts and frames questions",
+        ("research", "summarise sources", "compare options", "frame questions"),
+        4,
+        "You are a careful researcher. Answer the question you are given with facts you can "
+        "support, say what is uncertain, and keep the summary short enough for the next step.",
+    ),
+    DemoAgent(
+        "architect",
+        "Designs systems and data models",
+        ("system design", "data modelling", "trade-off analysis", "API design"),
+        2,
+        "You are a software architect. Produce designs that a developer can implement without "
+        "guessing: name the components, the data, the interfaces and the trade-offs you chose.",
+    ),
+    DemoAgent(
+        "coder",
+        "Writes and changes code",
+        ("python", "django", "sql", "refactoring", "profiling"),
+        3,
+        "You are a senior developer. Write small, readable, tested code that follows the "
+        "design you are given, and note every place where you had to make a choice.",
+    ),
+    DemoAgent(
+        "tester",
+        "Writes tests and designs measurements",
+        ("pytest", "test design", "load testing", "instrumentation"),
+        3,
+        "You are a test engineer. Turn requirements into checks that fail when the behaviour "
+        "is wrong, and say how each measurement can be trusted.",
+    ),
+    DemoAgent(
+        "reviewer",
+        "Reviews work for correctness and security",
+        ("code review", "security review", "consistency checks"),
+        2,
+        "You are a strict reviewer. Separate blocking issues from suggestions, point to the "
+        "exact place, and propose a concrete fix for each issue.",
+    ),
+    DemoAgent(
+        "writer",
+        "Merges results into readable documents",
+        ("synthesis", "technical writing", "decision briefs"),
+        2,
+        "You are a technical writer. Merge the inputs you are given into one clear document, "
+        "keep every claim traceable to an input, and say where the inputs disagree.",
+    ),
+)
+
+# Generous limits: the demo should show concurrency, not throttling. Prices match a
+# mid-size Claude model so that the cost columns show realistic numbers.
+SIMULATED_LIMIT = {
+    "requests_per_minute": 600,
+    "input_tokens_per_minute": 2_000_000,
+    "output_tokens_per_minute": 400_000,
+    "max_in_flight": 16,
+    "input_price_per_mtok": Decimal("3.00"),
+    "output_price_per_mtok": Decimal("15.00"),
+}
+ANTHROPIC_DEFAULT_LIMIT = {
+    "requests_per_minute": 50,
+    "input_tokens_per_minute": 30_000,
+    "output_tokens_per_minute": 8_000,
+    "max_in_flight": 4,
+    "input_price_per_mtok": Decimal("3.00"),
+    "output_price_per_mtok": Decimal("15.00"),
+}
+
+
+class Command(BaseCommand):
+    help = "Create or refresh the demo agents, provider limits, demo login and example plans."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--provider",
+            choices=[Agent.Provider.SIMULATED, Agent.Provider.ANTHROPIC],
+            default=Agent.Provider.SIMULATED,
+            help="Provider for the demo agents (default: simulated, no API key needed).",
+        )
+
+    def handle(self, *args, provider: str, **options):
+        with transaction.atomic():
+            self.seed_provider_limits(provider)
+            self.seed_agents(provider)
+            self.seed_demo_user()
+        self.import_example_plans()
+
+    def seed_provider_limits(self, provider: str) -> None:
+        _, created = ProviderLimit.objects.update_or_create(
+            provider=Agent.Provider.SIMULATED, model=SIMULATED_MODEL, defaults=SIMULATED_LIMIT
+        )
+        self.report("Provider limit", f"{Agent.Provider.SIMULATED}:{SIMULATED_MODEL}", created)
+        if provider == Agent.Provider.ANTHROPIC:
+            # Real account limits differ per tier: create conservative values once and leave
+            # what an administrator set in the admin alone.
+            _, created = ProviderLimit.objects.get_or_create(
+                provider=Agent.Provider.ANTHROPIC, model=settings.GLASSBOX_MODEL, defaults=ANTHROPIC_DEFAULT_LIMIT
+            )
+            verb = "created" if created else "kept as it is"
+            self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{settings.GLASSBOX_MODEL}: {verb}")
+            if not settings.ANTHROPIC_API_KEY:
+                self.stdout.write(
+                    self.style.WARNING("ANTHROPIC_API_KEY is not set: tasks of these agents will fail until it is.")
+                )
+
+    def seed_agents(self, provider: str) -> None:
+        model = settings.GLASSBOX_MODEL if provider == Agent.Provider.ANTHROPIC else SIMULATED_MODEL
+        for member in DEMO_TEAM:
+            _, created = Agent.objects.update_or_create(
+                name=member.name,
+                defaults={
+                    "role": member.role,
+                    "capabilities": list(member.capabilities),
+                    "provider": provider,
+                    "model": model,
+                    "system_prompt": member.system_prompt,
+                    "max_concurrency": member.max_concurrency,
+                    "timeout_s": settings.GLASSBOX_DEFAULT_TIMEOUT_S,
+                    "max_retries": settings.GLASSBOX_DEFAULT_MAX_RETRIES,
+                    "max_output_tokens": 1024,
+                    "provider_options": DEMO_LATENCY,
+                    "status": Agent.Status.ACTIVE,
+                },
+            )
+            self.report("Agent", f"{member.name} ({provider}:{model}, {member.max_concurrency} slots)", created)
+
+    def seed_demo_user(self) -> None:
+        user_model = get_user_model()
+        if user_model.objects.filter(username=DEMO_USERNAME).exists():
+            self.stdout.write(f"User {DEMO_USERNAME}: exists, password left unchanged")
+            return
+        password = os.environ.get(DEMO_PASSWORD_ENV) or "demo"
+        user_model.objects.create_superuser(username=DEMO_USERNAME, email="demo@example.com", password=password)
+        source = f"from {DEMO_PASSWORD_ENV}" if os.environ.get(DEMO_PASSWORD_ENV) else "'demo'"
+        self.stdout.write(f"User {DEMO_USERNAME}: created as superuser (password {source})")
+
+    def import_example_plans(self) -> None:
+        for file_name in EXAMPLE_PLANS:
+            if Plan.objects.filter(source_name=file_name).exists():
+                self.stdout.write(f"Plan {file_name}: already imported")
+                continue
+            path = EXAMPLES_DIR / file_name
+            try:
+                spec, document = plans.load_file(path)
+                plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=file_name)
+            except plans.PlanValidationError as error:
+                raise CommandError(f"Example plan {file_name} was not imported.\n{error.report(str(path))}") from None
+            self.stdout.write(f"Plan {file_name}: imported as plan {plan.pk} ({plan.subtasks.count()} subtasks)")
+
+    def report(self, kind: str, label: str, created: bool) -> None:
+        self.stdout.write(f"{kind} {label}: {'created' if created else 'updated'}")

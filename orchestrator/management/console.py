@@ -1,0 +1,218 @@
+"""What the management commands share: id lookups, tables, money and time, the watch loop.
+
+The commands stay thin: they parse arguments, call `orchestrator.runs` / `orchestrator.plans`,
+and print through the helpers here so that every command words and formats things alike.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import IO, Any
+
+from django.core.management.base import CommandError
+from django.utils import timezone
+from tqdm import tqdm
+
+from orchestrator import runs
+from orchestrator.models import Checkpoint, Run
+
+MANAGE = "python manage.py"
+WATCH_POLL_S = 0.5
+
+
+# --- Lookups -------------------------------------------------------------------------------------
+
+
+def get_run(run_id: int) -> Run:
+    try:
+        return Run.objects.select_related("plan").get(pk=run_id)
+    except Run.DoesNotExist:
+        raise CommandError(f"No run with id {run_id}. `{MANAGE} runs` lists the runs.") from None
+
+
+def get_checkpoint(checkpoint_id: int) -> Checkpoint:
+    try:
+        return Checkpoint.objects.select_related("run", "task_run__subtask").get(pk=checkpoint_id)
+    except Checkpoint.DoesNotExist:
+        raise CommandError(
+            f"No checkpoint with id {checkpoint_id}. `{MANAGE} run_status RUN` lists a run's pending checkpoints."
+        ) from None
+
+
+def run_action(action: Callable[..., Any], run_id: int) -> Run:
+    """Apply a runs.py action (pause, resume, cancel) to a run; an ActionError becomes a CommandError."""
+    run = get_run(run_id)
+    try:
+        action(run, user=None)
+    except runs.ActionError as error:
+        raise CommandError(str(error)) from None
+    run.refresh_from_db()
+    return run
+
+
+def decide_checkpoint(checkpoint_id: int, *, approve: bool, comment: str) -> Checkpoint:
+    """Approve or reject a checkpoint through runs.decide; its refusals become CommandErrors."""
+    checkpoint = get_checkpoint(checkpoint_id)
+    try:
+        return runs.decide(checkpoint, approve=approve, user=None, comment=comment)
+    except runs.ActionError as error:
+        raise CommandError(str(error)) from None
+
+
+# --- Formatting ----------------------------------------------------------------------------------
+
+
+def usd(amount: Decimal | float | int | None) -> str:
+    """Dollars with four decimals: demo runs cost fractions of a cent per task."""
+    return f"${Decimal(amount or 0):.4f}"
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, float(seconds))
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def timestamp(moment) -> str:
+    """A time in the local time zone (settings.TIME_ZONE), to the second; "-" when unset."""
+    if moment is None:
+        return "-"
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def shorten(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A plain text table: columns left-aligned, padded to the widest cell, a rule under the header."""
+    cells = [[str(value) for value in row] for row in rows]
+    widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * width for width in widths]), *(line(row) for row in cells)])
+
+
+def checkpoint_target(checkpoint: Checkpoint) -> str:
+    if checkpoint.kind == Checkpoint.Kind.PLAN:
+        return "plan approval"
+    task = checkpoint.task_run
+    where = "before" if checkpoint.kind == Checkpoint.Kind.BEFORE else "review after"
+    return f'{where} "{task.subtask.key}" ({task.subtask.title})'
+
+
+def decide_hint(checkpoint_id: int) -> str:
+    return f"{MANAGE} approve {checkpoint_id}   or   {MANAGE} reject {checkpoint_id} --comment {shlex.quote('why')}"
+
+
+def checkpoint_line(checkpoint: Checkpoint) -> str:
+    """One pending checkpoint and the commands that decide it."""
+    return f"Checkpoint {checkpoint.pk} waits: {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
+
+
+def progress_counts(progress) -> str:
+    parts = [f"{progress.done}/{progress.total} done", f"{progress.succeeded} succeeded"]
+    for label in ("failed", "skipped", "cancelled", "running", "queued", "ready", "waiting", "pending"):
+        count = getattr(progress, label)
+        if count:
+            parts.append(f"{count} {label}")
+    return ", ".join(parts)
+
+
+def run_summary(run: Run, progress) -> dict[str, Any]:
+    """The machine-readable end-of-run summary printed by `launch --json`."""
+    return {
+        "run": run.pk,
+        "status": progress.status,
+        "tasks": progress.total,
+        "succeeded": progress.succeeded,
+        "failed": progress.failed,
+        "skipped": progress.skipped,
+        "cancelled": progress.cancelled,
+        "elapsed_s": round(float(progress.elapsed_s or 0), 3),
+        "cost_usd": float(progress.cost_usd or 0),
+        "input_tokens": progress.input_tokens,
+        "output_tokens": progress.output_tokens,
+        "summary": progress.summary,
+    }
+
+
+# --- Watching a run ------------------------------------------------------------------------------
+
+
+class StoppedWatching(Exception):
+    """Ctrl-C while watching: the watcher stops, the run goes on."""
+
+
+def watch(
+    run: Run,
+    *,
+    messages: IO[str],
+    bar_stream: IO[str] | None,
+    poll_s: float = WATCH_POLL_S,
+):
+    """Follow a run until it finishes and return its final RunProgress.
+
+    With `bar_stream`, draws a tqdm bar (done/total; running, failed and elapsed as postfix).
+    Every checkpoint that starts waiting is announced once on `messages`, with the commands
+    that decide it, so that a gated plan never hangs silently. Ctrl-C raises StoppedWatching.
+    """
+    announced: set[int] = set()
+    bar = None
+    try:
+        while True:
+            current = runs.progress(run)  # re-reads the run
+            if bar is None and bar_stream is not None:
+                bar = tqdm(
+                    total=current.total,
+                    desc=f"Run {run.pk}",
+                    unit="task",
+                    file=bar_stream,
+                    dynamic_ncols=True,
+                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} tasks{postfix}",
+                )
+            if bar is not None:
+                bar.total = current.total
+                bar.n = current.done
+                bar.set_postfix_str(
+                    f"running={current.running}, failed={current.failed}, elapsed={duration(current.elapsed_s)}",
+                    refresh=False,
+                )
+                bar.refresh()
+            for checkpoint in current.pending_checkpoints:
+                if checkpoint.pk not in announced:
+                    announced.add(checkpoint.pk)
+                    write_line(messages, checkpoint_line(checkpoint), bar)
+            if current.status in Run.FINISHED:
+                return current
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        raise StoppedWatching(
+            f"Stopped watching. Run {run.pk} goes on: `{MANAGE} run_status {run.pk}` shows it, "
+            f"`{MANAGE} cancel {run.pk}` stops it."
+        ) from None
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def write_line(stream: IO[str], text: str, bar: tqdm | None = None) -> None:
+    """Print a line without tearing the progress bar (tqdm redraws it below the line)."""
+    if bar is not None:
+        bar.write(text, file=stream)
+    else:
+        stream.write(text + "\n")
+        stream.flush()

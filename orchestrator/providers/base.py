@@ -1,0 +1,151 @@
+"""The provider interface: how the engine asks an agent's model for output (DESIGN §5).
+
+Shaped like healthchecks' ``hc/api/transports.py``: one base class that every provider
+implements, and one error type that tells the caller whether a failure is worth retrying and
+whether it is the provider's fault (429/529: back off the whole provider) or the task's.
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+# A provider yields at least this often while it works, so that the caller can heartbeat,
+# enforce its deadline and notice a cancellation between two items.
+KEEPALIVE_S = 0.2
+
+_API_KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")
+_REDACTED = "[redacted]"
+
+
+@dataclass
+class AgentRequest:
+    """Everything a provider needs for one attempt of one subtask."""
+
+    agent_name: str
+    provider: str
+    model: str
+    system_prompt: str
+    prompt: str
+    max_tokens: int
+    timeout_s: float
+    seed: str
+    attempt: int
+    options: dict[str, Any] = field(default_factory=dict)  # Agent.provider_options
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+
+
+@dataclass
+class TextDelta:
+    """Yielded while the agent works."""
+
+    text: str  # may be "": a keep-alive tick
+    output_tokens: int  # output tokens so far
+
+
+@dataclass
+class Completed:
+    """The last item of a successful stream."""
+
+    usage: Usage
+    stop_reason: str
+    simulated: bool
+
+
+def redact_secrets(text: str) -> str:
+    """``text`` with anything that looks like an Anthropic API key (or is the configured one) removed."""
+    configured_key = getattr(settings, "ANTHROPIC_API_KEY", "") if settings.configured else ""
+    if configured_key:
+        text = text.replace(configured_key, _REDACTED)
+    return _API_KEY_PATTERN.sub(_REDACTED, text)
+
+
+class ProviderError(Exception):
+    """A provider call failed.
+
+    ``retryable``: another attempt may succeed (a timeout, a 5xx) as opposed to a request that
+    will always fail (bad options, unknown model). ``provider_wide``: the provider refused
+    for reasons that are not this task's fault (429, 529), so the caller backs off every task
+    on the provider, honouring ``retry_after_s`` when given. The message never contains an
+    API key: it is redacted on the way in.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = True,
+        retry_after_s: float | None = None,
+        provider_wide: bool = False,
+        status_code: int | None = None,
+    ) -> None:
+        self.message = redact_secrets(str(message))
+        super().__init__(self.message)
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+        self.provider_wide = provider_wide
+        self.status_code = status_code
+
+
+class RateLimited(ProviderError):
+    """HTTP 429: the provider's rate limit is exhausted; ``retry_after_s`` from Retry-After."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, status_code: int = 429) -> None:
+        super().__init__(
+            message, retryable=True, retry_after_s=retry_after_s, provider_wide=True, status_code=status_code
+        )
+
+
+class Overloaded(ProviderError):
+    """HTTP 529: the provider is overloaded as a whole."""
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None, status_code: int = 529) -> None:
+        super().__init__(
+            message, retryable=True, retry_after_s=retry_after_s, provider_wide=True, status_code=status_code
+        )
+
+
+class Provider(ABC):
+    """One way of running an agent. Instances hold no per-request state."""
+
+    name: str
+
+    @abstractmethod
+    def stream(self, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+        """Run ``request``, yielding output as it comes.
+
+        Yields a :class:`TextDelta` at least every ``KEEPALIVE_S`` while working (an empty
+        one if there is no new text) and ends with exactly one :class:`Completed`, or raises
+        :class:`ProviderError`. The caller may abandon the generator (``close()``) at any
+        point, e.g. on timeout or cancellation.
+        """
+
+    @abstractmethod
+    def estimate_duration_s(self, agent: Any, output_tokens: int) -> float:
+        """Expected seconds for ``agent`` (an Agent) to produce ``output_tokens`` tokens."""
+
+
+def get_provider(name: str) -> Provider:
+    """The provider registered under ``name`` (an ``Agent.Provider`` value)."""
+    if name == "simulated":
+        from .simulated import SimulatedProvider
+
+        return SimulatedProvider()
+    if name == "anthropic":
+        raise ProviderError(
+            "The anthropic provider is not configured yet: use the simulated provider for this agent.",
+            retryable=False,
+        )
+    raise ProviderError(f"Unknown provider {name!r}.", retryable=False)

@@ -1,0 +1,417 @@
+"""The command-line interface: launch, approve/reject, runs, run_status, pause/resume/cancel.
+
+In-process tests use call_command (a CommandError carries the exit code); the tests that
+check what a person sees at the terminal (no traceback, exit codes) run manage.py as a real
+subprocess against the test database, and the end-to-end test adds a real qcluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.cache import cache
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from orchestrator import runs
+from orchestrator.cluster import cluster_is_running
+from orchestrator.models import Checkpoint, Plan, Run, TaskRun
+from tests.conftest import ROOT, child_env, wait_until
+
+RESEARCH_BRIEF = str(ROOT / "examples" / "research_brief.yaml")
+NO_CLUSTER = "No qcluster is running. Start one with `python manage.py qcluster` in another terminal"
+
+BAD_PLAN = textwrap.dedent(
+    """\
+    goal: A plan with three problems
+    subtasks:
+      - key: first
+        agent: researcher
+        title: First
+        depends_on: [second]
+      - key: second
+        agent: nobody
+        title: Second
+        depends_on: [first]
+      - key: third
+        agent: writer
+        depends_on: [missing]
+    """
+)
+
+
+def run_command(name: str, *args, **options) -> tuple[str, str]:
+    out, err = StringIO(), StringIO()
+    call_command(name, *args, stdout=out, stderr=err, **options)
+    return out.getvalue(), err.getvalue()
+
+
+def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run manage.py as a person would, against the test database."""
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def no_cluster():
+    """No cluster stats in the shared cache, whatever earlier tests left there."""
+    cache.clear()
+    assert not cluster_is_running()
+
+
+@pytest.fixture
+def bad_plan(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_PLAN)
+    return path
+
+
+@pytest.fixture
+def gated_run(demo_agents, make_plan):
+    """A running run whose first task waits at a `before` gate: one pending checkpoint."""
+    plan = make_plan({"design": ("architect", [], {"gate": "before"}), "build": ("coder", ["design"])})
+    run = runs.launch(plan)
+    checkpoint = run.checkpoints.get(status=Checkpoint.Status.PENDING)
+    return run, checkpoint
+
+
+# --- launch ----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_launch_refuses_without_a_cluster_and_keeps_nothing(demo_agents, no_cluster):
+    plans_before = Plan.objects.count()
+    with pytest.raises(CommandError) as refused:
+        run_command("launch", RESEARCH_BRIEF)
+    assert refused.value.returncode == 2
+    assert str(refused.value).startswith(NO_CLUSTER)
+    assert Plan.objects.count() == plans_before and not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_launch_without_a_cluster_exits_2_at_the_terminal(demo_agents, no_cluster):
+    result = manage("launch", RESEARCH_BRIEF)
+    assert result.returncode == 2
+    assert NO_CLUSTER in result.stderr and "make run" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not Plan.objects.exists()
+
+
+@pytest.mark.django_db
+def test_launch_with_a_bad_plan_reports_every_problem_and_saves_nothing(demo_agents, bad_plan, no_cluster):
+    with pytest.raises(CommandError) as invalid:
+        run_command("launch", str(bad_plan))
+    message = str(invalid.value)
+    assert invalid.value.returncode == 1
+    assert f"{bad_plan}: 4 problems" in message
+    assert 'no agent named "nobody"' in message
+    assert "title: is required" in message
+    assert 'unknown subtask "missing"' in message
+    assert "cycle: first → second → first" in message
+    assert not Plan.objects.exists() and not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_bad_plan_at_the_terminal_exits_1_without_traceback(demo_agents, bad_plan):
+    result = manage("launch", str(bad_plan), "--no-cluster-check")
+    assert result.returncode == 1
+    assert "4 problems" in result.stderr and 'no agent named "nobody"' in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not Plan.objects.exists()
+
+
+@pytest.mark.django_db
+def test_launch_reports_the_run_and_honours_cap_budget_and_policy(demo_agents):
+    out, _ = run_command(
+        "launch", RESEARCH_BRIEF, "--no-cluster-check", "--cap", "2", "--budget", "1.25", "--policy", "fail_fast"
+    )
+    run = Run.objects.get()
+    assert f"Launched run {run.pk} (6 tasks, cap 2)" in out
+    assert run.cap == 2 and str(run.budget_usd) == "1.2500" and run.failure_policy == "fail_fast"
+    assert run.plan.source_name == "research_brief.yaml"
+
+
+@pytest.mark.django_db
+def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, priced_limit):
+    with pytest.raises(CommandError, match=r"Run not launched: estimated cost \$0\.\d+ is over the budget of \$0\.0010"):
+        run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--budget", "0.001")
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("option", [("--cap", "0"), ("--budget", "-1"), ("--budget", "lots"), ("--policy", "maybe")])
+def test_launch_rejects_bad_options(demo_agents, option):
+    with pytest.raises(CommandError):
+        run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", *option)
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_waiting_exits_1_with_a_json_line_when_the_run_does_not_succeed(demo_agents, monkeypatch):
+    real_launch = runs.launch
+
+    def launch_then_cancel(plan, **options):
+        run = real_launch(plan, **options)
+        return runs.cancel(run)
+
+    monkeypatch.setattr(runs, "launch", launch_then_cancel)
+    out, err = StringIO(), StringIO()
+    with pytest.raises(SystemExit) as ended:
+        call_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--json", stdout=out, stderr=err)
+    assert ended.value.code == 1
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert summary["status"] == "cancelled" and summary["tasks"] == 6 and summary["cancelled"] == 6
+    assert "Launched run" in err.getvalue()  # with --json, messages for people go to stderr
+
+
+@pytest.mark.django_db
+def test_ctrl_c_stops_watching_but_not_the_run(gated_run, monkeypatch):
+    from orchestrator.management import console
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(console.time, "sleep", interrupted)
+    monkeypatch.setattr(runs, "launch", lambda plan, **options: gated_run[0])
+    out, err = StringIO(), StringIO()
+    with pytest.raises(SystemExit) as stopped:
+        call_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--watch", stdout=out, stderr=err)
+    run, checkpoint = gated_run
+    assert stopped.value.code == 130
+    assert f"Stopped watching. Run {run.pk} goes on" in out.getvalue()
+    # the pending gate was announced with the commands that decide it
+    assert f"python manage.py approve {checkpoint.pk}" in out.getvalue()
+    assert f"python manage.py reject {checkpoint.pk} --comment" in out.getvalue()
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+
+
+# --- approve / reject ------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_reject_requires_a_comment(gated_run):
+    _, checkpoint = gated_run
+    with pytest.raises(CommandError, match="--comment"):
+        run_command("reject", str(checkpoint.pk))
+    with pytest.raises(CommandError, match="a comment is required to reject"):
+        run_command("reject", str(checkpoint.pk), "--comment", "   ")
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.PENDING
+
+
+@pytest.mark.django_db
+def test_reject_with_a_comment_skips_the_gated_task(gated_run):
+    run, checkpoint = gated_run
+    out, _ = run_command("reject", str(checkpoint.pk), "--comment", "design the API first")
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.REJECTED and checkpoint.comment == "design the API first"
+    assert f"Rejected checkpoint {checkpoint.pk}" in out
+    assert run.tasks.get(subtask__key="design").state == TaskRun.State.SKIPPED
+
+
+@pytest.mark.django_db
+def test_approve_opens_the_gate_and_cannot_decide_twice(gated_run):
+    run, checkpoint = gated_run
+    out, _ = run_command("approve", str(checkpoint.pk), "--comment", "looks right")
+    assert f'Approved checkpoint {checkpoint.pk}: before "design"' in out
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.APPROVED and checkpoint.comment == "looks right"
+    assert run.tasks.get(subtask__key="design").state != TaskRun.State.WAITING_GATE
+    with pytest.raises(CommandError, match="already approved"):
+        run_command("approve", str(checkpoint.pk))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "command, args, message",
+    [
+        ("approve", ["9999"], "No checkpoint with id 9999"),
+        ("reject", ["9999", "--comment", "no"], "No checkpoint with id 9999"),
+        ("run_status", ["9999"], "No run with id 9999"),
+        ("pause", ["9999"], "No run with id 9999"),
+        ("resume", ["9999"], "No run with id 9999"),
+        ("cancel", ["9999"], "No run with id 9999"),
+    ],
+)
+def test_unknown_ids_are_a_clear_error(command, args, message):
+    with pytest.raises(CommandError, match=message):
+        run_command(command, *args)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_unknown_id_at_the_terminal_has_no_traceback():
+    result = manage("run_status", "9999")
+    assert result.returncode == 1
+    assert "No run with id 9999" in result.stderr and "Traceback" not in result.stderr
+
+
+# --- runs, run_status, pause / resume / cancel --------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_runs_lists_runs_newest_first(gated_run, demo_agents, make_plan):
+    first, _ = gated_run
+    second = runs.launch(make_plan({"only": ("writer", [])}, goal="Second goal"))
+    out, _ = run_command("runs")
+    lines = out.splitlines()
+    assert lines[0].split() == ["id", "status", "done", "cost", "started", "goal"]
+    assert lines[2].split()[:4] == [str(second.pk), "running", "0/1", "$0.0000"]
+    assert lines[2].endswith("Second goal")
+    assert lines[3].split()[:3] == [str(first.pk), "running", "0/2"]
+
+
+@pytest.mark.django_db
+def test_runs_without_runs_says_how_to_start_one():
+    out, _ = run_command("runs")
+    assert "No runs yet" in out and "launch examples/research_brief.yaml" in out
+
+
+@pytest.mark.django_db
+def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
+    run, checkpoint = gated_run
+    out, _ = run_command("run_status", str(run.pk))
+    assert f"Run {run.pk}: running" in out
+    assert "Progress: 0/2 done" in out and "1 waiting" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("design ", "build "))}
+    assert rows["design"][1:4] == ["architect", "waiting_gate", "0"]
+    assert rows["build"][1:4] == ["coder", "pending", "0"]
+    assert "Pending checkpoints:" in out
+    assert f'Checkpoint {checkpoint.pk} waits: before "design"' in out
+    assert f"python manage.py approve {checkpoint.pk}" in out
+
+
+@pytest.mark.django_db
+def test_pause_resume_cancel(gated_run):
+    run, _ = gated_run
+    out, _ = run_command("pause", str(run.pk))
+    assert f"Run {run.pk} paused; status is now paused." in out
+    with pytest.raises(CommandError, match="cannot be paused"):
+        run_command("pause", str(run.pk))
+    out, _ = run_command("resume", str(run.pk))
+    assert "status is now running" in out
+    out, _ = run_command("cancel", str(run.pk))
+    assert "status is now cancelled" in out
+    assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.CANCELLED}
+    with pytest.raises(CommandError, match="already ended"):
+        run_command("cancel", str(run.pk))
+
+
+# --- end to end ------------------------------------------------------------------------------
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_launch_watch_json_runs_the_research_brief_to_success(demo_agents, priced_limit, qcluster):
+    cache.clear()
+    qcluster.start()
+    wait_until(cluster_is_running, timeout=60, message="the qcluster to report itself running")
+
+    result = manage("launch", RESEARCH_BRIEF, "--watch", "--json", timeout=180)
+
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{qcluster.logs()}"
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "succeeded"
+    assert summary["tasks"] == summary["succeeded"] == 6
+    assert summary["failed"] == summary["skipped"] == summary["cancelled"] == 0
+    assert summary["cost_usd"] > 0 and summary["input_tokens"] > 0 and summary["output_tokens"] > 0
+    assert result.stdout.strip().count("\n") == 0  # stdout holds exactly the JSON line
+    assert "Launched run" in result.stderr and "6/6 tasks" in result.stderr
+    run = Run.objects.get(pk=summary["run"])
+    assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.SUCCEEDED}
+
+
+# --- serve -----------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def child_pids(parent: int) -> list[int]:
+    """Direct children of a process, read from /proc."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == parent:
+            pids.append(int(stat.parent.name))
+    return pids
+
+
+def read_until(stream, marker: str, timeout: float) -> str:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        seen.append(line)
+        if marker in line:
+            return "".join(seen)
+    pytest.fail(f"{marker!r} not printed within {timeout} s; got:\n{''.join(seen)}")
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_serve_starts_daphne_and_qcluster_and_ctrl_c_stops_both(tmp_path):
+    port = free_port()
+    errors = open(tmp_path / "serve.err", "w")
+    serve = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), "serve", "--port", str(port), "--workers", "1"],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=errors,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        banner = read_until(serve.stdout, "Ctrl-C stops both", timeout=60)
+        assert f"http://127.0.0.1:{port}/" in banner and "Log in as" in banner
+        children = child_pids(serve.pid)
+        assert len(children) == 2
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=60) == 0
+        assert "Stopped daphne and qcluster." in serve.stdout.read()
+        for pid in children:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+        errors.close()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_serve_refuses_a_port_in_use():
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = manage("serve", "--port", str(port))
+    assert result.returncode == 1
+    assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr

@@ -1,0 +1,96 @@
+"""seed_demo: idempotent, never resets the demo user's password, leaves a runnable demo."""
+
+from decimal import Decimal
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from orchestrator.models import Agent, Plan, ProviderLimit, Subtask
+
+DEMO_AGENTS = {"researcher", "architect", "coder", "tester", "reviewer", "writer"}
+EXAMPLES = {"research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml"}
+
+pytestmark = pytest.mark.django_db
+
+
+def seed(*args: str) -> str:
+    out = StringIO()
+    call_command("seed_demo", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_seed_creates_active_simulated_team_limits_user_and_plans(monkeypatch):
+    monkeypatch.delenv("GLASSBOX_DEMO_PASSWORD", raising=False)
+    output = seed()
+
+    agents = {agent.name: agent for agent in Agent.objects.all()}
+    assert set(agents) >= DEMO_AGENTS
+    for name in DEMO_AGENTS:
+        agent = agents[name]
+        assert agent.status == Agent.Status.ACTIVE and agent.is_schedulable
+        assert agent.provider == Agent.Provider.SIMULATED and agent.model == "sim-1"
+        assert 2 <= agent.max_concurrency <= 4
+        assert agent.max_output_tokens == 1024
+        assert agent.role and agent.capabilities
+        assert agent.provider_options["latency"] == {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}
+
+    limit = ProviderLimit.objects.get(provider="simulated", model="sim-1")
+    assert limit.input_price_per_mtok == Decimal("3") and limit.output_price_per_mtok == Decimal("15")
+    assert limit.requests_per_minute and limit.max_in_flight
+
+    user = get_user_model().objects.get(username="demo")
+    assert user.is_superuser and user.is_staff and user.check_password("demo")
+
+    plans = {plan.source_name: plan for plan in Plan.objects.all()}
+    assert set(plans) == EXAMPLES
+    assert plans["exploration.yaml"].subtasks.count() == 22
+    assert plans["feature_pipeline.yaml"].subtasks.get(key="design").gate == Subtask.Gate.AFTER
+    assert "User demo: created" in output and "imported as plan" in output
+
+
+def test_seed_is_idempotent_and_restores_agents():
+    seed()
+    counts = (Agent.objects.count(), ProviderLimit.objects.count(), Plan.objects.count(), Subtask.objects.count())
+    Agent.objects.filter(name="coder").update(status=Agent.Status.RETIRED, max_concurrency=9)
+
+    output = seed()
+
+    assert (Agent.objects.count(), ProviderLimit.objects.count(), Plan.objects.count(), Subtask.objects.count()) == counts
+    coder = Agent.objects.get(name="coder")
+    assert coder.status == Agent.Status.ACTIVE and coder.max_concurrency == 3
+    assert get_user_model().objects.filter(username="demo").count() == 1
+    assert "already imported" in output and "password left unchanged" in output
+
+
+def test_seed_never_resets_a_changed_password(monkeypatch):
+    seed()
+    user = get_user_model().objects.get(username="demo")
+    user.set_password("changed-by-the-owner")
+    user.save()
+
+    monkeypatch.setenv("GLASSBOX_DEMO_PASSWORD", "something-else")
+    seed()
+
+    user.refresh_from_db()
+    assert user.check_password("changed-by-the-owner")
+
+
+def test_demo_password_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GLASSBOX_DEMO_PASSWORD", "s3cret-demo-pass")
+    output = seed()
+    assert get_user_model().objects.get(username="demo").check_password("s3cret-demo-pass")
+    assert "s3cret-demo-pass" not in output
+
+
+def test_anthropic_provider_switches_the_team(settings):
+    settings.GLASSBOX_MODEL = "claude-test-model"
+    seed("--provider", "anthropic")
+    for agent in Agent.objects.filter(name__in=DEMO_AGENTS):
+        assert agent.provider == Agent.Provider.ANTHROPIC and agent.model == "claude-test-model"
+        assert agent.status == Agent.Status.ACTIVE
+    assert ProviderLimit.objects.filter(provider="anthropic", model="claude-test-model").exists()
+
+    seed()  # back to the simulated team
+    assert set(Agent.objects.filter(name__in=DEMO_AGENTS).values_list("provider", flat=True)) == {"simulated"}
