@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-processes migrate seed clean
+.PHONY: install run test test-services migrate seed clean
 
 install: $(STAMP)
 
@@ -25,8 +25,13 @@ seed: migrate
 run: seed
 	$(BIN)/python manage.py serve
 
+# The embedded suite: SQLite, the ORM broker, real qcluster processes; no server to install.
 test: install
-	$(BIN)/pytest
+	$(BIN)/pytest -m "not services"
+
+# The tests that need the local Redis (and, later, PostgreSQL): they fail loudly without them.
+test-services: install
+	$(BIN)/pytest -m services
 
 clean:
 	rm -rf $(VENV) glassbox.sqlite3* .test-glassbox.sqlite3* .pytest_cache

@@ -44,7 +44,7 @@ def is_fan_in(task: TaskRun, upstreams: list[TaskRun]) -> bool:
 def build_prompt(task: TaskRun) -> str:
     subtask = task.subtask
     upstreams = upstream_tasks(task)
-    parts = [f"Goal of the whole team: {task.run.plan.goal}", f"Your task: {subtask.title}"]
+    parts = [f"# {subtask.title}", f"Goal of the whole team: {task.run.plan.goal}"]
     if subtask.instructions:
         parts.append(f"Instructions:\n{subtask.instructions}")
     if upstreams:

@@ -198,6 +198,10 @@ class Run(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        permissions = [
+            ("launch_run", "Can launch runs"),
+            ("control_run", "Can pause, resume and cancel runs, and retry or skip tasks"),
+        ]
 
     def __str__(self) -> str:
         return f"Run {self.pk}"
@@ -340,6 +344,7 @@ class Checkpoint(models.Model):
             models.UniqueConstraint(fields=["task_run", "kind"], name="unique_checkpoint_per_task_kind"),
         ]
         ordering = ["created_at"]
+        permissions = [("decide_checkpoint", "Can approve or reject checkpoints")]
 
     def __str__(self) -> str:
         target = self.task_run.key if self.task_run_id else "plan"

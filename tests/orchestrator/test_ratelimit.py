@@ -21,7 +21,7 @@ from orchestrator import ratelimit
 from orchestrator.models import RateCounter
 from orchestrator.ratelimit import DatabaseStorage, acquire, peek, reset, seconds_until_free
 
-REDIS_URL = "redis://127.0.0.1:6379/0"
+REDIS_URL = os.environ.get("GLASSBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 # A synthetic Unix time at the very start of a minute window (1_800_000_000 = 30_000_000 × 60).
 WINDOW_START = 1_800_000_000.0
@@ -248,6 +248,7 @@ def test_database_storage_registers_a_limits_scheme():
 # --- Redis storage -----------------------------------------------------------------------------
 
 
+@pytest.mark.services
 def test_redis_acquire_peek_reset(redis_prefix):
     key = new_key()
     assert acquire(key, 3, 5) == 0.0
@@ -262,6 +263,7 @@ def test_redis_acquire_peek_reset(redis_prefix):
     assert peek(key, 5) == (5, 0.0)
 
 
+@pytest.mark.services
 def test_redis_keys_live_under_the_configured_prefix(redis_prefix):
     key = new_key()
     acquire(key, 1, 5)
@@ -270,6 +272,7 @@ def test_redis_keys_live_under_the_configured_prefix(redis_prefix):
     assert all(name.startswith(f"{redis_prefix}:ratelimit:") and key in name for name in stored)
 
 
+@pytest.mark.services
 def test_redis_amount_above_the_budget_takes_the_whole_window(redis_prefix):
     key = new_key()
     assert acquire(key, 9, 4) == 0.0
@@ -277,6 +280,7 @@ def test_redis_amount_above_the_budget_takes_the_whole_window(redis_prefix):
     assert acquire(key, 1, 4) > 0
 
 
+@pytest.mark.services
 def test_redis_budget_is_shared_by_threads(redis_prefix):
     key = new_key()
     granted = []
@@ -378,6 +382,7 @@ def test_database_budget_is_shared_by_processes(database_limiter, monkeypatch):
     assert RateCounter.objects.get(key__startswith=f"{key}/").count == 50
 
 
+@pytest.mark.services
 def test_redis_budget_is_shared_by_processes(redis_prefix):
     key = new_key()
     env = child_environment(
