@@ -1,7 +1,8 @@
-from django.urls import path
+from django.urls import include, path
 
-from . import views
+from .views import home
 
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", home.home, name="home"),
+    path("runs/<int:run_id>/", include("dashboard.run_urls")),
 ]
