@@ -41,6 +41,18 @@ def is_fan_in(task: TaskRun, upstreams: list[TaskRun]) -> bool:
     return len(upstreams) >= 2 and not Dependency.objects.filter(upstream_id=task.subtask_id).exists()
 
 
+def prompt_token_bound(task: TaskRun) -> int:
+    """An upper bound of the prompt's tokens, known before the prompt is built (4 chars a token).
+
+    Admission reserves cost with it, so a plan whose estimates are too low cannot overspend.
+    """
+    subtask = task.subtask
+    own = (len(task.run.plan.goal) + len(subtask.title) + len(subtask.instructions) + len(task.agent.system_prompt)) // 4
+    upstreams = Dependency.objects.filter(downstream_id=task.subtask_id).count()
+    context_tokens = FAN_IN_BUDGET_TOKENS if upstreams >= 2 else upstreams * (settings.GLASSBOX_SUMMARY_TOKENS + 20)
+    return own + context_tokens + 50
+
+
 def build_prompt(task: TaskRun) -> str:
     subtask = task.subtask
     upstreams = upstream_tasks(task)

@@ -23,7 +23,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from . import context, events, scheduler
+from . import adaptive, context, events, scheduler
 from .models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
 from .providers.base import AgentRequest, Completed, ProviderError, TextDelta, Usage, get_provider
 
@@ -266,6 +266,7 @@ def complete(claim: Claim, output: str, usage: Usage) -> str:
             )
             if review:
                 scheduler.open_gate(task, Checkpoint.Kind.AFTER)
+            adaptive.increase(task.agent.provider, task.agent.model, run=run, task=task)
     if raise_late:
         return discard_late(claim, usage, "result arrived after the lease expired")
     return "succeeded"
@@ -311,10 +312,17 @@ def fail(
 
 
 def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
-    """A 429/529 is not the task's fault: the whole provider waits, every run on it."""
+    """A 429/529 is not the task's fault: the whole provider waits, every run on it.
+
+    Only the first refusal of a burst halves the effective cap: answers to requests that were
+    already in flight when the provider started refusing do not halve it again.
+    """
     wait = error.retry_after_s or 1.0
-    until = timezone.now() + timedelta(seconds=wait)
-    limit, _ = ProviderLimit.objects.get_or_create(provider=task.agent.provider, model=task.agent.model)
+    now = timezone.now()
+    until = now + timedelta(seconds=wait)
+    ProviderLimit.objects.get_or_create(provider=task.agent.provider, model=task.agent.model)
+    limit = ProviderLimit.objects.select_for_update().get(provider=task.agent.provider, model=task.agent.model)
+    fresh = not limit.backoff_until or limit.backoff_until <= now
     if not limit.backoff_until or limit.backoff_until < until:
         ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=until)
     events.record(
@@ -324,6 +332,8 @@ def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
         message=f"{limit} answered {error.status_code or 'rate limited'}: backing off {wait:.1f} s",
         payload={"provider": limit.provider, "model": limit.model, "retry_after_s": wait, "status": error.status_code},
     )
+    if fresh:
+        adaptive.decrease(limit, run=run, task=task)
 
 
 def schedule_retry_or_fail(

@@ -65,8 +65,10 @@ class ProviderLimit(models.Model):
     input_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     output_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
     max_in_flight = models.PositiveIntegerField(null=True, blank=True)
-    # Adaptive concurrency: the in-flight cap in force now (None = max_in_flight).
+    # Adaptive concurrency: the in-flight cap in force now (None = max_in_flight, or no cap).
     effective_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    # Successes since the effective cap last changed: it grows by one per window of successes.
+    successes_since_change = models.PositiveIntegerField(default=0)
     input_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
     output_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
     # A 429/529 backs off the whole provider until this moment.
@@ -218,6 +220,8 @@ class TaskRun(models.Model):
         PENDING = "pending"
         WAITING_GATE = "waiting_gate"
         READY = "ready"
+        # Ready, but held back by the provider's rate budget or backoff (not by a cap).
+        THROTTLED = "throttled"
         QUEUED = "queued"
         RUNNING = "running"
         AWAITING_REVIEW = "awaiting_review"
@@ -228,6 +232,7 @@ class TaskRun(models.Model):
 
     TERMINAL = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
     ACTIVE = (State.QUEUED, State.RUNNING)
+    ADMISSIBLE = (State.READY, State.THROTTLED)
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
     subtask = models.ForeignKey(Subtask, on_delete=models.PROTECT, related_name="task_runs")
@@ -412,3 +417,31 @@ class RateCounter(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class ApiToken(models.Model):
+    """A person's token for the JSON API (scripts, CI). Only its SHA-256 hash is stored.
+
+    The token itself is shown once, when it is created (orchestrator/tokens.py); `prefix` is its
+    first characters, kept so that people can tell their tokens apart. A revoked token stays,
+    with `revoked_at`, as a record of what was issued.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100, help_text="What the token is for, e.g. 'CI pipeline'")
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

@@ -89,7 +89,7 @@ def requeue_stale() -> int:
 def runs_with_due_work() -> list[int]:
     now = timezone.now()
     return list(
-        TaskRun.objects.filter(state=State.READY, run__status=Run.Status.RUNNING)
+        TaskRun.objects.filter(state__in=TaskRun.ADMISSIBLE, run__status=Run.Status.RUNNING)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .order_by()
         .values_list("run_id", flat=True)

@@ -305,6 +305,7 @@ class RunProgress:
     running: int
     queued: int
     ready: int
+    throttled: int
     waiting: int
     pending: int
     done: int
@@ -331,6 +332,7 @@ def progress(run: Run) -> RunProgress:
         running=counts.get(State.RUNNING, 0),
         queued=counts.get(State.QUEUED, 0),
         ready=counts.get(State.READY, 0),
+        throttled=counts.get(State.THROTTLED, 0),
         waiting=counts.get(State.WAITING_GATE, 0) + counts.get(State.AWAITING_REVIEW, 0),
         pending=counts.get(State.PENDING, 0),
         done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from . import events, ratelimit
+from . import context, events, ratelimit
 from .models import Agent, Attempt, Checkpoint, Dependency, ProviderLimit, Run, Subtask, TaskRun
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class Capacity:
 def ready_candidates(run: Run, now) -> list[TaskRun]:
     """Ready tasks in admission order: longest remaining path first, then priority, then age."""
     return list(
-        run.tasks.filter(state=State.READY)
+        run.tasks.filter(state__in=TaskRun.ADMISSIBLE)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .select_related("subtask", "agent")
         .order_by("-rank", "-subtask__priority", "ready_at", "pk")
@@ -229,18 +229,30 @@ def read_capacity(run: Run, candidates: list[TaskRun]) -> Capacity:
 
 
 def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
-    if limit is None:
+    """The most one attempt can cost: reserved at admission, settled with the real usage."""
+    if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
         return Decimal("0")
-    return limit.cost(task.subtask.estimated_input_tokens, task.agent.max_output_tokens)
+    input_tokens = max(task.subtask.estimated_input_tokens, context.prompt_token_bound(task))
+    return limit.cost(input_tokens, task.agent.max_output_tokens)
 
 
-def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> str:
-    """Take this task's share of the provider's per-minute budgets, or say why it must wait."""
+# A throttled task is looked at again after at most this long, even if the budget frees later.
+THROTTLE_RECHECK_S = 10.0
+
+
+def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[str, float]:
+    """Take this task's share of the provider's per-minute budgets, or say why and how long to wait.
+
+    The reason is stable while the cause lasts (no countdown in it), so a waiting task writes
+    one event, not one per tick.
+    """
     if limit is None:
-        return ""
+        return "", 0.0
     if limit.backoff_until and limit.backoff_until > now:
-        wait = (limit.backoff_until - now).total_seconds()
-        return f"provider {limit} backing off after a rate-limit answer ({wait:.0f} s left)"
+        return (
+            f"provider {limit} backing off after a rate-limit answer, until {limit.backoff_until:%H:%M:%S}",
+            (limit.backoff_until - now).total_seconds(),
+        )
     budgets = [
         ("rpm", 1, limit.requests_per_minute, "requests"),
         ("itpm", task.subtask.estimated_input_tokens, limit.input_tokens_per_minute, "input tokens"),
@@ -250,12 +262,12 @@ def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> str:
     for suffix, amount, per_minute, label in budgets:
         remaining, reset_s = ratelimit.peek(f"admit:{limit.provider}:{limit.model}:{suffix}", per_minute)
         if remaining < min(amount, per_minute):
-            return f"provider {limit} {label} per minute used up (frees in {reset_s:.0f} s)"
+            return f"provider {limit} {label} per minute used up", reset_s
     for suffix, amount, per_minute, label in budgets:
         wait = ratelimit.acquire(f"admit:{limit.provider}:{limit.model}:{suffix}", amount, per_minute)
         if wait:
-            return f"provider {limit} {label} per minute used up (frees in {wait:.0f} s)"
-    return ""
+            return f"provider {limit} {label} per minute used up", wait
+    return "", 0.0
 
 
 def admission_block(task: TaskRun, cap: Capacity, now) -> str:
@@ -288,11 +300,12 @@ def admit(run: Run) -> list[int]:
         reason = admission_block(task, capacity, now)
         pair = (task.agent.provider, task.agent.model)
         limit = capacity.limits.get(pair)
+        wait_s = 0.0
         if not reason:
-            reason = rate_limit_wait(task, limit, now)
+            reason, wait_s = rate_limit_wait(task, limit, now)
         if reason:
             budget_blocked |= reason == "run budget would be exceeded"
-            note_waiting(task, reason)
+            note_waiting(task, reason, throttled_for=wait_s, now=now)
             continue
         reserve = worst_case_cost(task, limit)
         admitted.append(dispatch(task, reserve, now).pk)
@@ -310,13 +323,28 @@ def admit(run: Run) -> list[int]:
     return admitted
 
 
-def note_waiting(task: TaskRun, reason: str) -> None:
-    """Show why a ready task waits; an event only when the reason changes."""
-    if task.wait_reason == reason:
+def note_waiting(task: TaskRun, reason: str, *, throttled_for: float = 0.0, now=None) -> None:
+    """Show why a ready task waits; an event only when the reason changes.
+
+    A task held back by the provider's rate budget is THROTTLED and not looked at again until
+    the budget may have freed (at most THROTTLE_RECHECK_S later); a task held by a cap stays
+    READY and is admitted as soon as a slot frees.
+    """
+    state = State.THROTTLED if throttled_for else State.READY
+    if throttled_for:
+        task.not_before = (now or timezone.now()) + timedelta(seconds=min(throttled_for, THROTTLE_RECHECK_S))
+        task.save(update_fields=["not_before"])
+    if task.wait_reason == reason and task.state == state:
         return
-    task.wait_reason = reason
-    task.save(update_fields=["wait_reason"])
-    events.record("task.waiting", run=task.run_id, task=task, message=reason, payload={"reason": reason})
+    task.wait_reason, task.state = reason, state
+    task.save(update_fields=["wait_reason", "state"])
+    events.record(
+        "task.throttled" if throttled_for else "task.waiting",
+        run=task.run_id,
+        task=task,
+        message=reason,
+        payload={"reason": reason, "state": state},
+    )
 
 
 def dispatch(task: TaskRun, reserve: Decimal, now) -> Attempt:
@@ -349,7 +377,7 @@ def stop_over_budget(run: Run) -> None:
         f"stopped: the budget of ${run.budget_usd:.2f} does not cover the next task "
         f"(spent ${spent:.4f}); raise the budget and retry"
     )
-    for task in run.tasks.filter(state__in=[State.PENDING, State.READY, State.WAITING_GATE]):
+    for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
         task.state, task.error, task.finished_at = State.CANCELLED, "run over budget", timezone.now()
         task.save(update_fields=["state", "error", "finished_at"])
         events.record("task.cancelled", run=run, task=task, message="run over budget")

@@ -222,3 +222,7 @@ else:
 # Each qcluster worker process runs the reaper's tick this often (seconds; 0 turns it off and
 # leaves only the once-a-minute q2 Schedule).
 GLASSBOX_TICK_S = env_float("GLASSBOX_TICK_S", 1.0)
+
+# Adaptive concurrency grows a provider's effective cap back up to its configured max_in_flight,
+# or up to this when none is configured (then the cap is lifted again).
+GLASSBOX_ADAPTIVE_CEILING = env_int("GLASSBOX_ADAPTIVE_CEILING", 64)

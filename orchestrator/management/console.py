@@ -125,7 +125,7 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
 
 def progress_counts(progress) -> str:
     parts = [f"{progress.done}/{progress.total} done", f"{progress.succeeded} succeeded"]
-    for label in ("failed", "skipped", "cancelled", "running", "queued", "ready", "waiting", "pending"):
+    for label in ("failed", "skipped", "cancelled", "running", "queued", "ready", "throttled", "waiting", "pending"):
         count = getattr(progress, label)
         if count:
             parts.append(f"{count} {label}")

@@ -73,8 +73,8 @@ def test_provider_in_flight_cap_and_backoff_hold(demo_agents, make_plan):
     limit.backoff_until = timezone.now() + timedelta(seconds=30)
     limit.save()
     scheduler.advance(run.pk)
-    waiting = run.tasks.get(state=State.READY)
-    assert "backing off" in waiting.wait_reason
+    throttled = run.tasks.get(state=State.THROTTLED)  # held by the provider, not by a cap
+    assert "backing off" in throttled.wait_reason
 
 
 @pytest.mark.django_db
@@ -263,3 +263,27 @@ def test_every_transition_is_an_event_with_consecutive_sequence_numbers(demo_age
     types = list(Event.objects.filter(run=run).values_list("type", flat=True))
     assert types[:4] == ["run.created", "run.started", "task.ready", "task.queued"]
     assert "task.ready" in types[4:] and types[-1] == "task.queued"
+
+
+@pytest.mark.django_db
+def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_agents, make_plan):
+    ProviderLimit.objects.create(provider="simulated", model="sim-1", requests_per_minute=2)
+    demo_agents["researcher"].max_concurrency = 10
+    demo_agents["researcher"].save()
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(5)}), cap=5)
+    assert run.tasks.filter(state=State.QUEUED).count() == 2
+    throttled = run.tasks.filter(state=State.THROTTLED)
+    assert throttled.count() == 3
+    assert all("requests per minute used up" in t.wait_reason for t in throttled)
+    assert Event.objects.filter(run=run, type="task.throttled").count() == 3
+    scheduler.advance(run.pk)  # nothing frees within the minute: still held, no new events
+    assert run.tasks.filter(state=State.QUEUED).count() == 2
+    assert Event.objects.filter(run=run, type="task.throttled").count() == 3
+
+
+@pytest.mark.django_db
+def test_admission_meters_output_tokens_per_minute(demo_agents, make_plan):
+    ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=2500)
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(4)}), cap=4)
+    assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 max output tokens fit in 2,500
+    assert "output tokens per minute used up" in run.tasks.filter(state=State.THROTTLED).first().wait_reason
