@@ -226,3 +226,7 @@ GLASSBOX_TICK_S = env_float("GLASSBOX_TICK_S", 1.0)
 # Adaptive concurrency grows a provider's effective cap back up to its configured max_in_flight,
 # or up to this when none is configured (then the cap is lifted again).
 GLASSBOX_ADAPTIVE_CEILING = env_int("GLASSBOX_ADAPTIVE_CEILING", 64)
+
+# A worker that finishes a task runs one newly admitted task itself instead of waiting for the
+# broker to hand it out (saves a broker round trip per hop on chains).
+GLASSBOX_CLAIM_NEXT = env_bool("GLASSBOX_CLAIM_NEXT", True)

@@ -129,3 +129,21 @@ def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agen
     assert reaper.requeue_stale() == 1
     assert OrmQ.objects.count() == 1
     assert Event.objects.filter(run=run, type="attempt.requeued").count() == 1
+
+
+def test_a_worker_runs_the_downstream_task_it_admitted_itself(make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["b"])}))
+    assert execution.execute_attempt(queued_attempt(run, "a").pk) == "succeeded"
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    workers = set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True))
+    assert workers == {execution.worker_name()}
+
+
+def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, settings):
+    settings.GLASSBOX_CLAIM_NEXT = False
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    execution.execute_attempt(queued_attempt(run, "a").pk)
+    assert dict(run.tasks.values_list("subtask__key", "state")) == {"a": "succeeded", "b": "queued"}
