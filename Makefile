@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-services migrate seed clean
+.PHONY: install run test test-services migrate seed clean browser run-prod bench-live
 
 install: $(STAMP)
 
@@ -25,13 +25,65 @@ seed: migrate
 run: seed
 	$(BIN)/python manage.py serve
 
+# The production profile on this machine: daphne and PROD_CLUSTERS qclusters (PROD_WORKERS workers
+# each) against PostgreSQL (DATABASE_URL) and Redis (REDIS_URL), both required. It migrates first;
+# the demo is not seeded (`python manage.py seed_demo` does it). docs/deploy.md: many machines.
+PROD_HOST ?= 127.0.0.1
+PROD_PORT ?= 8000
+PROD_CLUSTERS ?= 2
+PROD_WORKERS ?= 4
+run-prod: install
+	@case "$$DATABASE_URL" in postgres://*|postgresql://*) ;; \
+	*) echo "run-prod: set DATABASE_URL to a PostgreSQL URL, e.g. postgres://glassbox:PASSWORD@127.0.0.1:5432/glassbox" >&2; exit 2;; esac
+	@case "$$REDIS_URL" in redis://*|rediss://*) ;; \
+	*) echo "run-prod: set REDIS_URL to a Redis URL, e.g. redis://127.0.0.1:6379/0" >&2; exit 2;; esac
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py serve --host $(PROD_HOST) --port $(PROD_PORT) --clusters $(PROD_CLUSTERS) --workers $(PROD_WORKERS)
+
 # The embedded suite: SQLite, the ORM broker, real qcluster processes; no server to install.
-test: install
+test: install browser
 	$(BIN)/pytest -m "not services"
 
-# The tests that need the local Redis (and, later, PostgreSQL): they fail loudly without them.
-test-services: install
-	$(BIN)/pytest -m services
+# Debian's Chromium for the browser tests (marked `browser`): Playwright cannot download its own
+# browser here, so it drives /usr/bin/chromium. Installed with apt-get when it is missing.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		echo "Installing Chromium for the browser tests (apt-get)"; \
+		$(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
+	fi
+
+# The whole suite again, every marker included, on the production profile: PostgreSQL and Redis at
+# their usual local addresses (override with GLASSBOX_TEST_DATABASE_URL / GLASSBOX_TEST_REDIS_URL).
+# Each session gets its own Redis key prefix, django-q2 queue and test database, so sessions sharing
+# one server never meet; tests/conftest.py stops at once, naming the server, when one is missing,
+# and removes the session's Redis keys at the end.
+GLASSBOX_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
+GLASSBOX_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+test-services: install browser
+	session=$$$$; \
+	DATABASE_URL='$(GLASSBOX_TEST_DATABASE_URL)' REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' \
+	GLASSBOX_TEST_REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' GLASSBOX_TEST_DB_SUFFIX=$$session \
+	GLASSBOX_REDIS_PREFIX=glassbox-test-$$session GLASSBOX_Q_NAME=glassbox-test-$$session \
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The live view under load (DESIGN §4): 50 websocket viewers on a 200-task run, on the embedded
+# profile and then on the production profile (the local PostgreSQL and Redis, or
+# GLASSBOX_TEST_DATABASE_URL / GLASSBOX_TEST_REDIS_URL). Writes bench/results-live.json: whether
+# every viewer got every event, p50/p95 event latency, daphne's memory. A measurement, not a test.
+bench-live: install
+	$(BIN)/python -m bench.live_load --profile embedded
+	$(BIN)/python -m bench.live_load --profile production
 
 clean:
 	rm -rf $(VENV) glassbox.sqlite3* .test-glassbox.sqlite3* .pytest_cache
+
+# The scheduler benchmark: writes bench/results.json, docs/benchmarks.md and docs/benchmarks/*.png.
+# Real qcluster workers and the simulated provider on the embedded default and on PostgreSQL + Redis
+# (the local servers, or BENCH_DATABASE_URL / BENCH_REDIS_URL); databases and keys of its own, removed
+# afterwards. About 15 minutes on 2 cores. Options through BENCH_ARGS, e.g. BENCH_ARGS="--repeats 5".
+.PHONY: bench
+bench: install
+	$(BIN)/pip install --quiet -e ".[test,bench]"
+	$(BIN)/python manage.py bench_scheduler $(BENCH_ARGS)

@@ -1,3 +1,9 @@
-"""Websocket routes. The live run view arrives with the dashboard issue."""
+"""Websocket routes (orchestrator/asgi.py wraps them in origin validation and authentication)."""
 
-websocket_urlpatterns: list = []
+from django.urls import path
+
+from .consumers import RunConsumer
+
+websocket_urlpatterns = [
+    path("ws/runs/<int:run_id>/", RunConsumer.as_asgi()),
+]

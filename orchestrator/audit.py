@@ -1,4 +1,4 @@
-"""Audit entries that are not state changes: denied attempts, made visible in the event log."""
+"""Audit entries that are not state changes: denied attempts and exports of the audit log."""
 
 from __future__ import annotations
 
@@ -21,4 +21,16 @@ def record_denial(user, permission: str, *, action: str, run: Run | int | None =
             actor_name=who if who == "anonymous" else "",
             message=f"{who} was denied {action} (needs {permission})",
             payload={"permission": permission, "action": action},
+        )
+
+
+def record_export(user, fmt: str, filters: dict[str, str]) -> Event:
+    """Write an `audit.exported` event: who took a copy of the audit log, in which format, filtered how."""
+    described = ", ".join(f"{key}={value}" for key, value in sorted(filters.items())) or "no filter"
+    with transaction.atomic():
+        return events.record(
+            "audit.exported",
+            user=user,
+            message=f"audit log exported as {fmt} ({described})"[:500],
+            payload={"format": fmt, "filters": dict(sorted(filters.items()))},
         )

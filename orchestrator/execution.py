@@ -123,24 +123,28 @@ def execute_attempt(attempt_id: int) -> str:
     """Entry point of one q2 task. Returns what happened, for the q2 result log.
 
     After finishing, the worker runs one of the tasks its own `advance` just admitted, instead of
-    waiting for the broker to hand it out (DESIGN §3, dispatch latency): the broker's copy of that
-    attempt then finds it claimed and does nothing. The chain stops after CHAIN_LIMIT_S so that a
-    q2 task never nears q2's own timeout.
+    waiting for the broker to hand it out (DESIGN §3, dispatch latency): `advance(keep_one=True)`
+    does not enqueue that attempt at all, so it costs no queue round trip and no second delivery.
+    The chain stops after CHAIN_LIMIT_S so that a q2 task never nears q2's own timeout.
     """
     worker = worker_name()
     started = time.monotonic()
     outcome = "not claimed"
     next_id: int | None = attempt_id
     while next_id is not None:
-        claim = claim_attempt(next_id, worker)
+        try:
+            claim = claim_attempt(next_id, worker)
+        except Exception:
+            if next_id != attempt_id:  # kept for us and in no queue: let the broker have it
+                scheduler.enqueue_attempt(next_id)
+            raise
         if claim is None:
             if next_id == attempt_id:
                 log.info("attempt %s is not ours to run (already claimed, finished or cancelled)", attempt_id)
             break
         outcome = run_claimed(claim)
-        admitted = scheduler.advance(claim.task.run_id).admitted
         chaining = settings.GLASSBOX_CLAIM_NEXT and time.monotonic() - started < CHAIN_LIMIT_S
-        next_id = admitted[0] if admitted and chaining else None
+        next_id = scheduler.advance(claim.task.run_id, keep_one=chaining).kept
     return outcome
 
 
@@ -199,7 +203,9 @@ class Heartbeat:
             fields["lease_expires_at"] = timezone.now() + timedelta(seconds=settings.GLASSBOX_LEASE_S)
             self.last_renew = now
         with transaction.atomic():
-            status = Run.objects.filter(pk=self.claim.task.run_id).values_list("status", flat=True).get()
+            # The run's row lock first, as in every engine transaction: locking the task and attempt
+            # rows first and the run's last (events.record) deadlocks with the reaper on PostgreSQL.
+            status = scheduler.lock_run(self.claim.task.run_id).status
             if status == Run.Status.CANCELLED:
                 raise RunCancelled()
             if not owned(self.claim).update(**fields):
@@ -222,7 +228,16 @@ def provider_limit(task: TaskRun) -> ProviderLimit | None:
 def settle_costs(run: Run, claim: Claim, usage: Usage) -> Decimal:
     """Replace the attempt's worst-case reservation by what it really cost."""
     limit = provider_limit(claim.task)
-    cost = limit.cost(usage.input_tokens, usage.output_tokens) if limit else Decimal("0")
+    cost = (
+        limit.cost(
+            usage.input_tokens,
+            usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+        )
+        if limit
+        else Decimal("0")
+    )
     reserved = Attempt.objects.filter(pk=claim.attempt.pk).values_list("reserved_usd", flat=True).get()
     Run.objects.filter(pk=run.pk).update(
         input_tokens=F("input_tokens") + usage.input_tokens,

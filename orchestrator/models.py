@@ -81,9 +81,22 @@ class ProviderLimit(models.Model):
     def __str__(self) -> str:
         return f"{self.provider}:{self.model}"
 
-    def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
+    # Anthropic bills prompt-cache reads at 0.1× and (5-minute) cache writes at 1.25× the base
+    # input price (https://docs.anthropic.com/en/docs/about-claude/pricing); both are reported
+    # apart from `input_tokens` in the API's usage.
+    CACHE_READ_PRICE_FACTOR = Decimal("0.1")
+    CACHE_WRITE_PRICE_FACTOR = Decimal("1.25")
+
+    def cost(
+        self, input_tokens: int, output_tokens: int, *, cache_read_tokens: int = 0, cache_creation_tokens: int = 0
+    ) -> Decimal:
+        cached_input = (
+            Decimal(cache_read_tokens) * self.CACHE_READ_PRICE_FACTOR
+            + Decimal(cache_creation_tokens) * self.CACHE_WRITE_PRICE_FACTOR
+        )
         return (
-            Decimal(input_tokens) * self.input_price_per_mtok + Decimal(output_tokens) * self.output_price_per_mtok
+            (Decimal(input_tokens) + cached_input) * self.input_price_per_mtok
+            + Decimal(output_tokens) * self.output_price_per_mtok
         ) / Decimal(1_000_000)
 
 
@@ -160,6 +173,33 @@ class Dependency(models.Model):
 
     def __str__(self) -> str:
         return f"{self.upstream.key} → {self.downstream.key}"
+
+
+class PlannerAttempt(models.Model):
+    """One answer of the planner, kept whole for inspection (orchestrator/planner.py).
+
+    A proposal that needed the repair round trip has two rows (``round`` 1 and 2). ``plan`` is
+    set only on the answer that became a saved plan; a rejected answer keeps its ``error``.
+    """
+
+    goal = models.TextField()
+    model = models.CharField(max_length=100, help_text="The Claude model asked, or 'simulated planner'")
+    simulated = models.BooleanField(default=False)
+    round = models.PositiveSmallIntegerField(default=1, help_text="2 = the answer to the repair request")
+    raw_answer = models.TextField(blank=True, help_text="The answer as received (the tool call's input, or the text)")
+    error = models.TextField(blank=True, help_text="Why the answer was rejected, or why the call failed")
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    plan = models.ForeignKey(Plan, null=True, blank=True, on_delete=models.SET_NULL, related_name="planner_attempts")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        outcome = f"plan {self.plan_id}" if self.plan_id else ("rejected" if self.error else "pending")
+        return f"Planner attempt {self.pk} ({self.model}, round {self.round}): {outcome}"
 
 
 class Run(models.Model):

@@ -245,6 +245,19 @@ def decide(checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "
             raise ActionError(f"checkpoint {checkpoint.pk} was already {checkpoint.status}")
         if run.is_finished:
             raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
+        # Separation of duties: whoever launched a run cannot also approve its plan (they may
+        # still reject it, which only stops their own run).
+        if (
+            approve
+            and settings.GLASSBOX_SEPARATION_OF_DUTIES
+            and checkpoint.kind == Checkpoint.Kind.PLAN
+            and getattr(user, "is_authenticated", False)
+            and run.launched_by_id == user.pk
+        ):
+            raise ActionError(
+                f"separation of duties: {user.get_username()} launched run {run.pk}, so another approver "
+                "must approve its plan"
+            )
         checkpoint.status = Checkpoint.Status.APPROVED if approve else Checkpoint.Status.REJECTED
         checkpoint.decided_by = user if getattr(user, "is_authenticated", False) else None
         checkpoint.decided_at, checkpoint.comment = now, comment

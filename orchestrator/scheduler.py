@@ -37,8 +37,9 @@ State = TaskRun.State
 class AdvanceResult:
     run_id: int
     promoted: int = 0
-    admitted: list[int] = field(default_factory=list)  # attempt ids enqueued
+    admitted: list[int] = field(default_factory=list)  # attempt ids admitted (all enqueued but `kept`)
     finished: bool = False
+    kept: int | None = None  # with keep_one: the admitted attempt left for the caller to run
 
 
 def lock_run(run_id: int) -> Run:
@@ -46,8 +47,16 @@ def lock_run(run_id: int) -> Run:
     return Run.objects.select_for_update().get(pk=run_id)
 
 
-def advance(run_id: int) -> AdvanceResult:
-    """Move a run forward as far as it can go now. Idempotent: a second call admits nothing new."""
+def advance(run_id: int, *, keep_one: bool = False) -> AdvanceResult:
+    """Move a run forward as far as it can go now. Idempotent: a second call admits nothing new.
+
+    ``keep_one``: the caller, a worker that has just finished a task of this run, runs the first
+    admitted attempt itself (``result.kept``), so that attempt is not handed to the broker: no
+    queue round trip, and no second delivery that would find it claimed and take a transaction
+    to say so. If the caller dies before claiming it, the reaper hands it to the broker once its
+    queue lease (GLASSBOX_QUEUED_GRACE_S) expires, as for any attempt lost between commit and
+    enqueue.
+    """
     result = AdvanceResult(run_id)
     with transaction.atomic():
         run = lock_run(run_id)
@@ -58,7 +67,9 @@ def advance(run_id: int) -> AdvanceResult:
             result.finished = True
             return result
         if run.status == Run.Status.RUNNING:
-            result.admitted = admit(run)
+            result.admitted = admit(run, keep_one=keep_one)
+            if keep_one and result.admitted:
+                result.kept = result.admitted[0]
     return result
 
 
@@ -75,37 +86,54 @@ def upstream_map(run: Run, subtask_ids) -> dict[int, list[int]]:
 
 
 def promote_pending(run: Run) -> int:
-    """Apply the ready rule to every pending task; cascade skips below failed branches."""
-    pending = {t.subtask_id: t for t in run.tasks.filter(state=State.PENDING).select_related("subtask", "agent")}
+    """Apply the ready rule to every pending task; cascade skips below failed branches.
+
+    The decisions are made on (state, skip_cascades) pairs read in one query; only the tasks
+    whose fate is decided now are loaded as rows. A large run has hundreds of pending tasks of
+    which one or two change per call, and loading them all (with subtask and agent) made this
+    step cost tens of milliseconds of CPU per call (docs/benchmarks.md).
+    """
+    rows = list(run.tasks.values_list("subtask_id", "state", "skip_cascades", "subtask__gate"))
+    pending = [sid for sid, state, _, _ in rows if state == State.PENDING]
     if not pending:
         return 0
-    status = {sid: (state, cascades) for sid, state, cascades in run.tasks.values_list("subtask_id", "state", "skip_cascades")}
-    keys = dict(Subtask.objects.filter(plan_id=run.plan_id).values_list("id", "key"))
-    ups = upstream_map(run, list(pending))
-    now = timezone.now()
-    changed = 0
+    status = {sid: (state, cascades) for sid, state, cascades, _ in rows}
+    gates = {sid: gate for sid, _, _, gate in rows}
+    ups = upstream_map(run, pending)
+    decided: list[tuple[int, str, list[int]]] = []  # (subtask id, new state, blockers), in decision order
     progress = True
     while progress:  # a skip can unblock the decision of a task further down: repeat until stable
         progress = False
-        for sid, task in list(pending.items()):
+        for sid in list(pending):
             blockers = [u for u in ups[sid] if blocks(*status[u])]
             if blockers:
-                names = ", ".join(keys[u] for u in blockers)
-                skip_cascading(task, f"upstream {names} did not succeed")
+                decided.append((sid, State.SKIPPED, blockers))
+                status[sid] = (State.SKIPPED, True)
             elif all(satisfies(*status[u]) for u in ups[sid]):
-                if task.subtask.gate == Subtask.Gate.BEFORE:
-                    open_gate(task, Checkpoint.Kind.BEFORE)
-                else:
-                    task.state, task.ready_at = State.READY, now
-                    task.save(update_fields=["state", "ready_at"])
-                    events.record("task.ready", run=run, task=task)
+                new = State.WAITING_GATE if gates[sid] == Subtask.Gate.BEFORE else State.READY
+                decided.append((sid, new, []))
+                status[sid] = (new, False)
             else:
                 continue
-            status[sid] = (task.state, task.skip_cascades)
-            del pending[sid]
-            changed += 1
+            pending.remove(sid)
             progress = True
-    return changed
+    if not decided:
+        return 0
+    tasks = {t.subtask_id: t for t in run.tasks.filter(subtask_id__in=[d[0] for d in decided]).select_related("subtask", "agent")}
+    blocker_ids = {u for _, _, blockers in decided for u in blockers}
+    keys = dict(Subtask.objects.filter(pk__in=blocker_ids).values_list("id", "key")) if blocker_ids else {}
+    now = timezone.now()
+    for sid, new, blockers in decided:
+        task = tasks[sid]
+        if new == State.SKIPPED:
+            skip_cascading(task, f"upstream {', '.join(keys[u] for u in blockers)} did not succeed")
+        elif new == State.WAITING_GATE:
+            open_gate(task, Checkpoint.Kind.BEFORE)
+        else:
+            task.state, task.ready_at = State.READY, now
+            task.save(update_fields=["state", "ready_at"])
+            events.record("task.ready", run=run, task=task)
+    return len(decided)
 
 
 def satisfies(state: str, skip_cascades: bool) -> bool:
@@ -187,9 +215,9 @@ class Capacity:
     budget_left: Decimal
 
 
-def ready_candidates(run: Run, now) -> list[TaskRun]:
+def ready_queryset(run: Run, now):
     """Ready tasks in admission order: longest remaining path first, then priority, then age."""
-    return list(
+    return (
         run.tasks.filter(state__in=TaskRun.ADMISSIBLE)
         .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
         .select_related("subtask", "agent")
@@ -197,9 +225,10 @@ def ready_candidates(run: Run, now) -> list[TaskRun]:
     )
 
 
-def read_capacity(run: Run, candidates: list[TaskRun]) -> Capacity:
-    agent_ids = sorted({t.agent_id for t in candidates})
-    pairs = sorted({(t.agent.provider, t.agent.model) for t in candidates})
+def read_capacity(run: Run, agent_ids, pairs) -> Capacity:
+    """Slots left under every cap, for the given agents and (provider, model) pairs."""
+    agent_ids = sorted(set(agent_ids))
+    pairs = sorted(set(pairs))
     # Lock order: run (held), provider limits, agents. Held to commit: admission is serial per agent.
     limit_q = Q(pk__in=[])
     for provider, model in pairs:
@@ -226,6 +255,10 @@ def read_capacity(run: Run, candidates: list[TaskRun]) -> Capacity:
         limits=limits,
         budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
     )
+
+
+def run_cap_reason(run: Run) -> str:
+    return f"run cap reached ({run.cap} running)"
 
 
 def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
@@ -275,7 +308,7 @@ def admission_block(task: TaskRun, cap: Capacity, now) -> str:
     if not task.agent.is_schedulable:
         return f"agent {task.agent.name} is {task.agent.status}, not active"
     if cap.run_slots <= 0:
-        return f"run cap reached ({task.run.cap} running)"
+        return run_cap_reason(task.run)
     if cap.agent_slots[task.agent_id] <= 0:
         return f"agent {task.agent.name} at its limit ({task.agent.max_concurrency} running across runs)"
     pair = (task.agent.provider, task.agent.model)
@@ -287,16 +320,32 @@ def admission_block(task: TaskRun, cap: Capacity, now) -> str:
     return ""
 
 
-def admit(run: Run) -> list[int]:
+# Ready tasks are read in pages of (free run slots + ADMIT_PAGE) while run slots are left.
+ADMIT_PAGE = 4
+
+
+def admit(run: Run, *, keep_one: bool = False) -> list[int]:
+    """Admit ready tasks in order while every cap holds; show every other ready task why it waits.
+
+    Candidates are read page by page only while run slots are left. Once the run's cap is
+    reached, the remaining candidates all wait for it: only those not already showing that
+    reason (newly ready or throttled ones, or whose agent is no longer active) are loaded and
+    noted, so a run with hundreds of ready tasks does not load them all on every call.
+    """
     now = timezone.now()
-    candidates = ready_candidates(run, now)
-    if not candidates:
+    ready = ready_queryset(run, now)
+    groups = list(ready.order_by().values_list("agent_id", "agent__provider", "agent__model").distinct())
+    if not groups:
         return []
-    capacity = read_capacity(run, candidates)
+    capacity = read_capacity(run, [g[0] for g in groups], [(g[1], g[2]) for g in groups])
     admitted: list[int] = []
+    seen: list[int] = []
     budget_blocked = False
-    for task in candidates:
+
+    def consider(task: TaskRun) -> None:
+        nonlocal budget_blocked
         task.run = run
+        seen.append(task.pk)
         reason = admission_block(task, capacity, now)
         pair = (task.agent.provider, task.agent.model)
         limit = capacity.limits.get(pair)
@@ -306,15 +355,30 @@ def admit(run: Run) -> list[int]:
         if reason:
             budget_blocked |= reason == "run budget would be exceeded"
             note_waiting(task, reason, throttled_for=wait_s, now=now)
-            continue
+            return
         reserve = worst_case_cost(task, limit)
-        admitted.append(dispatch(task, reserve, now).pk)
+        admitted.append(dispatch(task, reserve, now, enqueue=not (keep_one and not admitted)).pk)
         capacity.run_slots -= 1
         capacity.agent_slots[task.agent_id] -= 1
         if capacity.provider_slots[pair] is not None:
             capacity.provider_slots[pair] -= 1
         capacity.budget_left -= reserve
         run.reserved_usd += reserve
+
+    while capacity.run_slots > 0:
+        page = list(ready.exclude(pk__in=seen)[: capacity.run_slots + ADMIT_PAGE])
+        if not page:
+            break
+        for task in page:
+            if capacity.run_slots <= 0:
+                break  # the rest of the page is noted below with every other task held by the cap
+            consider(task)
+    if capacity.run_slots <= 0:
+        holding = ready.exclude(pk__in=seen).exclude(
+            state=State.READY, wait_reason=run_cap_reason(run), agent__status=Agent.Status.ACTIVE
+        )
+        for task in holding:
+            consider(task)
     active = run.tasks.filter(state__in=TaskRun.ACTIVE).count()
     run.peak_running = max(run.peak_running, active)
     run.save(update_fields=["reserved_usd", "peak_running"])
@@ -347,8 +411,9 @@ def note_waiting(task: TaskRun, reason: str, *, throttled_for: float = 0.0, now=
     )
 
 
-def dispatch(task: TaskRun, reserve: Decimal, now) -> Attempt:
-    """Admit one task: a new Attempt, the task queued, one q2 task enqueued after commit."""
+def dispatch(task: TaskRun, reserve: Decimal, now, *, enqueue: bool = True) -> Attempt:
+    """Admit one task: a new Attempt, the task queued, one q2 task enqueued after commit
+    (unless the worker that called `advance` runs it itself: see advance's keep_one)."""
     task.attempt_count += 1
     task.state, task.wait_reason = State.QUEUED, ""
     task.lease_owner, task.lease_expires_at = "", now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)
@@ -360,7 +425,8 @@ def dispatch(task: TaskRun, reserve: Decimal, now) -> Attempt:
         task=task,
         payload={"attempt": attempt.number, "latency_ms": int((now - task.ready_at).total_seconds() * 1000) if task.ready_at else None},
     )
-    transaction.on_commit(lambda: enqueue_attempt(attempt.pk))
+    if enqueue:
+        transaction.on_commit(lambda: enqueue_attempt(attempt.pk))
     return attempt
 
 

@@ -53,12 +53,15 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_q",
+    "ninja",  # serves the API docs' Swagger UI from our own static files (CSP: no CDN)
+    "csp",
     "orchestrator",
     "dashboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -170,7 +173,12 @@ GLASSBOX_RETRY_MAX_S = env_float("GLASSBOX_RETRY_MAX_S", 30.0)
 # A second delivery is harmless: only one claim of an attempt can succeed.
 GLASSBOX_QUEUED_GRACE_S = env_float("GLASSBOX_QUEUED_GRACE_S", 60.0)
 ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "")
-GLASSBOX_MODEL = os.environ.get("GLASSBOX_MODEL", "claude-sonnet-4-5")
+# Where the anthropic provider and the planner send requests (empty: the public API). Point it
+# at `manage.py fake_anthropic` for offline demos; tests point it at their own fake server.
+ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
+# The Claude model of `seed_demo --provider anthropic` and of the planner. claude-sonnet-4-5 (the
+# earlier default) reaches end-of-life on 2026-11-30 (the SDK's list of deprecated models).
+GLASSBOX_MODEL = os.environ.get("GLASSBOX_MODEL", "claude-sonnet-4-6")
 
 # --- Auth, i18n, static ----------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -230,3 +238,58 @@ GLASSBOX_ADAPTIVE_CEILING = env_int("GLASSBOX_ADAPTIVE_CEILING", 64)
 # A worker that finishes a task runs one newly admitted task itself instead of waiting for the
 # broker to hand it out (saves a broker round trip per hop on chains).
 GLASSBOX_CLAIM_NEXT = env_bool("GLASSBOX_CLAIM_NEXT", True)
+
+# --- Security (DESIGN §6) ---------------------------------------------------------------------
+# GLASSBOX_HTTPS=1 when the site is served over HTTPS: HTTP is redirected, HSTS is sent and the
+# session and CSRF cookies travel over HTTPS only. Behind a proxy that ends TLS, also set
+# GLASSBOX_BEHIND_PROXY=1 so that its X-Forwarded-Proto header counts (else every request looks
+# like HTTP and is redirected forever). `manage.py check --deploy` is clean with DEBUG off,
+# SECRET_KEY set and GLASSBOX_HTTPS=1.
+GLASSBOX_HTTPS = env_bool("GLASSBOX_HTTPS", False)
+SECURE_SSL_REDIRECT = GLASSBOX_HTTPS
+# Load balancers probe each instance's /health/ over plain HTTP, bypassing the TLS proxy.
+SECURE_REDIRECT_EXEMPT = [r"^health/$"]
+SESSION_COOKIE_SECURE = GLASSBOX_HTTPS
+CSRF_COOKIE_SECURE = GLASSBOX_HTTPS
+SECURE_HSTS_SECONDS = env_int("GLASSBOX_HSTS_SECONDS", 31_536_000) if GLASSBOX_HTTPS else 0
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("GLASSBOX_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("GLASSBOX_HSTS_PRELOAD", True)
+if env_bool("GLASSBOX_BEHIND_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+# Content-Security-Policy (django-csp 4 format): scripts, styles, images, fonts and connections
+# (the run page's websocket included) from our own origin only; no inline script or style, no
+# eval, no plugins, no framing. Every script is vendored under static/ (the API docs' Swagger UI
+# comes from django-ninja's static files). `data:` images are Swagger UI's icons.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+
+# Request sizes. A plan document is at most 5 MB (plans.MAX_PLAN_BYTES); sent inside a JSON API
+# body its text can grow by escaping (a newline is two characters), so API bodies may be up to
+# 11 MB before Django refuses them (the API answers 413 with a JSON error). An uploaded plan
+# file up to 6 MB stays in memory; the plan's own size check refuses anything over 5 MB.
+DATA_UPLOAD_MAX_MEMORY_SIZE = 11 * 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
+
+# Separation of duties: the person who launched a run cannot approve its plan checkpoint
+# (orchestrator/runs.py decide()). On by default; 0 turns it off (e.g. a one-person install).
+GLASSBOX_SEPARATION_OF_DUTIES = env_bool("GLASSBOX_SEPARATION_OF_DUTIES", True)

@@ -9,6 +9,7 @@ import sys
 import time
 from decimal import Decimal
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from django.db import connection
@@ -72,8 +73,8 @@ def child_database_url() -> str:
     s = connection.settings_dict
     if s["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{s['NAME']}"
-    user = s.get("USER") or ""
-    auth = f"{user}:{s['PASSWORD']}@" if s.get("PASSWORD") else (f"{user}@" if user else "")
+    user = quote(s.get("USER") or "", safe="")
+    auth = f"{user}:{quote(s['PASSWORD'], safe='')}@" if s.get("PASSWORD") else (f"{user}@" if user else "")
     return f"postgres://{auth}{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
 
 
@@ -173,3 +174,177 @@ def wait_until(predicate, timeout: float = 30, message: str = "condition") -> No
             return
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout} s waiting for {message}")
+
+
+# --- The production profile (`make test-services`): PostgreSQL and Redis --------------------------
+
+# `make test-services` names every session's Redis keys and django-q2 queue with this prefix, so
+# that sessions sharing one Redis never meet, and removes them when the session ends.
+TEST_REDIS_PREFIX = "glassbox-test-"
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """A session of its own on a shared PostgreSQL: test database `test_<NAME>_<GLASSBOX_TEST_DB_SUFFIX>`.
+
+    Without it two sessions against one server would both use `test_<NAME>`, and the second
+    would drop the first one's database while it runs. SQLite keeps GLASSBOX_TEST_SQLITE_PATH.
+    """
+    from django.conf import settings
+
+    suffix = os.environ.get("GLASSBOX_TEST_DB_SUFFIX", "")
+    if not suffix:
+        return
+    for db in settings.DATABASES.values():
+        if db["ENGINE"].endswith("sqlite3"):
+            continue
+        db.setdefault("TEST", {})
+        db["TEST"]["NAME"] = f"{db['TEST'].get('NAME') or 'test_' + db['NAME']}_{suffix}"
+
+
+@pytest.fixture
+def broker(db):
+    """The session's django-q2 broker (ORM or Redis), emptied before and after the test.
+
+    Redis is not rolled back between tests like the database: without the purge, tasks one test
+    enqueued would still be waiting for the next.
+    """
+    from django_q.brokers import get_broker
+
+    queue = get_broker()
+    queue.purge_queue()
+    yield queue
+    queue.purge_queue()
+
+
+def postgres_problem(settings_dict: dict) -> str:
+    """Why the PostgreSQL server of `settings_dict` cannot be reached ("" when it can)."""
+    import psycopg
+
+    try:
+        psycopg.connect(
+            dbname="postgres",
+            host=settings_dict.get("HOST") or "127.0.0.1",
+            port=settings_dict.get("PORT") or 5432,
+            user=settings_dict.get("USER") or None,
+            password=settings_dict.get("PASSWORD") or None,
+            connect_timeout=5,
+        ).close()
+    except psycopg.Error as exc:
+        return f"{type(exc).__name__}: {exc}".strip()
+    return ""
+
+
+def redis_problem(url: str) -> str:
+    """Why the Redis server at `url` cannot be reached ("" when it can)."""
+    import redis
+
+    client = redis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    finally:
+        client.close()
+    return ""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def production_profile_services():
+    """On PostgreSQL / Redis: check both are there first (a clear stop, not a thousand errors),
+    refuse to share a deployment's Redis keys or queue, and remove this session's keys at the end."""
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]
+    if "postgresql" in database["ENGINE"] and (problem := postgres_problem(database)):
+        pytest.exit(
+            f"PostgreSQL at {database.get('HOST') or '127.0.0.1'}:{database.get('PORT') or 5432} is not reachable "
+            f"({problem}). Start it, or point GLASSBOX_TEST_DATABASE_URL at one.",
+            returncode=3,
+        )
+    if not settings.REDIS_URL:
+        yield
+        return
+    if problem := redis_problem(settings.REDIS_URL):
+        pytest.exit(
+            f"Redis (REDIS_URL) is not reachable ({problem}). Start it, or point GLASSBOX_TEST_REDIS_URL at one.",
+            returncode=3,
+        )
+    prefix, queue = settings.REDIS_PREFIX, settings.Q_CLUSTER["name"]
+    if not (prefix.startswith(TEST_REDIS_PREFIX) and queue.startswith(TEST_REDIS_PREFIX)):
+        pytest.exit(
+            f"REDIS_URL is set but GLASSBOX_REDIS_PREFIX ({prefix!r}) and GLASSBOX_Q_NAME ({queue!r}) do not start "
+            f"with {TEST_REDIS_PREFIX!r}: the tests' workers would share keys and the task queue with a "
+            "deployment. Run `make test-services`, which names them per session.",
+            returncode=3,
+        )
+    yield
+    import redis
+
+    client = redis.from_url(settings.REDIS_URL)
+    try:
+        for pattern in (f"{prefix}:*", f"django_q:{queue}:*"):
+            for key in client.scan_iter(match=pattern, count=1000):
+                client.delete(key)
+    finally:
+        client.close()
+
+
+# --- Personas (roles from the 0006_roles data migration) ----------------------------------------
+
+PERSONAS = ("anonymous", "outsider", "viewer", "launcher", "approver", "agent_admin")
+PERSONA_GROUPS = {"viewer": "Viewer", "launcher": "Launcher", "approver": "Approver", "agent_admin": "Agent admin"}
+
+
+def ensure_roles() -> None:
+    """The role groups as the data migration makes them (a transactional test's flush removes them)."""
+    import importlib
+
+    from django.contrib.auth.models import Group, Permission
+
+    roles = importlib.import_module("orchestrator.migrations.0006_roles").ROLES
+    for name, codenames in roles.items():
+        group, created = Group.objects.get_or_create(name=name)
+        if created or not group.permissions.exists():
+            group.permissions.set(
+                Permission.objects.filter(content_type__app_label="orchestrator", codename__in=codenames)
+            )
+
+
+@pytest.fixture
+def personas(db):
+    """One user per persona (None for anonymous): outsider (logged in, no group), viewer,
+    launcher, approver, agent_admin (staff, so that it can use the admin). No password (hashing
+    one takes a noticeable time): log them in with `client.force_login`."""
+    from django.contrib.auth.models import Group, User
+
+    ensure_roles()
+    users = {"anonymous": None}
+    for name in PERSONAS[1:]:
+        user = User.objects.create_user(name, is_staff=(name == "agent_admin"))
+        if name in PERSONA_GROUPS:
+            user.groups.add(Group.objects.get(name=PERSONA_GROUPS[name]))
+        users[name] = user
+    return users
+
+
+# --- A local fake of the Anthropic Messages API ----------------------------------------------------
+
+# Recognisable wherever it would leak, and deliberately not shaped like a real key ("sk-ant-..."),
+# so that only the redaction of the configured key can hide it.
+FAKE_ANTHROPIC_KEY = "glassbox-fake-key-5b7d1e9c3a"
+
+
+@pytest.fixture
+def fake_anthropic(settings):
+    """orchestrator.fake_anthropic on a free port, with the provider and the planner pointed at it.
+
+    Script answers with `fake_anthropic.enqueue(Reply...)`; `fake_anthropic.requests` is what it
+    received. The API key is FAKE_ANTHROPIC_KEY.
+    """
+    from orchestrator.fake_anthropic import FakeAnthropicServer
+
+    with FakeAnthropicServer() as server:
+        settings.ANTHROPIC_BASE_URL = server.url
+        settings.ANTHROPIC_API_KEY = FAKE_ANTHROPIC_KEY
+        yield server

@@ -144,8 +144,7 @@ def get_provider(name: str) -> Provider:
 
         return SimulatedProvider()
     if name == "anthropic":
-        raise ProviderError(
-            "The anthropic provider is not configured yet: use the simulated provider for this agent.",
-            retryable=False,
-        )
+        from .anthropic import AnthropicProvider
+
+        return AnthropicProvider()
     raise ProviderError(f"Unknown provider {name!r}.", retryable=False)

@@ -208,8 +208,9 @@ def label_line(agent_name: str) -> str:
 
 
 def _topic(prompt: str) -> str:
-    """The first words of the prompt, without Markdown syntax, "…" when there is more."""
-    all_words = prompt.split()
+    """The first words of the prompt's first line (its title), without Markdown syntax, "…" when cut."""
+    first_line = next((line for line in prompt.splitlines() if line.strip()), "")
+    all_words = first_line.split()
     words = [_MARKDOWN_SPECIALS.sub("", word) for word in all_words[:TOPIC_WORDS]]
     topic = " ".join(word for word in words if word) or "the task"
     return f"{topic} …" if len(all_words) > TOPIC_WORDS else topic

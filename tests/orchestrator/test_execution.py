@@ -118,16 +118,14 @@ def test_cancelling_a_run_stops_its_running_attempt_at_the_next_beat(make_agent,
     assert TaskRun.objects.get(pk=claim.task.pk).state == State.CANCELLED
 
 
-def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agent, make_plan):
-    from django_q.models import OrmQ
-
+def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agent, make_plan, broker):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
-    assert OrmQ.objects.count() == 1
-    OrmQ.objects.all().delete()  # the broker lost it
+    assert broker.queue_size() == 1
+    broker.purge_queue()  # the broker lost it
     run.tasks.update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert reaper.requeue_stale() == 1
-    assert OrmQ.objects.count() == 1
+    assert broker.queue_size() == 1
     assert Event.objects.filter(run=run, type="attempt.requeued").count() == 1
 
 
@@ -147,3 +145,33 @@ def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, setting
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
     execution.execute_attempt(queued_attempt(run, "a").pk)
     assert dict(run.tasks.values_list("subtask__key", "state")) == {"a": "succeeded", "b": "queued"}
+
+
+def test_the_task_a_worker_runs_itself_never_goes_through_the_broker(make_agent, make_plan, broker):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["b"])}))
+    broker.purge_queue()  # this test plays the worker that took a's delivery
+    assert execution.execute_attempt(queued_attempt(run, "a").pk) == "succeeded"
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert broker.queue_size() == 0  # b and c were run by the same worker, never enqueued
+
+
+def test_an_attempt_kept_for_the_worker_goes_to_the_broker_if_claiming_it_fails(make_agent, make_plan, broker, monkeypatch):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    broker.purge_queue()
+    real_claim = execution.claim_attempt
+    calls = []
+
+    def claim_then_fail(attempt_id, worker):
+        calls.append(attempt_id)
+        if len(calls) > 1:
+            raise RuntimeError("database went away")
+        return real_claim(attempt_id, worker)
+
+    monkeypatch.setattr(execution, "claim_attempt", claim_then_fail)
+    with pytest.raises(RuntimeError, match="database went away"):
+        execution.execute_attempt(queued_attempt(run, "a").pk)
+    assert broker.queue_size() == 1
+    assert queued_attempt(run, "b").pk == calls[1]

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from django.db import connection
 from limits import RateLimitItemPerMinute
 from limits.strategies import FixedWindowRateLimiter
 
 from orchestrator import ratelimit
 from orchestrator.models import RateCounter
 from orchestrator.ratelimit import DatabaseStorage, acquire, peek, reset, seconds_until_free
+from tests.conftest import child_database_url
 
 REDIS_URL = os.environ.get("GLASSBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -371,7 +371,7 @@ def test_database_budget_is_shared_by_processes(database_limiter, monkeypatch):
     frozen_now = WINDOW_START + 30
     monkeypatch.setattr(database_limiter, "clock", lambda: frozen_now)
     env = child_environment(
-        DATABASE_URL=f"sqlite:///{connection.settings_dict['NAME']}",
+        DATABASE_URL=child_database_url(),
         GLASSBOX_RATE_LIMIT_STORAGE="database",
         FROZEN_NOW=repr(frozen_now),
         LIMIT_KEY=key,

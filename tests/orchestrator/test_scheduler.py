@@ -139,12 +139,10 @@ def test_concurrent_scheduler_steps_in_separate_processes_admit_nothing_twice(de
 
 
 @pytest.mark.django_db(transaction=True)
-def test_admitted_attempts_are_enqueued_after_commit(demo_agents, make_plan):
-    from django_q.models import OrmQ
-
+def test_admitted_attempts_are_enqueued_after_commit(demo_agents, make_plan, broker):
     plan = make_plan({"a": ("researcher", []), "b": ("writer", [])})
     runs.launch(plan, cap=4)
-    assert OrmQ.objects.count() == 2
+    assert broker.queue_size() == 2
 
 
 @pytest.mark.django_db
@@ -287,3 +285,44 @@ def test_admission_meters_output_tokens_per_minute(demo_agents, make_plan):
     run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(4)}), cap=4)
     assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 max output tokens fit in 2,500
     assert "output tokens per minute used up" in run.tasks.filter(state=State.THROTTLED).first().wait_reason
+
+
+@pytest.mark.django_db
+def test_tasks_held_by_the_run_cap_say_why_once_and_change_reason_when_their_agent_retires(demo_agents, make_plan):
+    """Once the cap is reached, held tasks are noted without reloading every one on each step
+    (the benchmark's 300-node DAGs): the reasons must still be right and written only once."""
+    demo_agents["researcher"].max_concurrency = 100
+    demo_agents["researcher"].save()
+    tasks = {"root": ("researcher", [])}
+    tasks.update({f"t{i:02d}": ("researcher", ["root"]) for i in range(30)})
+    tasks["w"] = ("writer", ["root"])
+    tasks["tail"] = ("researcher", ["t29"])  # t29 has the longest remaining path: it goes first
+    run = runs.launch(make_plan(tasks), cap=2)
+    finish(run, "root")
+    assert {k for k, s in states(run).items() if s == "queued"} == {"t29", "t00"}
+    held = run.tasks.filter(state=State.READY)
+    assert held.count() == 29
+    assert set(held.values_list("wait_reason", flat=True)) == {"run cap reached (2 running)"}
+    waiting_events = Event.objects.filter(run=run, type="task.waiting").count()
+    assert waiting_events == 29
+    scheduler.advance(run.pk)
+    scheduler.advance(run.pk)
+    assert Event.objects.filter(run=run, type="task.waiting").count() == waiting_events
+    demo_agents["writer"].status = "retired"
+    demo_agents["writer"].save()
+    scheduler.advance(run.pk)
+    assert run.tasks.get(subtask__key="w").wait_reason == "agent writer is retired, not active"
+    finish(run, "t29")
+    assert states(run)["tail"] == "ready" and run.tasks.filter(state=State.QUEUED).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keep_one_leaves_the_first_admitted_attempt_out_of_the_broker(demo_agents, make_plan, broker):
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["a"])})
+    run = runs.launch(plan, cap=4)
+    broker.purge_queue()
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.SUCCEEDED, finished_at=timezone.now())
+    result = scheduler.advance(run.pk, keep_one=True)
+    assert len(result.admitted) == 2 and result.kept == result.admitted[0]
+    assert broker.queue_size() == 1  # only the attempt the caller does not run itself
+    assert scheduler.advance(run.pk, keep_one=True).kept is None  # nothing new to admit

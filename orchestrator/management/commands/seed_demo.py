@@ -106,6 +106,34 @@ ANTHROPIC_DEFAULT_LIMIT = {
     "input_price_per_mtok": Decimal("3.00"),
     "output_price_per_mtok": Decimal("15.00"),
 }
+# Public list prices in USD per million tokens (input, output) of the current Claude models, by the
+# model ids agents name (an alias and, where one exists, the dated id). Read on 2026-11-22 from
+# public copies of Anthropic's pricing and models pages (docs.claude.com/en/docs/about-claude/pricing,
+# .../models/overview) — "Claude API Cheatsheet 2026" (dev.to/hiyoyok, May 2026: Opus 4.8 $5/$25,
+# Sonnet 4.6 $3/$15, Haiku 4.5 $1/$5), claudecodeguides.com (April 2026: Opus 4.7 $5/$25) and
+# claudelab.net (July 2026: Sonnet 5 at the Sonnet list price, $2/$10 introductory) — and checked
+# against the SDK's model list (anthropic 2.12, which marks claude-sonnet-4-5 deprecated). Prompt-cache
+# reads cost 0.1x and 5-minute cache writes 1.25x the input price (ProviderLimit.cost). Seeded once
+# by `seed_demo --provider anthropic`; prices edited in the admin are kept.
+CLAUDE_LIST_PRICES = {
+    "claude-opus-4-8": (Decimal("5.00"), Decimal("25.00")),
+    "claude-opus-4-7": (Decimal("5.00"), Decimal("25.00")),
+    "claude-sonnet-5": (Decimal("3.00"), Decimal("15.00")),
+    "claude-sonnet-4-6": (Decimal("3.00"), Decimal("15.00")),
+    "claude-haiku-4-5": (Decimal("1.00"), Decimal("5.00")),
+    "claude-haiku-4-5-20251001": (Decimal("1.00"), Decimal("5.00")),
+}
+# Models other than the demo's get prices and an in-flight cap only: their per-minute limits are
+# learned from the API's anthropic-ratelimit-*-limit headers (orchestrator/provider_feedback.py).
+ANTHROPIC_PRICE_ONLY_LIMIT = {"max_in_flight": 4}
+
+
+def list_prices(model: str) -> dict[str, Decimal]:
+    """The ProviderLimit price fields of a current Claude model; {} for a model we have no price for."""
+    if model not in CLAUDE_LIST_PRICES:
+        return {}
+    input_price, output_price = CLAUDE_LIST_PRICES[model]
+    return {"input_price_per_mtok": input_price, "output_price_per_mtok": output_price}
 
 
 class Command(BaseCommand):
@@ -135,10 +163,22 @@ class Command(BaseCommand):
             # Real account limits differ per tier: create conservative values once and leave
             # what an administrator set in the admin alone.
             _, created = ProviderLimit.objects.get_or_create(
-                provider=Agent.Provider.ANTHROPIC, model=settings.GLASSBOX_MODEL, defaults=ANTHROPIC_DEFAULT_LIMIT
+                provider=Agent.Provider.ANTHROPIC,
+                model=settings.GLASSBOX_MODEL,
+                defaults={**ANTHROPIC_DEFAULT_LIMIT, **list_prices(settings.GLASSBOX_MODEL)},
             )
             verb = "created" if created else "kept as it is"
             self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{settings.GLASSBOX_MODEL}: {verb}")
+            for model in CLAUDE_LIST_PRICES:
+                if model == settings.GLASSBOX_MODEL:
+                    continue
+                _, created = ProviderLimit.objects.get_or_create(
+                    provider=Agent.Provider.ANTHROPIC,
+                    model=model,
+                    defaults={**ANTHROPIC_PRICE_ONLY_LIMIT, **list_prices(model)},
+                )
+                verb = "created with list prices" if created else "kept as it is"
+                self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{model}: {verb}")
             if not settings.ANTHROPIC_API_KEY:
                 self.stdout.write(
                     self.style.WARNING("ANTHROPIC_API_KEY is not set: tasks of these agents will fail until it is.")
@@ -159,7 +199,9 @@ class Command(BaseCommand):
                     "timeout_s": settings.GLASSBOX_DEFAULT_TIMEOUT_S,
                     "max_retries": settings.GLASSBOX_DEFAULT_MAX_RETRIES,
                     "max_output_tokens": 1024,
-                    "provider_options": DEMO_LATENCY,
+                    # The latency model is the simulated provider's; Claude's durations are estimated
+                    # from output tokens (plans.estimated_duration_s).
+                    "provider_options": DEMO_LATENCY if provider == Agent.Provider.SIMULATED else {},
                     "status": Agent.Status.ACTIVE,
                 },
             )

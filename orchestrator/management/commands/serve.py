@@ -103,8 +103,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--workers", type=int, help="qcluster worker processes (default: GLASSBOX_WORKERS, else 4)"
         )
+        parser.add_argument(
+            "--clusters", type=int, default=1, help="qcluster processes, each with --workers workers (default 1)"
+        )
 
-    def handle(self, *args, host, port, workers, **options):
+    def handle(self, *args, host, port, workers, clusters=1, **options):
         self.signals_received: list[int] = []
         signal.signal(signal.SIGINT, self.on_signal)
         signal.signal(signal.SIGTERM, self.on_signal)
@@ -117,6 +120,8 @@ class Command(BaseCommand):
             if workers < 1:
                 raise CommandError("--workers must be at least 1")
             env["GLASSBOX_WORKERS"] = str(workers)
+        if clusters < 1:
+            raise CommandError("--clusters must be at least 1")
         manage_py = str(settings.BASE_DIR / "manage.py")
         children = [
             start_child(
@@ -124,15 +129,18 @@ class Command(BaseCommand):
                 [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "orchestrator.asgi:application"],
                 env,
             ),
-            start_child("qcluster", [sys.executable, manage_py, "qcluster"], env),
         ]
+        for index in range(clusters):
+            name = "qcluster" if clusters == 1 else f"qcluster-{index + 1}"
+            children.append(start_child(name, [sys.executable, manage_py, "qcluster"], env))
+        self.workers_label = "qcluster" if clusters == 1 else f"{clusters} qclusters"
         died = self.wait_until_listening(children, connect_host(host), port)
         if died is None and not self.signals_received:
             self.print_banner(host, port)
             died = self.supervise(children)
         if died is None:
             self.stop(children, self.signals_received[0])
-            self.stdout.write("Stopped daphne and qcluster.")
+            self.stdout.write(f"Stopped daphne and {self.workers_label}.")
             return
         others = [child for child in children if child is not died]
         self.stop(others, signal.SIGTERM)
@@ -191,7 +199,7 @@ class Command(BaseCommand):
     def print_banner(self, host: str, port: int) -> None:
         self.stdout.write(self.style.SUCCESS(f"Glassbox is running at http://{url_host(host)}:{port}/"))
         self.stdout.write(f"Log in as {self.login_hint()}.")
-        self.stdout.write("Ctrl-C stops both the web server (daphne) and the workers (qcluster).")
+        self.stdout.write(f"Ctrl-C stops both the web server (daphne) and the workers ({self.workers_label}).")
 
     def login_hint(self) -> str:
         try:

@@ -1,0 +1,1 @@
+"""The Glassbox scheduler benchmark (`make bench`, `python manage.py bench_scheduler`): see docs/benchmarks.md."""

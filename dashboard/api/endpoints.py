@@ -1,0 +1,308 @@
+"""The API's endpoints: thin, each one checks a permission and calls the engine.
+
+Runs (launch from a plan document or a saved plan; list; detail with tasks and totals; pause,
+resume, cancel), tasks (retry, skip), checkpoints (list; approve; reject with a comment),
+a run's events (`?after=SEQ`, in pages) and agents (list). The permission is checked before
+anything is looked up, so that an outsider learns nothing, not even whether an id exists.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from ninja import Path, Query, Router, Status
+
+from dashboard.permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN
+from orchestrator import plans, runs, serializers
+from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
+
+from .auth import require
+from .errors import ApiError, not_found
+from .schemas import (
+    MAX_ID,
+    MAX_OFFSET,
+    AgentPage,
+    AgentProvider,
+    AgentStatus,
+    CheckpointOut,
+    CheckpointPage,
+    CheckpointStatus,
+    CommentIn,
+    ErrorOut,
+    EventPage,
+    RejectIn,
+    RunCreateIn,
+    RunDetailOut,
+    RunPage,
+    RunStatus,
+    SkipIn,
+    TaskOut,
+)
+
+VIEW_AGENT = "orchestrator.view_agent"
+VIEW_CHECKPOINT = "orchestrator.view_checkpoint"
+
+PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
+Limit = Annotated[int, Query(ge=1, le=200, description="Items per page")]
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip")]
+Username = Annotated[str | None, Query(max_length=150, pattern=r"^[\w.@+-]+$", description="Launched by (username)")]
+
+# Every answer an endpoint can give besides its success, in the one error shape.
+READ_ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}
+WRITE_ERRORS = {400: ErrorOut, 401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+
+router = Router()
+
+
+# --- Lookups -------------------------------------------------------------------------------------
+
+
+def _get(queryset, pk: int, what: str):
+    try:
+        return queryset.get(pk=pk)
+    except queryset.model.DoesNotExist:
+        raise not_found(what, pk) from None
+
+
+def run_detail(run: Run) -> dict:
+    run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
+    progress = runs.progress(run)
+    totals = {name: getattr(progress, name) for name in (
+        "total", "done", "succeeded", "failed", "skipped", "cancelled", "running", "queued", "ready",
+        "throttled", "waiting", "pending", "elapsed_s", "input_tokens", "output_tokens",
+    )}
+    totals["cost_usd"] = format(progress.cost_usd, "f")
+    checkpoints = run.checkpoints.select_related("task_run__subtask", "decided_by").order_by("created_at", "pk")
+    return {
+        "run": serializers.run_to_dict(run),
+        "totals": totals,
+        "tasks": [
+            serializers.task_run_to_dict(task, sorted(task.attempts.all(), key=lambda a: a.number))
+            for task in serializers.run_tasks(run)
+        ],
+        "checkpoints": [serializers.checkpoint_to_dict(c) for c in checkpoints],
+    }
+
+
+def page(queryset, to_dict, limit: int, offset: int) -> dict:
+    return {
+        "count": queryset.count(),
+        "limit": limit,
+        "offset": offset,
+        "items": [to_dict(obj) for obj in queryset[offset : offset + limit]],
+    }
+
+
+# --- Runs ----------------------------------------------------------------------------------------
+
+
+@router.get("/runs", response={200: RunPage, **READ_ERRORS}, tags=["runs"])
+def list_runs(
+    request,
+    status: Annotated[RunStatus | None, Query(description="Only runs in this status")] = None,
+    plan: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only runs of this plan")] = None,
+    launched_by: Username = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+):
+    """Runs, newest first."""
+    require(request, VIEW_RUN)
+    queryset = Run.objects.select_related("plan", "launched_by").order_by("-created_at", "-pk")
+    if status:
+        queryset = queryset.filter(status=status)
+    if plan:
+        queryset = queryset.filter(plan_id=plan)
+    if launched_by:
+        queryset = queryset.filter(**{f"launched_by__{get_user_model().USERNAME_FIELD}": launched_by})
+    return page(queryset, serializers.run_to_dict, limit, offset)
+
+
+@router.post("/runs", response={201: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
+def create_run(request, body: RunCreateIn):
+    """Launch a run of a saved plan or of a plan document (validated whole; on any error nothing is saved).
+
+    A plan over its budget is refused with both numbers (422 launch_refused); an invalid plan
+    lists every problem in `details` (422 invalid_plan).
+    """
+    user = require(request, LAUNCH_RUN)
+    with transaction.atomic():
+        if body.plan_id is not None:
+            plan = _get(Plan.objects.all(), body.plan_id, "plan")
+        else:
+            spec = plans.validate(plans.parse_document(body.document, filename=body.filename))
+            plan = plans.save_plan(
+                spec, document=body.document, source=Plan.Source.FILE, source_name=body.filename or "api", created_by=user
+            )
+        run = runs.launch(
+            plan,
+            cap=body.cap,
+            budget_usd=body.budget_usd,
+            failure_policy=body.failure_policy,
+            launched_by=user,
+            require_plan_approval=body.require_plan_approval,
+        )
+    return Status(201, run_detail(run))
+
+
+@router.get("/runs/{run_id}", response={200: RunDetailOut, **READ_ERRORS}, tags=["runs"])
+def get_run(request, run_id: PathId):
+    """One run: its fields, task totals, every task with its attempts, its checkpoints."""
+    require(request, VIEW_RUN, run=run_id)
+    return run_detail(_get(Run.objects.all(), run_id, "run"))
+
+
+def _run_action(request, run_id: int, action) -> dict:
+    user = require(request, CONTROL_RUN, run=run_id)
+    run = _get(Run.objects.all(), run_id, "run")
+    action(run, user=user)
+    return run_detail(run)
+
+
+@router.post("/runs/{run_id}/pause", response={200: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
+def pause_run(request, run_id: PathId):
+    """Stop admitting new tasks; running tasks finish."""
+    return _run_action(request, run_id, runs.pause)
+
+
+@router.post("/runs/{run_id}/resume", response={200: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
+def resume_run(request, run_id: PathId):
+    """Admit tasks again after a pause."""
+    return _run_action(request, run_id, runs.resume)
+
+
+@router.post("/runs/{run_id}/cancel", response={200: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
+def cancel_run(request, run_id: PathId):
+    """Cancel every unfinished task and end the run."""
+    return _run_action(request, run_id, runs.cancel)
+
+
+@router.get("/runs/{run_id}/events", response={200: EventPage, **READ_ERRORS}, tags=["events"])
+def run_events(
+    request,
+    run_id: PathId,
+    after: Annotated[int, Query(ge=0, le=MAX_ID, description="Sequence number of the last event seen")] = 0,
+    limit: Limit = 100,
+):
+    """A run's events after sequence number `after`, oldest first; follow `next_after` while `has_more`."""
+    require(request, VIEW_RUN, run=run_id)
+    run = _get(Run.objects.all(), run_id, "run")
+    events = list(
+        run.events.filter(seq__gt=after)
+        .select_related("task_run__subtask", "agent")
+        .order_by("seq")[: limit + 1]
+    )
+    has_more = len(events) > limit
+    events = events[:limit]
+    return {
+        "items": [serializers.event_to_dict(e) for e in events],
+        "next_after": events[-1].seq if events else after,
+        "has_more": has_more,
+    }
+
+
+# --- Tasks ---------------------------------------------------------------------------------------
+
+
+def _task(task_id: int) -> TaskRun:
+    return _get(TaskRun.objects.select_related("run", "subtask", "agent"), task_id, "task")
+
+
+def _task_out(task: TaskRun) -> dict:
+    task = TaskRun.objects.select_related("subtask", "agent").get(pk=task.pk)
+    return serializers.task_run_to_dict(task)
+
+
+@router.post("/tasks/{task_id}/retry", response={200: TaskOut, **WRITE_ERRORS}, tags=["tasks"])
+def retry_task(request, task_id: PathId):
+    """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
+    user = require(request, CONTROL_RUN)
+    return _task_out(runs.retry_task(_task(task_id), user=user))
+
+
+@router.post("/tasks/{task_id}/skip", response={200: TaskOut, **WRITE_ERRORS}, tags=["tasks"])
+def skip_task(request, task_id: PathId, body: SkipIn | None = None):
+    """Skip a task: downstream tasks go on without it. The body (a reason) is optional."""
+    user = require(request, CONTROL_RUN)
+    reason = body.reason.strip() if body is not None else ""
+    return _task_out(runs.skip_task(_task(task_id), user=user, reason=reason))
+
+
+# --- Checkpoints ---------------------------------------------------------------------------------
+
+
+def _checkpoint_with_run(checkpoint: Checkpoint) -> dict:
+    return {**serializers.checkpoint_to_dict(checkpoint), "run": checkpoint.run_id}
+
+
+@router.get("/checkpoints", response={200: CheckpointPage, **READ_ERRORS}, tags=["checkpoints"])
+def list_checkpoints(
+    request,
+    status: Annotated[CheckpointStatus | None, Query(description="Default: pending")] = "pending",
+    run: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only this run's checkpoints")] = None,
+    limit: Limit = 50,
+    offset: Offset = 0,
+):
+    """Checkpoints, oldest first: by default the pending ones, waiting for a decision."""
+    require(request, VIEW_CHECKPOINT)
+    queryset = Checkpoint.objects.select_related("task_run__subtask", "decided_by").order_by("created_at", "pk")
+    if status:
+        queryset = queryset.filter(status=status)
+    if run:
+        queryset = queryset.filter(run_id=run)
+    return page(queryset, _checkpoint_with_run, limit, offset)
+
+
+def _decide(request, checkpoint_id: int, *, approve: bool, comment: str) -> dict:
+    user = require(request, DECIDE_CHECKPOINT)
+    checkpoint = _get(Checkpoint.objects.all(), checkpoint_id, "checkpoint")
+    decided = runs.decide(checkpoint, approve=approve, user=user, comment=comment)
+    decided = Checkpoint.objects.select_related("task_run__subtask", "decided_by").get(pk=decided.pk)
+    return serializers.checkpoint_to_dict(decided)
+
+
+@router.post("/checkpoints/{checkpoint_id}/approve", response={200: CheckpointOut, **WRITE_ERRORS}, tags=["checkpoints"])
+def approve_checkpoint(request, checkpoint_id: PathId, body: CommentIn | None = None):
+    """Approve a pending checkpoint (the plan, a gate before a task, a review after it).
+
+    The body (a comment) is optional. With separation of duties on, the person who launched a
+    run cannot approve its plan (409).
+    """
+    return _decide(request, checkpoint_id, approve=True, comment=body.comment if body is not None else "")
+
+
+@router.post("/checkpoints/{checkpoint_id}/reject", response={200: CheckpointOut, **WRITE_ERRORS}, tags=["checkpoints"])
+def reject_checkpoint(request, checkpoint_id: PathId, body: RejectIn):
+    """Reject a pending checkpoint; the comment saying why is required."""
+    return _decide(request, checkpoint_id, approve=False, comment=body.comment)
+
+
+# --- Agents --------------------------------------------------------------------------------------
+
+
+@router.get("/agents", response={200: AgentPage, **READ_ERRORS}, tags=["agents"])
+def list_agents(
+    request,
+    status: Annotated[AgentStatus | None, Query(description="Only agents in this lifecycle status")] = None,
+    provider: Annotated[AgentProvider | None, Query(description="Only agents of this provider")] = None,
+    limit: Limit = 100,
+    offset: Offset = 0,
+):
+    """The agent registry, by name."""
+    require(request, VIEW_AGENT)
+    queryset = Agent.objects.order_by("name")
+    if status:
+        queryset = queryset.filter(status=status)
+    if provider:
+        queryset = queryset.filter(provider=provider)
+    return page(queryset, serializers.agent_to_dict, limit, offset)
+
+
+# --- Anything else under /api/ -------------------------------------------------------------------
+
+
+@router.api_operation(["GET", "POST", "PUT", "PATCH", "DELETE"], "/{path:rest}", include_in_schema=False)
+def unknown(request, rest: str):
+    """A path the API does not have: a 404 in the API's error shape, not an HTML page."""
+    raise ApiError(404, "not_found", f"No API endpoint at {request.path}; the endpoints are listed at /api/docs.")

@@ -1,0 +1,166 @@
+"""The live run view: one websocket per run at /ws/runs/<id>/.
+
+LIVE_PROTOCOL
+-------------
+Client → server (JSON text frames):
+
+* `{"type": "resume", "last_seq": N}` — "I have seen every event up to N; send what follows."
+  The page sends it on every (re)connect with the last sequence number it applied (the page
+  itself was rendered at a known number), and again whenever it notices a gap. Nothing is sent
+  before the first resume.
+* `{"type": "watch", "task": ID}` (or `"task": null`) — the task whose panel is open: its
+  header, streamed output and attempts come along with its events.
+
+Server → client: HTML text frames of htmx out-of-band fragments, swapped by htmx-ext-ws. Each
+frame starts with `<div id="live-seq" data-from=A data-to=B data-tasks=...>`: the frame brings
+events A..B. Then come the parts those events changed, rendered from the same partial
+templates as the page (`#run-header`, `#run-totals`, `#run-checkpoints`, `#agent-lanes`,
+`#run-gantt`, `#run-result`, one `#task-<pk>` row per task touched — the row's data-*
+attributes are also what run.js reads to colour the DAG's nodes — `#dag-graph` when the
+plan's structure changed), and the log rows of the events themselves (prepended to
+`#event-log-rows`). A client far behind gets every part and the log afresh (`data-full="1"`).
+
+Delivery: events are numbered per run and the Event table is the record. The consumer keeps
+the number of the last event it sent and sends everything after it, so it never skips one.
+It wakes up on a doorbell from the channel layer (events.ring_doorbell, after each commit) and
+also polls the run's `last_event_seq` every POLL_S: on the embedded default the in-memory
+channel layer does not reach across processes, so the workers' events arrive through the
+poll. Frames go out at most every MIN_FRAME_INTERVAL_S (more apart when rendering one takes
+long, up to MAX_FRAME_INTERVAL_S), so a fast stream of progress events is coalesced: a few
+updates a second per task at most, whatever the workers write.
+
+The consumer only reads (its one write is the audit entry of a refused connection): actions
+go through the POST views, which check permissions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+
+from orchestrator.audit import record_denial
+from orchestrator.events import run_group_name
+from orchestrator.models import Run
+
+from . import fragments
+from .permissions import VIEW_RUN
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+MIN_FRAME_INTERVAL_S = 0.25
+# A frame that took long to render (a large run) spaces the next ones out: at least twice the
+# render time apart, at most this much, so that one viewer cannot keep the server busy.
+MAX_FRAME_INTERVAL_S = 2.0
+# Close codes (4000-4999 are the application's): the handshake is refused with these.
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+
+
+def _viewer_and_run(user, run_id: int, csrf_secret: str | None, path: str):
+    """(viewer, None) when `user` may watch run `run_id`, else (None, close code).
+
+    A logged-in user without the permission is refused like a page would refuse them: the
+    denial is written to the audit log (the only write a consumer makes).
+    """
+    if not user.has_perm(VIEW_RUN):
+        record_denial(user, VIEW_RUN, action=f"WEBSOCKET {path}", run=run_id)
+        return None, CLOSE_FORBIDDEN
+    if not Run.objects.filter(pk=run_id).exists():
+        return None, CLOSE_NOT_FOUND
+    return fragments.Viewer.for_user(user, fragments.csrf_token_from_cookie(csrf_secret)), None
+
+
+class RunConsumer(AsyncWebsocketConsumer):
+    async def connect(self):
+        self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
+        self.cursor: int | None = None
+        self.watched: int | None = None
+        self.tail_task: asyncio.Task | None = None
+        self.wake = asyncio.Event()
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        cookie = (self.scope.get("cookies") or {}).get(settings.CSRF_COOKIE_NAME)
+        self.viewer, refused = await database_sync_to_async(_viewer_and_run)(
+            user, self.run_id, cookie, self.scope.get("path", "")
+        )
+        if refused:
+            await self.close(code=refused)
+            return
+        self.group = run_group_name(self.run_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        self.tail_task = asyncio.create_task(self.tail())
+
+    async def disconnect(self, code):
+        if self.tail_task is not None:
+            self.tail_task.cancel()
+            try:
+                await self.tail_task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing: nothing to report to
+                pass
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None):
+        try:
+            message = json.loads(text_data or "")
+            kind = message["type"]
+        except (ValueError, TypeError, KeyError):
+            log.debug("run %s: ignoring a malformed client message", self.run_id)
+            return
+        if kind == "resume":
+            try:
+                self.cursor = max(0, int(message.get("last_seq") or 0))
+            except (TypeError, ValueError):
+                return
+            self.wake.set()
+        elif kind == "watch":
+            task = message.get("task")
+            self.watched = int(task) if isinstance(task, int) or (isinstance(task, str) and task.isdigit()) else None
+
+    async def run_event(self, event):
+        """A doorbell from events.ring_doorbell: event `seq` of this run exists."""
+        if self.cursor is not None and int(event.get("seq") or 0) > self.cursor:
+            self.wake.set()
+
+    async def tail(self):
+        loop = asyncio.get_running_loop()
+        last_frame = 0.0
+        interval = MIN_FRAME_INTERVAL_S
+        while True:
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=POLL_S)
+            except TimeoutError:
+                pass
+            self.wake.clear()
+            if self.cursor is None:
+                continue
+            pause = interval - (loop.time() - last_frame)
+            if pause > 0:
+                await asyncio.sleep(pause)
+            cursor = self.cursor
+            began = loop.time()
+            try:
+                batch = await database_sync_to_async(fragments.render_batch)(
+                    self.run_id, cursor, self.viewer, self.watched
+                )
+            except Exception:  # a bad render must not end the live view: log it, try again later
+                log.exception("run %s: could not render the events after %s", self.run_id, cursor)
+                await asyncio.sleep(1.0)
+                continue
+            if batch is None:
+                continue
+            interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, 2 * (loop.time() - began)))
+            if self.cursor != cursor:  # a resume arrived while rendering: start again from it
+                continue
+            await self.send(text_data=batch.html)
+            self.cursor = batch.to_seq
+            last_frame = loop.time()

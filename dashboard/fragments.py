@@ -1,0 +1,366 @@
+"""The run page's partial templates, rendered for the page, for htmx answers and for the websocket.
+
+One partial per part of the page (`templates/dashboard/partials/<noun>_<role>.html`), each with
+a stable root id. The page includes them; an action's htmx answer and the websocket send the
+same partials again with `hx-swap-oob` set, so the live view can never drift from the page.
+
+`render_batch` turns the events a live client has not seen yet into one websocket message: the
+log rows of those events plus the current state of every part they touched (see LIVE_PROTOCOL
+in dashboard/consumers.py). Parts show the state *now*, not at the event: replaying a hundred
+events of one task re-renders its row once.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.http import HttpRequest
+from django.middleware.csrf import get_token
+from django.template.loader import render_to_string
+from django.utils import timezone
+
+from orchestrator import context as agent_context
+from orchestrator import snapshots
+from orchestrator.models import Checkpoint, Event, Run, TaskRun
+
+from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT
+
+T = "dashboard/partials/"
+TEMPLATES = {
+    "header": T + "run_header.html",
+    "totals": T + "run_totals.html",
+    "checkpoints": T + "run_checkpoints.html",
+    "lanes": T + "agent_lanes.html",
+    "gantt": T + "run_gantt.html",
+    "result": T + "run_result.html",
+    "result_final": T + "run_result_final.html",
+    "gantt_bar": T + "gantt_bar.html",
+    "graph": T + "dag_graph.html",
+    "task_table": T + "task_table.html",
+    "task_row": T + "task_row.html",
+    "event_rows": T + "event_rows.html",
+    "panel": T + "task_panel.html",
+    "panel_head": T + "task_head.html",
+    "panel_output": T + "task_output.html",
+    "panel_attempts": T + "task_attempts.html",
+    "flash": T + "run_flash.html",
+    "seq": T + "live_seq.html",
+}
+# Event families whose events change the timeline (attempts start and end) or the result.
+GANTT_TYPES = {
+    "task.queued", "task.started", "task.succeeded", "task.output_ready", "task.failed",
+    "task.retry_scheduled", "task.cancelled", "attempt.lost", "attempt.late_result_discarded",
+}
+RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who the fragments are rendered for: decides which controls are shown (the POST views
+    check the permissions again on the server)."""
+
+    can_control: bool
+    can_decide: bool
+    csrf_token: str = ""
+
+    @classmethod
+    def for_user(cls, user, csrf_token: str = "") -> Viewer:
+        return cls(user.has_perm(CONTROL_RUN), user.has_perm(DECIDE_CHECKPOINT), csrf_token)
+
+
+def csrf_token_from_cookie(secret: str | None) -> str:
+    """A masked CSRF token for the secret in a websocket's csrftoken cookie ("" without one), so
+    that forms rendered for the websocket post like forms rendered for the page."""
+    if not secret:
+        return ""
+    request = HttpRequest()
+    request.META["CSRF_COOKIE"] = secret
+    return get_token(request)
+
+
+def base_context(run: Run, viewer: Viewer, oob: bool = False) -> dict:
+    return {
+        "run": run,
+        "can_control": viewer.can_control,
+        "can_decide": viewer.can_decide,
+        "csrf_token": viewer.csrf_token,
+        "oob": oob,
+    }
+
+
+def render(part: str, ctx: dict) -> str:
+    return render_to_string(TEMPLATES[part], ctx)
+
+
+# --- Context per part ---------------------------------------------------------------------------
+
+
+def header_context(run: Run) -> dict:
+    return {"run_active": not run.is_finished}
+
+
+def totals_context(run: Run, views=None, now: datetime | None = None) -> dict:
+    now = now or timezone.now()
+    totals = snapshots.totals(run, views, now=now)
+    eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None else None
+    return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
+
+
+def checkpoints_context(run: Run) -> dict:
+    pending = snapshots.pending_checkpoints(run)
+    plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
+    ctx = {"pending": pending, "plan_checkpoint": plan_checkpoint, "decisions": snapshots.recent_decisions(run)}
+    if plan_checkpoint is not None:
+        ctx["plan_subtasks"] = plan_review_rows(run)
+    return ctx
+
+
+@dataclass
+class PlanRow:
+    key: str
+    title: str
+    agent: str
+    instructions: str
+    depends_on: list[str]
+    gate: str
+
+
+def plan_review_rows(run: Run) -> list[PlanRow]:
+    subtasks = list(run.plan.subtasks.select_related("agent").order_by("position"))
+    ups: dict[int, list[str]] = {s.pk: [] for s in subtasks}
+    for down, up_key in run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key"):
+        ups.setdefault(down, []).append(up_key)
+    return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
+
+
+def lanes_context(run: Run, views=None) -> dict:
+    return {"lanes": snapshots.lanes(run, views)}
+
+
+def gantt_context(run: Run) -> dict:
+    return {"gantt": snapshots.gantt(run)}
+
+
+def result_context(run: Run) -> dict:
+    finals = snapshots.final_tasks(run)
+    final_ids = {t.pk for t in finals}
+    others = [t for t in snapshots.tasks_query(run.pk) if t.pk not in final_ids]
+    return {"final_tasks": finals, "other_tasks": others}
+
+
+def result_final_context(run: Run) -> dict:
+    return {"final_tasks": snapshots.final_tasks(run)}
+
+
+def compact_graph(graph: snapshots.Graph) -> dict:
+    """The page's copy of the graph: task ids only (titles and agents are on the task rows).
+
+    `nodes`: [[task pk, group id or null], ...]; `edges`: [[upstream pk, downstream pk], ...];
+    `groups`: [{id, label, members: [task pk, ...], collapsed}, ...].
+    """
+    return {
+        "nodes": [[n["task"], n["group"]] for n in graph.nodes],
+        "edges": [[int(e["source"][1:]), int(e["target"][1:])] for e in graph.edges],
+        "groups": [
+            {"id": g["id"], "label": g["label"], "members": [int(m[1:]) for m in g["members"]], "collapsed": g["collapsed"]}
+            for g in graph.groups
+        ],
+    }
+
+
+def graph_context(run: Run) -> dict:
+    return {"graph_json": json.dumps(compact_graph(snapshots.graph(run)), separators=(",", ":"))}
+
+
+def task_table_context(run: Run, views=None) -> dict:
+    return {"tasks": views if views is not None else snapshots.task_views(run)}
+
+
+def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
+    return {
+        "events": snapshots.event_log(run, task_id=task_id, type_filter=type_filter),
+        "event_types": snapshots.event_types(run),
+        "event_families": snapshots.EVENT_FAMILIES,
+        "log_limit": snapshots.LOG_LIMIT,
+    }
+
+
+def panel_context(task: TaskRun) -> dict:
+    task = TaskRun.objects.select_related("run__plan", "subtask", "agent").get(pk=task.pk)
+    upstreams = snapshots.upstream_tasks(task)
+    return {
+        "task": task,
+        "view": snapshots.task_view(task),
+        "upstreams": upstreams,
+        "fan_in": agent_context.is_fan_in(task, upstreams),
+        "attempts": list(task.attempts.order_by("number")),
+        "checkpoints": list(task.checkpoints.order_by("created_at")),
+        "task_actions": task_actions(task),
+    }
+
+
+def task_actions(task: TaskRun) -> dict:
+    """Which task controls make sense now (the engine still checks when one is used)."""
+    run_finished = task.run.is_finished
+    return {
+        "retry": task.state in (TaskRun.State.FAILED, TaskRun.State.CANCELLED, TaskRun.State.SKIPPED)
+        and task.run.status != Run.Status.CANCELLED,
+        "skip": (not task.is_terminal or task.state == TaskRun.State.FAILED)
+        and (not run_finished or task.run.status == Run.Status.FAILED),
+    }
+
+
+def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -> dict:
+    """Everything the run page shows, read once (the task views are shared by the parts)."""
+    now = timezone.now()
+    seq = Run.objects.filter(pk=run.pk).values_list("last_event_seq", flat=True).get()
+    run.refresh_from_db()
+    views = snapshots.task_views(run)
+    ctx = base_context(run, viewer)
+    ctx.update(header_context(run))
+    ctx.update(totals_context(run, views, now))
+    ctx.update(checkpoints_context(run))
+    ctx.update(lanes_context(run, views))
+    ctx.update(gantt_context(run))
+    ctx.update(result_context(run))
+    ctx.update(graph_context(run))
+    ctx.update(task_table_context(run, views))
+    ctx.update(log_context(run))
+    ctx["state_legend"] = [(s, snapshots.STATE_LABELS[s]) for s in snapshots.DISPLAY_ORDER]
+    # The page shows the state after event `seq` (read first: anything later is sent live).
+    ctx["seq"] = seq
+    if selected is not None:
+        ctx.update(panel_context(selected))
+        ctx["selected"] = selected
+    return ctx
+
+
+# --- Rendering parts ----------------------------------------------------------------------------
+
+
+def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = True, tasks: Iterable[int] = ()) -> str:
+    """The named parts of the page, each as an out-of-band fragment (task rows for `tasks`)."""
+    parts = set(parts)
+    ctx = base_context(run, viewer, oob=oob)
+    views = None
+    if parts & {"totals", "lanes", "task_table"}:
+        views = snapshots.task_views(run)
+    html = []
+    builders = {
+        "header": lambda: header_context(run),
+        "totals": lambda: totals_context(run, views),
+        "checkpoints": lambda: checkpoints_context(run),
+        "lanes": lambda: lanes_context(run, views),
+        "gantt": lambda: gantt_context(run),
+        "result": lambda: result_context(run),
+        "result_final": lambda: result_final_context(run),
+        "graph": lambda: graph_context(run),
+        "task_table": lambda: task_table_context(run, views),
+    }
+    if "result" in parts:
+        parts.discard("result_final")
+    if "gantt" in parts:
+        parts.discard("gantt_bars")
+    for part in ("header", "totals", "checkpoints", "graph", "task_table", "lanes", "gantt", "result", "result_final"):
+        if part in parts:
+            html.append(render(part, {**ctx, **builders[part]()}))
+    task_ids = [t for t in tasks if t]
+    if task_ids and "task_table" not in parts:
+        for view in snapshots.task_views(run, task_ids):
+            html.append(render("task_row", {**ctx, "view": view}))
+    if task_ids and "gantt_bars" in parts:
+        # The bars of these tasks' attempts, each replacing its old self or joining its lane.
+        for attempt in snapshots.started_attempts(run.pk, task_ids):
+            html.append(render("gantt_bar", {**ctx, "bar": snapshots.gantt_bar(attempt)}))
+    return "".join(html)
+
+
+def render_panel_parts(task: TaskRun, viewer: Viewer, *, output_only: bool = False) -> str:
+    ctx = {**base_context(task.run, viewer, oob=True), **panel_context(task)}
+    names = ("panel_head", "panel_output") if output_only else ("panel_head", "panel_output", "panel_attempts")
+    return "".join(render(name, ctx) for name in names)
+
+
+def render_flash(message: str, level: str = "success") -> str:
+    return render("flash", {"message": message, "level": level, "oob": True})
+
+
+# --- Live batches -------------------------------------------------------------------------------
+
+
+@dataclass
+class Batch:
+    html: str
+    from_seq: int
+    to_seq: int
+
+
+def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
+    """Which parts of the page events of these types change (besides task rows and the log).
+
+    Streamed progress changes only the rows and the lanes; the timeline gets the bars of the
+    attempts concerned (`gantt_bars`) unless the run itself changed; the result gets its final
+    outputs again only when a final task changed (`touches_final`).
+    """
+    parts: set[str] = set()
+    families = {t.split(".", 1)[0] for t in types}
+    if types - set(snapshots.NOISY_TYPES):
+        parts.add("totals")
+    if "run" in families or "checkpoint" in families:
+        parts |= {"header", "checkpoints", "result_final"}
+    if "plan" in families:
+        parts |= {"checkpoints", "graph", "task_table", "lanes", "header", "gantt", "result"}
+    if families & {"task", "attempt", "provider", "run"}:
+        parts.add("lanes")
+    if "run" in families:
+        parts.add("gantt")
+    elif types & GANTT_TYPES:
+        parts.add("gantt_bars")
+    if touches_final and types & RESULT_TYPES:
+        parts.add("result_final")
+    return parts
+
+
+def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int | None = None) -> Batch | None:
+    """One websocket message with everything after event `after_seq`, or None when nothing is new.
+
+    A client far behind (more events missed than the log shows) gets every part and the log
+    afresh instead of a row per event.
+    """
+    latest = Run.objects.filter(pk=run_id).values_list("last_event_seq", flat=True).first()
+    if latest is None or latest <= after_seq:
+        return None
+    run = Run.objects.select_related("plan").get(pk=run_id)
+    meta = list(
+        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).values_list("seq", "type", "task_run_id")
+    )
+    types = {t for _, t, _ in meta}
+    task_ids = list(dict.fromkeys(task for _, _, task in meta if task))
+    full = len(meta) > snapshots.LOG_LIMIT
+    ctx = base_context(run, viewer, oob=True)
+    html = [render("seq", {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True})]
+    if full:
+        parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table"}
+        if "plan" in {t.split(".", 1)[0] for t in types}:
+            parts.add("graph")
+        html.append(render_parts(run, viewer, parts))
+        html.append(render("event_rows", {**ctx, "events": snapshots.event_log(run, type_filter="all"), "replace": True}))
+    else:
+        finals = snapshots.final_task_ids(run)
+        parts = parts_for(types, touches_final=bool(finals & set(task_ids)))
+        html.append(render_parts(run, viewer, parts, tasks=task_ids))
+        events = list(
+            Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
+            .select_related("task_run__subtask", "agent")
+            .order_by("-seq")
+        )
+        html.append(render("event_rows", {**ctx, "events": events, "replace": False}))
+    if watched_task and (full or watched_task in task_ids):
+        task = TaskRun.objects.filter(pk=watched_task, run_id=run_id).select_related("run").first()
+        if task is not None:
+            progress_only = not full and all(t == "task.progress" for _, t, tid in meta if tid == watched_task)
+            html.append(render_panel_parts(task, viewer, output_only=progress_only))
+    return Batch("".join(html), after_seq + 1, latest)

@@ -1,0 +1,205 @@
+"""New run: goal, plan source and settings → preflight (validation, DAG, cost, duration) → Launch.
+
+Nothing is saved before Launch. The checked plan waits in the cache as a *draft* (the document
+text, or the id of a saved plan) under a random token and the user's id, for DRAFT_TTL_S; the
+preflight page recomputes everything from it on each view, so a retired agent or a changed price
+shows up before the launch, and Launch checks everything again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import secrets
+from decimal import Decimal
+
+from django.contrib import messages
+from django.core.cache import cache
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+
+from orchestrator import preflight, runs
+from orchestrator.models import Plan
+from orchestrator.plans import PlanError, PlanValidationError
+
+from ..forms import SOURCE_FILE, SOURCE_PLANNER, SOURCE_SAVED, NewRunForm, RunSettingsForm
+from ..permissions import LAUNCH_RUN, permission_required
+from .runs import format_duration, run_url
+
+DRAFT_TTL_S = 3600
+LAUNCH_LOCK_S = 120
+
+
+# --- Drafts ----------------------------------------------------------------------------------------
+
+
+def _draft_key(user, token: str) -> str:
+    return f"glassbox:new-run:{user.pk}:{token}"
+
+
+def _save_draft(user, token: str, draft: dict) -> None:
+    cache.set(_draft_key(user, token), draft, DRAFT_TTL_S)
+
+
+def _load_draft(user, token: str) -> dict | None:
+    return cache.get(_draft_key(user, token))
+
+
+def _draft_preflight(draft: dict, settings: dict) -> preflight.Preflight:
+    cap, budget = settings["cap"], Decimal(settings["budget_usd"])
+    if draft["source"] == SOURCE_FILE:
+        return preflight.check_document(
+            draft["document"], filename=draft["filename"], goal=draft["goal"], cap=cap, budget_usd=budget
+        )
+    plan = Plan.objects.filter(pk=draft["plan_id"]).first()
+    if plan is None:
+        return preflight.Preflight(
+            cap=cap, budget_usd=budget, errors=[PlanError("plan", f"saved plan {draft['plan_id']} no longer exists")]
+        )
+    return preflight.check_saved_plan(plan, cap=cap, budget_usd=budget)
+
+
+def _draft_from_form(form: NewRunForm, user) -> tuple[dict, preflight.Preflight]:
+    """The draft for a valid New-run form and its preflight (which may list plan problems)."""
+    data = form.cleaned_data
+    settings = form.run_settings()
+    goal = data["goal"].strip()
+    source = data["source"]
+    if source == SOURCE_FILE:
+        upload = data["plan_file"]
+        raw = upload.read()
+        draft = {"source": source, "filename": upload.name, "goal": goal, "document": raw, "plan_id": None}
+        checked = _draft_preflight(draft, settings)
+        if checked.ok:  # valid means UTF-8: keep the text, without a byte-order mark
+            draft["document"] = raw.decode("utf-8").removeprefix("\ufeff")
+        return draft, checked
+    if source == SOURCE_SAVED:
+        plan = data["saved_plan"]
+        draft = {"source": source, "filename": plan.source_name, "goal": plan.goal, "document": "", "plan_id": plan.pk}
+        return draft, _draft_preflight(draft, settings)
+    return _planner_draft(goal, user, settings)
+
+
+def _planner_draft(goal: str, user, settings: dict) -> tuple[dict, preflight.Preflight]:
+    """Ask the planner for a plan (it saves the plan it proposes, validated like any plan file)."""
+    planner = importlib.import_module("orchestrator.planner")  # offered only when it is installed
+    draft = {"source": SOURCE_PLANNER, "filename": "", "goal": goal, "document": "", "plan_id": None}
+    try:
+        result = planner.propose_plan(goal, created_by=user)
+    except (PlanValidationError, planner.PlannerError) as error:
+        errors = error.errors if isinstance(error, PlanValidationError) else [PlanError("planner", str(error))]
+        return draft, preflight.Preflight(
+            cap=settings["cap"], budget_usd=Decimal(settings["budget_usd"]), goal=goal, errors=errors
+        )
+    draft.update(plan_id=result.plan.pk, filename=result.plan.source_name, simulated=result.simulated)
+    return draft, _draft_preflight(draft, settings)
+
+
+# --- Views -------------------------------------------------------------------------------------
+
+
+@permission_required(LAUNCH_RUN)
+def new_run(request):
+    """The form (GET); check the plan and go to its preflight, or list its problems (POST)."""
+    checked = None
+    if request.method == "POST":
+        form = NewRunForm(request.POST, request.FILES)
+        if form.is_valid():
+            draft, checked = _draft_from_form(form, request.user)
+            if checked.ok:
+                token = secrets.token_urlsafe(16)
+                draft["settings"] = form.run_settings()
+                _save_draft(request.user, token, draft)
+                return redirect("preflight", token=token)
+    else:
+        form = NewRunForm()
+    return render(request, "dashboard/new_run.html", {"form": form, "preflight": checked})
+
+
+@permission_required(LAUNCH_RUN)
+def preflight_view(request, token: str):
+    """The preflight of a checked plan: DAG, cost, duration; change settings, check again, Launch."""
+    draft = _load_draft(request.user, token)
+    if draft is None and (launched := cache.get(_draft_key(request.user, token) + ":run")):
+        return redirect(run_url(launched))  # launched already (a second submit, or Back then Launch)
+    if draft is None:
+        messages.warning(request, "That check has expired or belongs to someone else: choose the plan again.")
+        return redirect("new_run")
+    refusal = ""
+    if request.method == "POST":
+        form = RunSettingsForm(request.POST)
+        if form.is_valid():
+            draft["settings"] = form.run_settings()
+            _save_draft(request.user, token, draft)
+            if request.POST.get("action") != "launch":
+                return redirect("preflight", token=token)
+            checked = _draft_preflight(draft, draft["settings"])
+            if checked.can_launch:
+                response, refusal = _launch(request, token, draft)
+                if response is not None:
+                    return response
+            else:
+                refusal = checked.budget_refusal or "The plan has problems: fix them first."
+    else:
+        form = RunSettingsForm(initial=draft["settings"])
+    settings = form.run_settings() if form.is_bound and form.is_valid() else draft["settings"]
+    checked = _draft_preflight(draft, settings)
+    context = {
+        "form": form,
+        "token": token,
+        "draft": draft,
+        "preflight": checked,
+        "refusal": refusal,
+        "predicted": format_duration(checked.predicted_duration_s),
+        "critical_path": format_duration(checked.critical_path_s),
+        "total_work": format_duration(checked.total_work_s),
+        "budget_percent": _percent(checked.estimate_usd, checked.budget_usd),
+        "checkpoints": checked.checkpoints + int(bool(settings["require_plan_approval"])),
+    }
+    # A refusal is the page again with the reason on top (200, like a form with errors).
+    return render(request, "dashboard/preflight.html", context)
+
+
+def _percent(part: Decimal, whole: Decimal) -> int:
+    return 100 if whole <= 0 else min(100, int(part * 100 / whole))
+
+
+def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]:
+    """Launch the draft: (a redirect to the new run, "") or (None, why it was refused).
+
+    A lock in the shared cache makes a double submit launch once; the second one is sent to the
+    run the first one started.
+    """
+    key = _draft_key(request.user, token)
+    if not cache.add(key + ":launching", 1, LAUNCH_LOCK_S):
+        messages.warning(request, "This plan is being launched already.")
+        return redirect("runs"), ""
+    try:
+        if launched := cache.get(key + ":run"):
+            return redirect(run_url(launched)), ""
+        settings = draft["settings"]
+        options = {
+            "cap": settings["cap"],
+            "budget_usd": Decimal(settings["budget_usd"]),
+            "failure_policy": settings["failure_policy"],
+            "launched_by": request.user,
+            "require_plan_approval": settings["require_plan_approval"],
+        }
+        try:
+            if draft["source"] == SOURCE_FILE:
+                run = preflight.launch_document(
+                    draft["document"], filename=draft["filename"], goal=draft["goal"], **options
+                )
+            else:
+                run = runs.launch(Plan.objects.get(pk=draft["plan_id"]), **options)
+        except PlanValidationError as error:
+            return None, "The plan is no longer valid: " + "; ".join(str(e) for e in error.errors)
+        except Plan.DoesNotExist:
+            return None, f"Saved plan {draft['plan_id']} no longer exists."
+        except runs.ActionError as error:
+            return None, f"Launch refused: {error}"
+        cache.set(key + ":run", run.pk, DRAFT_TTL_S)
+        cache.delete(key)
+    finally:
+        cache.delete(key + ":launching")
+    messages.success(request, f"Run #{run.pk} launched.")
+    return redirect(run_url(run.pk)), ""

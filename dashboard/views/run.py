@@ -1,0 +1,275 @@
+"""The run page ("the glass box") and the actions people take on it.
+
+Every view is thin: it checks the permission (dashboard/permissions.py: a denial answers 403
+and is audited), calls the engine (orchestrator.runs, orchestrator.plan_edits) which checks the
+state, changes the rows and writes the Event, and answers with the page's partials. An htmx
+request gets a status message and the changed parts as out-of-band fragments (the websocket
+brings the rest); a plain form post is redirected back to the page with a message.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.middleware.csrf import get_token
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_GET, require_POST
+
+from orchestrator import plan_edits, runs, serializers, snapshots
+from orchestrator.models import Checkpoint, Run, TaskRun
+
+from .. import fragments
+from ..markdown import render_markdown
+from ..permissions import CONTROL_RUN, DECIDE_CHECKPOINT, VIEW_RUN, permission_required
+
+
+def is_htmx(request) -> bool:
+    return request.headers.get("HX-Request") == "true"
+
+
+def _run(run_id: int) -> Run:
+    return get_object_or_404(Run.objects.select_related("plan", "launched_by"), pk=run_id)
+
+
+def _task(run: Run, task_id: int) -> TaskRun:
+    return get_object_or_404(TaskRun.objects.select_related("run", "subtask", "agent"), pk=task_id, run=run)
+
+
+def _viewer(request) -> fragments.Viewer:
+    return fragments.Viewer.for_user(request.user, get_token(request))
+
+
+def _detail_url(run: Run, task: TaskRun | None = None) -> str:
+    url = reverse("run_detail", args=[run.pk])
+    return f"{url}?task={task.pk}" if task is not None else url
+
+
+def _answer(request, run: Run, *, message: str, ok: bool, parts=(), tasks=(), panel: TaskRun | None = None):
+    """The answer to an action: htmx gets the message and the changed parts, a form post a redirect.
+
+    A refused action (the engine's message says why) still answers 200 to htmx, with the message
+    as an error: the request was handled, and browsers log every 4xx answer as a console error.
+    The header `X-Glassbox-Refused: 1` marks it for scripts.
+    """
+    if not is_htmx(request):
+        (messages.success if ok else messages.error)(request, message)
+        return HttpResponseRedirect(_detail_url(run, panel))
+    viewer = _viewer(request)
+    html = fragments.render_flash(message, "success" if ok else "error")
+    if ok:
+        run.refresh_from_db()
+        html += fragments.render_parts(run, viewer, parts, tasks=tasks)
+        if panel is not None:
+            html += fragments.render_panel_parts(panel, viewer)
+    response = HttpResponse(html)
+    if not ok:
+        response["X-Glassbox-Refused"] = "1"
+    return response
+
+
+# --- The page and its parts ---------------------------------------------------------------------
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_detail(request, run_id: int):
+    run = _run(run_id)
+    selected = None
+    if request.GET.get("task", "").isdigit():
+        selected = TaskRun.objects.filter(pk=int(request.GET["task"]), run=run).first()
+    ctx = fragments.page_context(run, _viewer(request), selected=selected)
+    return render(request, "dashboard/run_detail.html", ctx)
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_task(request, run_id: int, task_id: int):
+    """The task panel (htmx), or the run page with the panel open."""
+    run = _run(run_id)
+    task = _task(run, task_id)
+    if not is_htmx(request):
+        return HttpResponseRedirect(_detail_url(run, task))
+    ctx = {**fragments.base_context(run, _viewer(request)), **fragments.panel_context(task)}
+    return render(request, fragments.TEMPLATES["panel"], ctx)
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_task_output(request, run_id: int, task_id: int):
+    """One task's output as sanitised HTML (the result section loads it when opened)."""
+    run = _run(run_id)
+    task = _task(run, task_id)
+    if task.output:
+        return HttpResponse(render_markdown(task.output))
+    reason = task.error if task.is_terminal and task.error else f"the task is {task.get_state_display().lower()}"
+    return HttpResponse(format_html('<p class="muted">No output: {}.</p>', reason))
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_events(request, run_id: int):
+    """The event log's rows, filtered by task (`task`) and type (`type`: family, exact type, "all")."""
+    run = _run(run_id)
+    task_id = int(request.GET["task"]) if request.GET.get("task", "").isdigit() else None
+    type_filter = request.GET.get("type", "").strip()[:64]
+    ctx = {
+        **fragments.base_context(run, _viewer(request)),
+        "events": snapshots.event_log(run, task_id=task_id, type_filter=type_filter),
+        "replace": True,
+    }
+    return render(request, fragments.TEMPLATES["event_rows"], ctx)
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_graph(request, run_id: int):
+    """The DAG's structure as JSON: nodes, dependency edges and fan-out groups."""
+    return JsonResponse(snapshots.graph(_run(run_id)).as_dict())
+
+
+# --- Downloads ----------------------------------------------------------------------------------
+
+
+def _attachment(response: HttpResponse, filename: str) -> HttpResponse:
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_download_markdown(request, run_id: int):
+    run = _run(run_id)
+    response = HttpResponse(serializers.run_markdown(run), content_type="text/markdown; charset=utf-8")
+    return _attachment(response, f"glassbox-run-{run.pk}.md")
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_download_json(request, run_id: int):
+    run = _run(run_id)
+    body = json.dumps(serializers.run_export(run), indent=2, ensure_ascii=False)
+    return _attachment(HttpResponse(body, content_type="application/json; charset=utf-8"), f"glassbox-run-{run.pk}.json")
+
+
+# --- Run controls -------------------------------------------------------------------------------
+
+RUN_PARTS = ("header", "totals", "lanes", "checkpoints")
+
+
+def _run_action(request, run_id: int, action, done: str):
+    run = _run(run_id)
+    try:
+        action(run, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    return _answer(request, run, message=done.format(run=run), ok=True, parts=RUN_PARTS)
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_pause(request, run_id: int):
+    return _run_action(request, run_id, runs.pause, "Run {run.pk} paused: running tasks finish, nothing new starts.")
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_resume(request, run_id: int):
+    return _run_action(request, run_id, runs.resume, "Run {run.pk} resumed.")
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_cancel(request, run_id: int):
+    return _run_action(request, run_id, runs.cancel, "Run {run.pk} cancelled.")
+
+
+# --- Task controls ------------------------------------------------------------------------------
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_task_retry(request, run_id: int, task_id: int):
+    run = _run(run_id)
+    task = _task(run, task_id)
+    try:
+        runs.retry_task(task, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    return _answer(request, run, message=f"{task.subtask.key} will run again.", ok=True, parts=RUN_PARTS, tasks=[task.pk], panel=task)
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_task_skip(request, run_id: int, task_id: int):
+    run = _run(run_id)
+    task = _task(run, task_id)
+    try:
+        runs.skip_task(task, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    return _answer(
+        request, run, message=f"{task.subtask.key} skipped: tasks below it go on without it.", ok=True,
+        parts=RUN_PARTS, tasks=[task.pk], panel=task,
+    )
+
+
+# --- Checkpoints and plan edits -----------------------------------------------------------------
+
+
+def _checkpoint(run: Run, checkpoint_id: int) -> Checkpoint:
+    return get_object_or_404(Checkpoint.objects.select_related("task_run__subtask"), pk=checkpoint_id, run=run)
+
+
+@require_POST
+@permission_required(DECIDE_CHECKPOINT)
+def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
+    run = _run(run_id)
+    checkpoint = _checkpoint(run, checkpoint_id)
+    decision = request.POST.get("decision", "")
+    if decision not in ("approve", "reject"):
+        return _answer(request, run, message="Choose Approve or Reject.", ok=False)
+    try:
+        runs.decide(checkpoint, approve=decision == "approve", user=request.user, comment=request.POST.get("comment", ""))
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    what = {
+        Checkpoint.Kind.PLAN: "The plan",
+        Checkpoint.Kind.BEFORE: f"The gate before {checkpoint.task_run.subtask.key if checkpoint.task_run_id else ''}",
+        Checkpoint.Kind.AFTER: f"The output of {checkpoint.task_run.subtask.key if checkpoint.task_run_id else ''}",
+    }[checkpoint.kind]
+    tasks = [checkpoint.task_run_id] if checkpoint.task_run_id else []
+    return _answer(request, run, message=f"{what} was {decision}d.", ok=True, parts=RUN_PARTS, tasks=tasks)
+
+
+PLAN_PARTS = ("header", "totals", "checkpoints", "graph", "task_table", "lanes")
+
+
+@require_POST
+@permission_required(DECIDE_CHECKPOINT)
+def run_plan_edit(request, run_id: int, checkpoint_id: int, key: str):
+    run = _run(run_id)
+    checkpoint = _checkpoint(run, checkpoint_id)
+    try:
+        plan_edits.edit_instructions(checkpoint, key, request.POST.get("instructions", ""), user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    return _answer(request, run, message=f"Instructions of {key} saved.", ok=True, parts=("checkpoints",))
+
+
+@require_POST
+@permission_required(DECIDE_CHECKPOINT)
+def run_plan_remove(request, run_id: int, checkpoint_id: int, key: str):
+    run = _run(run_id)
+    checkpoint = _checkpoint(run, checkpoint_id)
+    try:
+        downstream = plan_edits.remove_subtask(checkpoint, key, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    message = f"{key} removed from the plan." + (
+        f" {', '.join(downstream)} no longer {'waits' if len(downstream) == 1 else 'wait'} for it." if downstream else ""
+    )
+    return _answer(request, run, message=message, ok=True, parts=PLAN_PARTS)

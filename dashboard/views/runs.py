@@ -1,0 +1,129 @@
+"""The runs page: every run with its status, progress, elapsed time, cost against budget and who
+launched it. The table is one partial, rendered inside the page and alone for the 2-second poll."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from orchestrator.models import Checkpoint, Run, TaskRun
+
+from ..permissions import VIEW_RUN, permission_required
+
+RUNS_PER_PAGE = 50
+
+
+def format_duration(seconds: float | None) -> str:
+    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown."""
+    if seconds is None:
+        return "—"
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f} s"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def run_url(run_id: int) -> str:
+    """The run page (the `run_detail` URL of the run-page views)."""
+    try:
+        return reverse("run_detail", args=[run_id])
+    except NoReverseMatch:  # the run page's URLs are included under runs/<id>/
+        return f"/runs/{run_id}/"
+
+
+@dataclass
+class RunRow:
+    run: Run
+    url: str
+    total: int
+    done: int
+    failed: int
+    pending_checkpoints: int
+    elapsed: str
+
+    @property
+    def cost_over_budget(self) -> bool:
+        return self.run.cost_usd > self.run.budget_usd
+
+    @property
+    def budget_used_percent(self) -> int:
+        if self.run.budget_usd <= 0:
+            return 100
+        return min(100, int(self.run.cost_usd * 100 / self.run.budget_usd))
+
+    @property
+    def launched_by(self) -> str:
+        return self.run.launched_by.get_username() if self.run.launched_by else "command line"
+
+
+def run_rows(runs) -> list[RunRow]:
+    now = timezone.now()
+    rows = []
+    for run in runs:
+        if run.started_at:
+            elapsed = format_duration(((run.finished_at or now) - run.started_at).total_seconds())
+        else:
+            elapsed = "not started"
+        rows.append(
+            RunRow(
+                run=run,
+                url=run_url(run.pk),
+                total=run.n_tasks,
+                done=run.n_done,
+                failed=run.n_failed,
+                pending_checkpoints=run.n_pending_checkpoints,
+                elapsed=elapsed,
+            )
+        )
+    return rows
+
+
+def runs_queryset():
+    return (
+        Run.objects.select_related("plan", "launched_by")
+        .annotate(
+            n_tasks=Count("tasks", distinct=True),
+            n_done=Count("tasks", filter=Q(tasks__state__in=TaskRun.TERMINAL), distinct=True),
+            n_failed=Count("tasks", filter=Q(tasks__state=TaskRun.State.FAILED), distinct=True),
+            n_pending_checkpoints=Count(
+                "checkpoints", filter=Q(checkpoints__status=Checkpoint.Status.PENDING), distinct=True
+            ),
+        )
+        .order_by("-created_at", "-pk")
+    )
+
+
+def runs_context(request) -> dict:
+    paginator = Paginator(runs_queryset(), RUNS_PER_PAGE)
+    page = paginator.get_page(request.GET.get("page"))
+    totals = Run.objects.aggregate(active=Count("pk", filter=~Q(status__in=Run.FINISHED)), total=Count("pk"))
+    return {
+        "page": page,
+        "rows": run_rows(page.object_list),
+        "active_runs": totals["active"],
+        "total_runs": totals["total"],
+    }
+
+
+@permission_required(VIEW_RUN)
+def runs_list(request):
+    return render(request, "dashboard/runs.html", runs_context(request))
+
+
+@permission_required(VIEW_RUN)
+def runs_table(request):
+    """The table alone: the runs page polls it every 2 s."""
+    return render(request, "dashboard/partials/runs_table.html", runs_context(request))

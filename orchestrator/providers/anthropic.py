@@ -1,0 +1,234 @@
+"""The ``anthropic`` provider: Claude through the official SDK's Messages API (DESIGN §5).
+
+One attempt is one streamed ``messages.create`` call:
+
+* **Progress.** The API reports output tokens only at ``message_start`` and in the final
+  ``message_delta``; in between, output tokens so far are estimated from the text received
+  (:data:`CHARS_PER_OUTPUT_TOKEN` characters per token), capped at ``max_tokens`` and never
+  decreasing. :class:`~.base.Completed` carries the usage exactly as the server reported it:
+  input, output, cache-read and cache-creation tokens. The cost is computed by the caller from
+  the ProviderLimit's prices.
+* **One retry policy.** The SDK's own retries are off (``max_retries=0``): a failed call
+  raises at once and the engine's policy applies, visible as Attempt rows. Errors map to
+  :class:`~.base.ProviderError`: 429 → :class:`~.base.RateLimited` and 529 →
+  :class:`~.base.Overloaded` (both back off the whole provider, honouring ``retry-after``);
+  an ``error`` event in the middle of a stream is mapped by its error type the same way (an
+  ``overloaded_error`` mid-stream is an overload, an ``api_error`` a plain failed attempt);
+  timeouts, connection failures and 5xx are retryable; other 4xx (bad request, authentication,
+  permission, not found) are not.
+* **Rate-limit headers.** The ``anthropic-ratelimit-*`` headers of every answer, successful or
+  not, go to :func:`orchestrator.provider_feedback.apply_rate_limit_headers`.
+* **Timeouts.** The SDK's timeout is the task's timeout. ``base.KEEPALIVE_S`` cannot be kept
+  while the socket is silent: this generator yields on every event the server sends (a ping
+  too, as an empty :class:`~.base.TextDelta`) but blocks in between. A stalled connection
+  therefore ends by the SDK's read timeout (``timeout_s`` without a byte), raising a
+  retryable error; the engine checks its own deadline, its lease and cancellation at every
+  item yielded.
+* **The API key** comes from ``settings.ANTHROPIC_API_KEY`` (the environment) and nowhere
+  else: the SDK is given it explicitly, so it never reads credential files or profiles. Every
+  error message is passed through ``redact_secrets``; nothing here logs a request.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import math
+from collections.abc import Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import anthropic
+from django.conf import settings
+
+try:  # the SDK's HTTP client: httpx2 from SDK 2.x on, httpx before
+    import httpx2 as sdk_http
+except ImportError:  # pragma: no cover - older SDKs
+    import httpx as sdk_http
+
+from .. import provider_feedback
+from .base import AgentRequest, Completed, Overloaded, Provider, ProviderError, RateLimited, TextDelta, Usage
+
+PUBLIC_BASE_URL = "https://api.anthropic.com"
+CHARS_PER_OUTPUT_TOKEN = 4
+# Duration estimate: time to the first token, then output tokens at this speed.
+FIRST_TOKEN_S = 1.0
+OUTPUT_TOKENS_PER_SECOND = 50.0
+# Connecting takes at most this long, whatever the task's timeout.
+CONNECT_TIMEOUT_S = 10.0
+# Error types the API reports for requests that will fail again unchanged.
+PERMANENT_ERROR_TYPES = {
+    "invalid_request_error",
+    "authentication_error",
+    "permission_error",
+    "not_found_error",
+    "request_too_large",
+    "billing_error",
+}
+PERMANENT_STATUSES = {400, 401, 402, 403, 404, 413, 422}
+# What an SDK call can raise: its own errors, and transport errors while a stream is being read.
+SDK_ERRORS = (anthropic.APIError, sdk_http.HTTPError)
+
+
+class MissingApiKey(ProviderError):
+    def __init__(self, who: str = "the anthropic provider") -> None:
+        super().__init__(
+            f"ANTHROPIC_API_KEY is not set: {who} needs it. Set the environment variable, "
+            "or switch the agent to the simulated provider.",
+            retryable=False,
+        )
+
+
+def base_url() -> str:
+    return settings.ANTHROPIC_BASE_URL or PUBLIC_BASE_URL
+
+
+@functools.lru_cache(maxsize=4)
+def _client(api_key: str, url: str) -> anthropic.Anthropic:
+    # Explicit credentials and base URL: the SDK then reads neither the environment nor profiles.
+    return anthropic.Anthropic(api_key=api_key, base_url=url, max_retries=0)
+
+
+def client(timeout_s: float, *, who: str = "the anthropic provider") -> anthropic.Anthropic:
+    """An SDK client for one call: the configured key and base URL, no SDK retries, ``timeout_s``."""
+    api_key = settings.ANTHROPIC_API_KEY
+    if not api_key:
+        raise MissingApiKey(who)
+    timeout = anthropic.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+    return _client(api_key, base_url()).with_options(timeout=timeout, max_retries=0)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``retry-after`` in seconds: a number, or an HTTP date; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            moment = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        seconds = (moment - datetime.now(tz=UTC)).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def feed_back(model: str, headers: Mapping[str, str] | None) -> None:
+    """Pass an answer's rate-limit headers on to the scheduler's limits (provider_feedback)."""
+    if headers:
+        provider_feedback.apply_rate_limit_headers("anthropic", model, headers)
+
+
+def feed_back_error(model: str, exc: Exception) -> None:
+    """The same for an error answer (a 429 carries the most useful headers of all)."""
+    if isinstance(exc, anthropic.APIStatusError) and exc.status_code >= 400:
+        feed_back(model, exc.response.headers)
+
+
+def map_error(exc: Exception, *, timeout_s: float | None = None) -> ProviderError:
+    """A ProviderError (message redacted) for an exception raised by the SDK."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _map_status_error(exc)
+    if isinstance(exc, anthropic.APITimeoutError | sdk_http.TimeoutException):
+        within = f" within {timeout_s:g} s" if timeout_s else ""
+        return ProviderError(f"anthropic: no answer{within} (timed out)", retryable=True)
+    if isinstance(exc, anthropic.APIConnectionError):
+        return ProviderError(f"anthropic: could not reach {base_url()}: {exc}", retryable=True)
+    if isinstance(exc, sdk_http.HTTPError):  # raised while reading a stream that had started
+        return ProviderError(f"anthropic: the connection failed during the answer: {type(exc).__name__}: {exc}")
+    if isinstance(exc, anthropic.APIResponseValidationError):
+        return ProviderError(f"anthropic: the answer did not match the API's schema: {exc}", retryable=True)
+    return ProviderError(f"anthropic: {type(exc).__name__}: {exc}", retryable=True)
+
+
+def _map_status_error(exc: anthropic.APIStatusError) -> ProviderError:
+    status = exc.status_code
+    error_type = getattr(exc, "type", None) or _body_error(exc.body, "type") or "error"
+    detail = getattr(exc, "api_message", None) or _body_error(exc.body, "message") or str(exc)
+    retry_after = parse_retry_after(exc.response.headers.get("retry-after")) if exc.response is not None else None
+    mid_stream = status < 400  # an `error` event in a stream that had started with 200
+    if mid_stream:
+        text = f"anthropic: error event in the middle of the stream: {error_type}: {detail}"
+    else:
+        text = f"anthropic {status} {error_type}: {detail}"
+    if retry_after is not None:
+        text += f"; retry after {retry_after:g} s"
+    if exc.request_id:
+        text += f" (request {exc.request_id})"
+    if status == 429 or error_type == "rate_limit_error":
+        return RateLimited(text, retry_after_s=retry_after, status_code=429)
+    if status == 529 or error_type == "overloaded_error":
+        return Overloaded(text, retry_after_s=retry_after, status_code=529)
+    if status in PERMANENT_STATUSES or error_type in PERMANENT_ERROR_TYPES:
+        return ProviderError(text, retryable=False, status_code=status)
+    return ProviderError(text, retryable=True, status_code=None if mid_stream else status)
+
+
+def _body_error(body: Any, name: str) -> str | None:
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        value = body["error"].get(name)
+        return str(value) if value is not None else None
+    return None
+
+
+class AnthropicProvider(Provider):
+    name = "anthropic"
+
+    def stream(self, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+        sdk = client(request.timeout_s, who=f"agent {request.agent_name}")
+        params: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens,
+            "messages": [{"role": "user", "content": request.prompt}],
+        }
+        if request.system_prompt:
+            params["system"] = request.system_prompt
+        try:
+            with sdk.messages.stream(**params) as stream:
+                feed_back(request.model, stream.response.headers)
+                yield from self._events(stream, request)
+        except SDK_ERRORS as exc:
+            feed_back_error(request.model, exc)
+            raise map_error(exc, timeout_s=request.timeout_s) from None
+
+    def _events(self, stream: Any, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+        chars = 0
+        so_far = 0
+        for event in stream:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                chars += len(event.delta.text)
+                so_far = max(so_far, min(request.max_tokens, math.ceil(chars / CHARS_PER_OUTPUT_TOKEN)))
+                yield TextDelta(text=event.delta.text, output_tokens=so_far)
+            elif event.type == "message_start":
+                so_far = max(so_far, event.message.usage.output_tokens or 0)
+                yield TextDelta(text="", output_tokens=so_far)
+            elif event.type == "message_delta":
+                so_far = max(so_far, event.usage.output_tokens)
+                yield TextDelta(text="", output_tokens=so_far)
+            elif event.type == "message_stop":
+                message = event.message
+                stop_reason = message.stop_reason or "end_turn"
+                yield Completed(usage=usage_of(message.usage), stop_reason=stop_reason, simulated=False)
+                return
+            else:
+                yield TextDelta(text="", output_tokens=so_far)  # any other event: a keep-alive tick
+        raise ProviderError("anthropic: the stream ended before message_stop (the connection closed early)")
+
+    def estimate_duration_s(self, agent: Any, output_tokens: int) -> float:
+        """Time to the first token plus ``output_tokens`` at a typical streaming speed."""
+        return FIRST_TOKEN_S + max(0, output_tokens) / OUTPUT_TOKENS_PER_SECOND
+
+
+def usage_of(usage: Any) -> Usage:
+    """Our Usage from the SDK's: every count exactly as the server reported it (None → 0)."""
+    return Usage(
+        input_tokens=usage.input_tokens or 0,
+        output_tokens=usage.output_tokens or 0,
+        cache_read_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+        cache_creation_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+    )

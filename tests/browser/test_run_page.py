@@ -1,0 +1,286 @@
+"""The run page ("the glass box") in a real browser against daphne and a real qcluster.
+
+The page is never reloaded in a test: every change arrives over the websocket (a marker set on
+`window` at the start must still be there at the end). The DAG's state is read from Cytoscape
+itself (`window.glassboxRun.cy`). Screenshots land in test-artifacts/<test>/; with
+GLASSBOX_UPDATE_SCREENSHOTS=1 the first test also refreshes the README's picture,
+docs/screenshots/run-page.png.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from orchestrator import runs
+from orchestrator.models import Agent, Attempt, Checkpoint, Event, Run, TaskRun
+from tests.conftest import ROOT, wait_for_run
+
+pytestmark = [pytest.mark.browser]
+
+VIEWPORT = {"width": 1440, "height": 900}
+README_SCREENSHOT = ROOT / "docs" / "screenshots" / "run-page.png"
+XSS_SCRIPT = "<script>window.pwned = 'script'</script>"
+XSS_IMG = "<img src=x onerror=\"window.pwned = 'img'\">"
+
+
+def node_state(page, task_id: int) -> str | None:
+    return page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).data('state')", task_id)
+
+
+def poll(page, expression: str, arg=None, *, timeout_s: float = 30, what: str = "the page") -> None:
+    """Until `expression` (a function of `arg`) is true in the page.
+
+    Playwright's wait_for_function evaluates a string, which the Content-Security-Policy forbids
+    (no eval), so this polls with page.evaluate instead.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if page.evaluate(expression, arg):
+            return
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def wait_for_node(page, task_id: int, states: tuple[str, ...], timeout_s: float = 60) -> str:
+    """Until the DAG node of `task_id` shows one of `states` (read from Cytoscape)."""
+    poll(
+        page,
+        "([id, states]) => !!window.glassboxRun && states.includes(window.glassboxRun.cy.getElementById('t' + id).data('state'))",
+        [task_id, list(states)],
+        timeout_s=timeout_s,
+        what=f"task {task_id} to be {' or '.join(states)} in the graph",
+    )
+    return node_state(page, task_id)
+
+
+def wait_caught_up(page, run: Run) -> None:
+    """Until the page has applied every event the run has written so far."""
+    seq = Run.objects.filter(pk=run.pk).values_list("last_event_seq", flat=True).get()
+    poll(page, "seq => window.glassboxRun.lastSeq() >= seq", seq, what=f"the live view to reach event {seq}")
+
+
+def click_node(page, task_id: int) -> None:
+    """Click the node on the canvas, where Cytoscape drew it."""
+    point = page.evaluate(
+        """id => {
+            const node = window.glassboxRun.cy.getElementById('t' + id);
+            const box = document.getElementById('dag').getBoundingClientRect();
+            const p = node.renderedPosition();
+            return {x: box.left + p.x, y: box.top + p.y};
+        }""",
+        task_id,
+    )
+    page.mouse.click(point["x"], point["y"])
+
+
+def open_run(page, run: Run) -> None:
+    page.set_viewport_size(VIEWPORT)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    page.evaluate("window.__notReloaded = true")
+
+
+def assert_not_reloaded(page) -> None:
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
+
+
+def drawn_dependency_edges(page) -> int:
+    return page.evaluate("window.glassboxRun.cy.edges('.dep:visible').length")
+
+
+@pytest.mark.processes
+def test_watch_a_run_pause_resume_stream_and_approve_a_gate(
+    logged_in_page, cluster, demo_agents, priced_limit, make_plan, screenshot
+):
+    page = logged_in_page
+    Agent.objects.update(provider_options={"latency": {"dist": "uniform", "low_s": 1.5, "high_s": 3.0}})
+    Agent.objects.filter(name="tester").update(provider_options={"latency": {"dist": "fixed", "seconds": 6.0}})
+    plan = make_plan(
+        {
+            "frame": ("researcher", []),
+            "queries": ("researcher", ["frame"]),
+            "indexes": ("researcher", ["frame"]),
+            "pool": ("researcher", ["frame"]),
+            "load_test": ("tester", ["frame"]),
+            "caching": ("architect", ["frame"]),
+            "serializer": ("coder", ["frame"]),
+            "ranked_plan": ("writer", ["queries", "indexes", "pool", "load_test", "caching", "serializer"], {"gate": "before"}),
+        },
+        goal="Bring the checkout API's p95 latency from 900 ms to 300 ms",
+    )
+    run = runs.launch(plan, cap=3, budget_usd="1")
+    tasks = {t.subtask.key: t.pk for t in run.tasks.select_related("subtask")}
+    open_run(page, run)
+
+    # The DAG has one drawn edge per dependency of the plan.
+    assert drawn_dependency_edges(page) == plan.dependencies.count() == 12
+    assert page.evaluate("window.glassboxRun.cy.nodes('.task').length") == 8
+
+    # Nodes change state as the workers go, without a reload.
+    assert wait_for_node(page, tasks["frame"], ("succeeded",)) == "succeeded"
+    wait_for_node(page, tasks["load_test"], ("running",))
+    screenshot(page, "running")
+
+    # Open the slow task's panel from the graph and see its output stream in.
+    click_node(page, tasks["load_test"])
+    panel = page.locator("#task-panel")
+    expect(panel).to_have_attribute("data-task", str(tasks["load_test"]))
+    expect(panel.locator("h2")).to_have_text("Load Test")
+    stream = page.locator(f"#task-output-{tasks['load_test']} pre.output-stream")
+    lengths = set()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(lengths) < 3:
+        if stream.count():
+            lengths.add(len(stream.first.inner_text()))
+        if node_state(page, tasks["load_test"]) != "running":
+            break
+        time.sleep(0.2)
+    assert len(lengths) >= 2, f"the output did not grow while the task ran (lengths seen: {sorted(lengths)})"
+    if os.environ.get("GLASSBOX_UPDATE_SCREENSHOTS") == "1":  # the README's picture, on request only
+        page.screenshot(path=str(README_SCREENSHOT))
+    screenshot(page, "panel-streaming")
+
+    # Pause: the header says so at once; nothing new starts. Resume: work goes on.
+    page.get_by_role("button", name="Pause").click()
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "paused")
+    expect(page.locator("#run-flash")).to_contain_text("paused")
+    run.refresh_from_db()
+    assert run.status == Run.Status.PAUSED
+    expect(page.locator(".event-row[data-type='run.paused']")).to_have_count(1)
+    screenshot(page, "paused")
+    page.get_by_role("button", name="Resume").click()
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "running")
+
+    # The gate before the final task: it shows up, is approved, and the run finishes.
+    card = page.locator("#run-checkpoints .checkpoint-card[data-kind='before']")
+    expect(card).to_be_visible(timeout=90_000)
+    expect(card).to_contain_text("may Ranked Plan start?")
+    assert node_state(page, tasks["ranked_plan"]) == "waiting_gate"
+    screenshot(page, "gate")
+    card.get_by_label(re.compile("^Comment")).fill("Go ahead.")
+    card.get_by_role("button", name="Approve").click()
+    expect(card).to_have_count(0)
+    wait_for_node(page, tasks["ranked_plan"], ("succeeded",), timeout_s=90)
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "succeeded")
+    expect(page.locator("#final-%d .markdown" % tasks["ranked_plan"])).not_to_be_empty()
+    expect(page.locator("#run-gantt .gantt-bar")).to_have_count(Attempt.objects.filter(task_run__run=run).count())
+    assert_not_reloaded(page)
+    screenshot(page, "finished")
+    assert wait_for_run(run, 30, cluster).status == Run.Status.SUCCEEDED
+    gate = Checkpoint.objects.get(run=run, kind=Checkpoint.Kind.BEFORE)
+    assert (gate.status, gate.comment) == (Checkpoint.Status.APPROVED, "Go ahead.")
+    assert Event.objects.filter(run=run, type="run.paused").exists()
+    assert Event.objects.filter(run=run, type="run.resumed").exists()
+
+
+def test_edit_the_plan_then_reject_it_with_a_comment(logged_in_page, demo_agents, priced_limit, make_plan, screenshot):
+    page = logged_in_page
+    plan = make_plan(
+        {
+            "scope": ("researcher", [], {"instructions": "Frame the question."}),
+            "a": ("researcher", ["scope"]),
+            "b": ("researcher", ["scope"]),
+            "c": ("researcher", ["scope"]),
+            "merge": ("writer", ["a", "b", "c"]),
+        },
+        goal="A plan to review",
+    )
+    run = runs.launch(plan, budget_usd="1", require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    open_run(page, run)
+    card = page.locator(f"#checkpoint-{checkpoint.pk}")
+    expect(card).to_contain_text("Approve the plan before anything runs")
+    assert drawn_dependency_edges(page) + page.evaluate("window.glassboxRun.cy.edges('.group-edge:visible').length") > 0
+    page.evaluate("window.glassboxRun.expandAll()")
+    assert drawn_dependency_edges(page) == 6
+    screenshot(page, "plan-approval")
+
+    # Edit a subtask's instructions.
+    row = card.locator("#plan-subtask-scope")
+    row.get_by_label("Instructions of scope").fill("Frame the question in one sentence.")
+    row.get_by_role("button", name="Save").click()
+    expect(page.locator("#run-flash")).to_contain_text("Instructions of scope saved")
+    wait_caught_up(page, run)
+    run.refresh_from_db()
+    assert run.plan.subtasks.get(key="scope").instructions == "Frame the question in one sentence."
+
+    # Remove one: the graph loses the node and its two edges, with no reload.
+    page.on("dialog", lambda dialog: dialog.accept())
+    card.locator("#plan-subtask-b").get_by_role("button", name="Remove b").click()
+    expect(page.locator("#run-flash")).to_contain_text("b removed from the plan. merge no longer waits for it.")
+    poll(page, "() => window.glassboxRun.cy.nodes('.task').length === 4", what="the graph to lose the node")
+    page.evaluate("window.glassboxRun.expandAll()")
+    assert drawn_dependency_edges(page) == 4
+    expect(card.locator("#plan-subtask-b")).to_have_count(0)
+    wait_caught_up(page, run)
+
+    # Reject needs a comment: refused in place without one, done with one.
+    card.get_by_role("button", name="Reject").click()
+    expect(page.locator("#run-flash")).to_contain_text("a comment is required to reject")
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.PENDING
+    card.get_by_label(re.compile("^Comment")).fill("Too broad: split the scope first.")
+    card.get_by_role("button", name="Reject").click()
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "cancelled")
+    expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
+    expect(page.locator("#run-header")).to_contain_text("plan rejected: Too broad")
+    assert_not_reloaded(page)
+    screenshot(page, "plan-rejected")
+    checkpoint.refresh_from_db()
+    assert (checkpoint.status, checkpoint.comment) == (Checkpoint.Status.REJECTED, "Too broad: split the scope first.")
+
+
+def test_untrusted_goal_titles_and_outputs_show_as_text_and_run_nothing(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    page = logged_in_page
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    plan = make_plan(
+        {
+            "evil": ("researcher", [], {"title": f"Title {XSS_SCRIPT}", "instructions": f"Do {XSS_IMG}"}),
+            "final": ("writer", ["evil"], {"title": f"Final {XSS_IMG}"}),
+        },
+        goal=f"Goal {XSS_SCRIPT} {XSS_IMG}",
+    )
+    run = runs.launch(plan, budget_usd="1")  # no cluster: the outputs are written here
+    now = timezone.now()
+    for task in run.tasks.select_related("subtask"):
+        TaskRun.objects.filter(pk=task.pk).update(
+            state=TaskRun.State.SUCCEEDED,
+            output=f"# {task.subtask.key}\n\nText {XSS_SCRIPT} and {XSS_IMG} and [a link](javascript:window.pwned='link')",
+            summary=f"Summary {XSS_IMG}",
+            progress=100,
+            started_at=now,
+            finished_at=now,
+        )
+    evil = run.tasks.get(subtask__key="evil")
+    open_run(page, run)
+
+    expect(page.locator("#run-header h1")).to_contain_text("<script>window.pwned = 'script'</script>")
+    expect(page.locator(f"#task-{evil.pk}")).to_contain_text("Title <script>")
+    page.locator(f"#task-{evil.pk} .task-link").click()
+    panel = page.locator("#task-panel")
+    expect(panel.locator("h2")).to_contain_text("<script>")
+    expect(panel).to_contain_text('<img src=x onerror="window.pwned')  # instructions, as text
+    expect(panel.locator(".output-rendered h1")).to_have_text("evil")
+    assert panel.locator(".output-rendered img, .output-rendered script").count() == 0
+    final = run.tasks.get(subtask__key="final")
+    expect(page.locator(f"#final-{final.pk}")).to_contain_text("Final <img")
+    page.locator(".task-output-item summary").first.click()
+    expect(page.locator(".task-output-item .lazy-output h1")).to_have_text("evil")
+    links = page.locator("a[href^='javascript']")
+    assert links.count() == 0
+    # The link text survives without its javascript: URL; clicking it does nothing.
+    expect(panel.locator(".output-rendered")).to_contain_text("a link")
+    assert page.evaluate("window.pwned === undefined")
+    assert dialogs == []
+    assert page.evaluate("document.querySelectorAll('img').length") == 0
+    assert_not_reloaded(page)
+    screenshot(page, "untrusted-text")

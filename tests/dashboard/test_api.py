@@ -1,0 +1,458 @@
+"""The JSON API: launching from documents and saved plans, run controls, checkpoints, events,
+agents, errors in one shape, token and session authentication."""
+
+from __future__ import annotations
+
+import json
+import typing
+from decimal import Decimal
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from dashboard.api import schemas
+from orchestrator import runs, serializers, tokens
+from orchestrator.models import Checkpoint, Event, Plan, Run
+
+DOCUMENT = """\
+goal: Write a brief
+subtasks:
+  - key: research
+    agent: researcher
+    title: Research
+  - key: write
+    agent: writer
+    title: Write
+    depends_on: [research]
+"""
+
+
+class Api:
+    """A test client speaking to /api/ with a persona's token."""
+
+    def __init__(self, user):
+        self.client = Client()
+        self.headers = {}
+        if user is not None:
+            _, raw = tokens.issue(user, "test")
+            self.headers = {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+
+    def get(self, path, **params):
+        return self.client.get(f"/api{path}", params, **self.headers)
+
+    def post(self, path, body=None, raw: str | None = None):
+        data = raw if raw is not None else json.dumps(body if body is not None else {})
+        return self.client.post(f"/api{path}", data, content_type="application/json", **self.headers)
+
+
+@pytest.fixture
+def team(demo_agents, priced_limit):
+    return demo_agents
+
+
+@pytest.fixture
+def api(personas, team):
+    return {name: Api(user) for name, user in personas.items()}
+
+
+def error(response) -> dict:
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}, body
+    return body["error"]
+
+
+# --- Launch --------------------------------------------------------------------------------------
+
+
+def test_launch_from_a_document(api, personas):
+    response = api["launcher"].post("/runs", {"document": DOCUMENT, "filename": "brief.yaml", "cap": 2, "budget_usd": "1.5"})
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["run"]["status"] == "running" and body["run"]["launched_by"] == "launcher"
+    assert (body["run"]["cap"], body["run"]["budget_usd"]) == (2, "1.5000")
+    assert [t["key"] for t in body["tasks"]] == ["research", "write"]
+    assert body["totals"]["total"] == 2 and body["totals"]["cost_usd"] == "0.000000"
+    plan = Plan.objects.get()
+    assert (plan.created_by, plan.source_name, plan.document) == (personas["launcher"], "brief.yaml", DOCUMENT)
+
+
+def test_launch_a_saved_plan_with_plan_approval(api, make_plan):
+    plan = make_plan({"a": ("researcher", [])})
+    response = api["launcher"].post("/runs", {"plan_id": plan.pk, "require_plan_approval": True, "failure_policy": "fail_fast"})
+    assert response.status_code == 201
+    body = response.json()
+    assert body["run"]["status"] == "awaiting_approval" and body["run"]["failure_policy"] == "fail_fast"
+    assert [(c["kind"], c["status"]) for c in body["checkpoints"]] == [("plan", "pending")]
+
+
+def test_an_invalid_plan_lists_every_problem_and_saves_nothing(api):
+    document = "goal: g\nsubtasks:\n  - key: a\n    agent: nobody\n    title: A\n  - key: b\n    agent: writer\n    depends_on: [zzz]\n"
+    response = api["launcher"].post("/runs", {"document": document})
+    assert response.status_code == 422
+    body = error(response)
+    assert body["code"] == "invalid_plan" and body["message"] == "The plan has 3 problems; nothing was saved."
+    assert body["details"] == [
+        {"where": 'subtasks[0] (key "a")', "field": "agent", "message": 'no agent named "nobody"'},
+        {"where": 'subtasks[1] (key "b")', "field": "title", "message": "is required: a short human-readable title"},
+        {"where": 'subtasks[1] (key "b")', "field": "depends_on", "message": 'unknown subtask "zzz"'},
+    ]
+    assert not Plan.objects.exists() and not Run.objects.exists()
+
+
+def test_a_syntax_error_names_line_and_column(api):
+    body = error(api["launcher"].post("/runs", {"document": "goal: [unclosed\n"}))
+    assert body["code"] == "invalid_plan"
+    assert body["details"][0]["where"] == "YAML syntax" and "line 2" in body["details"][0]["message"]
+
+
+def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(api):
+    response = api["launcher"].post("/runs", {"document": DOCUMENT, "budget_usd": "0.0001"})
+    assert response.status_code == 422
+    body = error(response)
+    assert body["code"] == "launch_refused"
+    assert "over the budget of $0.0001" in body["message"] and "estimated cost $" in body["message"]
+    assert not Plan.objects.exists() and not Run.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({}, "give exactly one of plan_id"),
+        ({"plan_id": 1, "document": DOCUMENT}, "give exactly one of plan_id"),
+        ({"document": DOCUMENT, "cap": 0}, "greater than or equal to 1"),
+        ({"document": DOCUMENT, "budget_usd": "-1"}, "greater than 0"),
+        ({"document": DOCUMENT, "failure_policy": "sometimes"}, "'continue' or 'fail_fast'"),
+        ({"document": "goal: g\x00"}, "must not contain NUL characters"),
+    ],
+)
+def test_invalid_launch_requests_say_which_field(api, body, message):
+    response = api["launcher"].post("/runs", body)
+    assert response.status_code == 422
+    detail = error(response)
+    assert detail["code"] == "invalid_request" and message in detail["message"]
+    assert detail["details"] and all(d["where"] == "body" for d in detail["details"])
+
+
+def test_an_unknown_saved_plan_is_404(api):
+    body = error(api["launcher"].post("/runs", {"plan_id": 4242}))
+    assert body == {"code": "not_found", "message": "No plan with id 4242.", "details": []}
+
+
+def test_malformed_json_is_400_naming_the_place(api):
+    response = api["launcher"].post("/runs", raw='{"document": ')
+    assert response.status_code == 400
+    body = error(response)
+    assert body["code"] == "invalid_json" and "line 1, column 14" in body["message"]
+
+
+def test_a_document_over_5_mb_is_refused_in_words(api):
+    document = "goal: g\n# " + "x" * (5 * 1024 * 1024) + "\n"
+    body = error(api["launcher"].post("/runs", {"document": document}))
+    assert body["code"] == "invalid_plan"
+    assert body["details"][0]["where"] == "size" and "at most 5,242,880 bytes (5 MB)" in body["details"][0]["message"]
+
+
+def test_a_body_over_the_upload_limit_is_413_json(api, settings):
+    response = api["launcher"].post("/runs", raw=json.dumps({"document": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)}))
+    assert response.status_code == 413
+    body = error(response)
+    assert body["code"] == "request_too_large" and "5,242,880" in body["message"]
+    assert not Plan.objects.exists()
+
+
+# --- Runs ----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_runs(make_plan, personas, team):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])})
+    first = runs.launch(plan, launched_by=personas["launcher"])
+    second = runs.launch(plan, launched_by=personas["approver"], require_plan_approval=True)
+    return first, second
+
+
+def test_list_runs_newest_first_with_filters_and_pages(api, two_runs):
+    first, second = two_runs
+    viewer = api["viewer"]
+    body = viewer.get("/runs").json()
+    assert body["count"] == 2 and [r["id"] for r in body["items"]] == [second.pk, first.pk]
+    assert [r["id"] for r in viewer.get("/runs", status="awaiting_approval").json()["items"]] == [second.pk]
+    assert [r["id"] for r in viewer.get("/runs", launched_by="launcher").json()["items"]] == [first.pk]
+    page = viewer.get("/runs", limit=1, offset=1).json()
+    assert (page["count"], page["limit"], page["offset"], [r["id"] for r in page["items"]]) == (2, 1, 1, [first.pk])
+    assert error(viewer.get("/runs", status="bogus"))["code"] == "invalid_request"
+
+
+def test_get_a_run_with_tasks_totals_and_checkpoints(api, two_runs):
+    first, _ = two_runs
+    body = api["viewer"].get(f"/runs/{first.pk}").json()
+    assert body["run"] == serializers.run_to_dict(Run.objects.get(pk=first.pk))
+    assert [t["key"] for t in body["tasks"]] == ["a", "b"]
+    assert body["tasks"][0]["attempts"][0]["number"] == 1
+    assert body["totals"]["total"] == 2 and body["totals"]["queued"] == 1 and body["totals"]["pending"] == 1
+
+
+def test_an_unknown_run_is_404_in_the_error_shape(api, two_runs):
+    response = api["viewer"].get("/runs/999999")
+    assert response.status_code == 404
+    assert error(response) == {"code": "not_found", "message": "No run with id 999999.", "details": []}
+
+
+def test_pause_resume_cancel(api, two_runs):
+    first, _ = two_runs
+    launcher = api["launcher"]
+    assert launcher.post(f"/runs/{first.pk}/pause").json()["run"]["status"] == "paused"
+    conflict = launcher.post(f"/runs/{first.pk}/pause")
+    assert conflict.status_code == 409
+    assert error(conflict) == {"code": "action_refused", "message": f"Run {first.pk} is paused: it cannot be paused", "details": []}
+    assert launcher.post(f"/runs/{first.pk}/resume").json()["run"]["status"] == "running"
+    assert launcher.post(f"/runs/{first.pk}/cancel").json()["run"]["status"] == "cancelled"
+    actors = set(Event.objects.filter(type__in=["run.paused", "run.resumed"]).values_list("actor_name", flat=True))
+    assert actors == {"launcher"}
+
+
+def test_retry_and_skip_tasks(api, two_runs):
+    first, _ = two_runs
+    task = first.tasks.get(subtask__key="a")
+    skipped = api["launcher"].post(f"/tasks/{task.pk}/skip", {"reason": "not needed"})
+    assert skipped.status_code == 200 and skipped.json()["state"] == "skipped" and skipped.json()["error"] == "not needed"
+    retried = api["launcher"].post(f"/tasks/{task.pk}/retry")
+    assert retried.status_code == 200 and retried.json()["state"] in ("ready", "queued")
+    again = api["launcher"].post(f"/tasks/{task.pk}/retry")
+    assert again.status_code == 409 and "only a failed, cancelled or skipped task can be retried" in error(again)["message"]
+    assert error(api["launcher"].post("/tasks/999999/retry"))["message"] == "No task with id 999999."
+
+
+# --- Checkpoints ---------------------------------------------------------------------------------
+
+
+def test_list_pending_checkpoints(api, two_runs):
+    _, second = two_runs
+    body = api["viewer"].get("/checkpoints").json()
+    assert body["count"] == 1
+    assert body["items"][0]["run"] == second.pk and body["items"][0]["kind"] == "plan"
+    assert api["viewer"].get("/checkpoints", status="approved").json()["count"] == 0
+    assert api["viewer"].get("/checkpoints", run=second.pk + 1000).json()["count"] == 0
+
+
+def test_approve_a_plan_launched_by_someone_else(api, personas, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    response = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve", {"comment": "fine"})
+    assert response.status_code == 200
+    assert response.json()["status"] == "approved" and response.json()["decided_by"] == "approver"
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+
+
+def test_separation_of_duties_refuses_approving_your_own_run(api, two_runs):
+    _, second = two_runs  # launched by the approver
+    checkpoint = second.checkpoints.get()
+    response = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve")
+    assert response.status_code == 409
+    assert error(response)["message"] == (
+        f"Separation of duties: approver launched run {second.pk}, so another approver must approve its plan"
+    )
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.PENDING
+
+
+def test_separation_of_duties_can_be_turned_off(api, two_runs, settings):
+    settings.GLASSBOX_SEPARATION_OF_DUTIES = False
+    _, second = two_runs
+    response = api["approver"].post(f"/checkpoints/{second.checkpoints.get().pk}/approve")
+    assert response.status_code == 200 and response.json()["status"] == "approved"
+
+
+def test_the_launcher_may_still_reject_their_own_plan(api, personas, make_plan):
+    both = User.objects.create_user("both")
+    both.groups.add(*personas["launcher"].groups.all(), *personas["approver"].groups.all())
+    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=both, require_plan_approval=True)
+    response = Api(both).post(f"/checkpoints/{run.checkpoints.get().pk}/reject", {"comment": "wrong goal"})
+    assert response.status_code == 200 and response.json()["status"] == "rejected"
+
+
+@pytest.mark.parametrize("body", [{}, {"comment": ""}, {"comment": "   "}])
+def test_reject_needs_a_comment(api, two_runs, body):
+    _, second = two_runs
+    response = api["approver"].post(f"/checkpoints/{second.checkpoints.get().pk}/reject", body)
+    assert response.status_code == 422
+    assert error(response)["details"][0]["field"] == "comment"
+
+
+def test_deciding_twice_is_a_conflict(api, personas, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    api["approver"].post(f"/checkpoints/{checkpoint.pk}/reject", {"comment": "no"})
+    again = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve")
+    assert again.status_code == 409 and error(again)["message"] == f"Checkpoint {checkpoint.pk} was already rejected"
+
+
+# --- Events and agents ---------------------------------------------------------------------------
+
+
+def test_events_after_a_sequence_number_in_pages(api, two_runs):
+    first, _ = two_runs
+    all_seqs = list(first.events.order_by("seq").values_list("seq", flat=True))
+    assert len(all_seqs) >= 3
+    page = api["viewer"].get(f"/runs/{first.pk}/events", after=0, limit=2).json()
+    assert [e["seq"] for e in page["items"]] == all_seqs[:2] and page["has_more"] is True
+    rest = api["viewer"].get(f"/runs/{first.pk}/events", after=page["next_after"], limit=100).json()
+    assert [e["seq"] for e in rest["items"]] == all_seqs[2:] and rest["has_more"] is False
+    assert rest["next_after"] == all_seqs[-1]
+    empty = api["viewer"].get(f"/runs/{first.pk}/events", after=all_seqs[-1]).json()
+    assert empty == {"items": [], "next_after": all_seqs[-1], "has_more": False}
+
+
+def test_agents_list_with_filters(api, team):
+    from orchestrator import registry
+
+    registry.set_status(team["writer"], "retired")
+    body = api["viewer"].get("/agents").json()
+    assert body["count"] == 6 and [a["name"] for a in body["items"]][:2] == ["architect", "coder"]
+    assert [a["name"] for a in api["viewer"].get("/agents", status="retired").json()["items"]] == ["writer"]
+    assert api["viewer"].get("/agents", provider="anthropic").json()["count"] == 0
+
+
+# --- Authentication ------------------------------------------------------------------------------
+
+
+def test_no_credentials_is_401_and_audited(api):
+    response = api["anonymous"].get("/runs")
+    assert response.status_code == 401 and error(response)["code"] == "not_authenticated"
+    denial = Event.objects.get(type="access.denied")
+    assert denial.actor_name == "anonymous" and denial.payload == {"permission": "authentication", "action": "GET /api/runs"}
+
+
+def test_a_revoked_token_is_401(personas, team):
+    token, raw = tokens.issue(personas["viewer"], "ci")
+    tokens.revoke(token)
+    response = Client().get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 401
+
+
+def test_session_auth_reads_freely_and_needs_csrf_to_write(personas, two_runs):
+    first, _ = two_runs
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(personas["launcher"])
+    assert browser.get("/api/runs").status_code == 200
+    refused = browser.post(f"/api/runs/{first.pk}/pause", "{}", content_type="application/json")
+    assert refused.status_code == 403 and error(refused)["code"] == "csrf_failed"
+    assert Event.objects.filter(type="access.denied", payload__permission="csrf").exists()
+    first.refresh_from_db()
+    assert first.status == Run.Status.RUNNING
+    browser.get("/api/docs")  # sets the csrftoken cookie
+    token = browser.cookies["csrftoken"].value
+    allowed = browser.post(f"/api/runs/{first.pk}/pause", "{}", content_type="application/json", HTTP_X_CSRFTOKEN=token)
+    assert allowed.status_code == 200 and allowed.json()["run"]["status"] == "paused"
+
+
+def test_a_token_needs_no_csrf(personas, two_runs):
+    first, _ = two_runs
+    _, raw = tokens.issue(personas["launcher"], "ci")
+    client = Client(enforce_csrf_checks=True)
+    response = client.post(f"/api/runs/{first.pk}/pause", "{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert response.status_code == 200
+
+
+# --- Schema and docs -----------------------------------------------------------------------------
+
+
+def test_openapi_schema_and_docs_need_a_login(personas, team):
+    anonymous = Client()
+    schema = anonymous.get("/api/openapi.json")
+    assert schema.status_code == 401 and error(schema)["code"] == "not_authenticated"
+    docs = anonymous.get("/api/docs")
+    assert docs.status_code == 302 and docs.url.startswith("/accounts/login/")
+    _, raw = tokens.issue(personas["outsider"], "ci")
+    assert anonymous.get("/api/openapi.json", HTTP_AUTHORIZATION=f"Bearer {raw}").status_code == 200
+
+
+def test_the_schema_documents_every_operation_and_error(personas, team):
+    client = Client()
+    client.force_login(personas["viewer"])
+    schema = client.get("/api/openapi.json").json()
+    operations = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
+    assert operations == {
+        ("GET", "/api/runs"), ("POST", "/api/runs"), ("GET", "/api/runs/{run_id}"),
+        ("POST", "/api/runs/{run_id}/pause"), ("POST", "/api/runs/{run_id}/resume"), ("POST", "/api/runs/{run_id}/cancel"),
+        ("GET", "/api/runs/{run_id}/events"), ("POST", "/api/tasks/{task_id}/retry"), ("POST", "/api/tasks/{task_id}/skip"),
+        ("GET", "/api/checkpoints"), ("POST", "/api/checkpoints/{checkpoint_id}/approve"),
+        ("POST", "/api/checkpoints/{checkpoint_id}/reject"), ("GET", "/api/agents"),
+    }
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            assert {"401", "403", "422"} <= set(operation["responses"]), (method, path)
+            assert operation.get("security"), (method, path)
+
+
+def test_docs_load_swagger_ui_from_our_own_origin(personas, team):
+    import re
+
+    client = Client()
+    client.force_login(personas["viewer"])
+    page = client.get("/api/docs").content.decode()
+    sources = re.findall(r'<script[^>]*\bsrc="([^"]+)"', page)
+    styles = re.findall(r'<link[^>]*\bhref="([^"]+)"', page)
+    assert sources == ["/static/ninja/swagger-ui-bundle.js", "/static/ninja/swagger-ui-init.js"]
+    assert all(url.startswith("/static/") for url in styles)
+    assert "cdn" not in page.lower() and "unpkg" not in page.lower()
+
+
+def test_the_audit_log_cannot_be_changed_through_the_api(api, two_runs):
+    first, _ = two_runs
+    before = list(Event.objects.order_by("id").values())
+    viewer = api["viewer"]
+    for method in ("put", "patch", "delete"):
+        response = getattr(viewer.client, method)(f"/api/runs/{first.pk}/events", **viewer.headers)
+        assert response.status_code == 405
+    assert viewer.post(f"/runs/{first.pk}/events", {"type": "forged"}).status_code == 405
+    after = list(Event.objects.exclude(type="access.denied").order_by("id").values())
+    assert after == before
+
+
+# --- Schemas mirror the serializers --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "schema, typed_dict",
+    [
+        (schemas.AgentOut, serializers.AgentDict),
+        (schemas.RunOut, serializers.RunDict),
+        (schemas.TaskOut, serializers.TaskRunDict),
+        (schemas.AttemptOut, serializers.AttemptDict),
+        (schemas.CheckpointOut, serializers.CheckpointDict),
+        (schemas.EventOut, serializers.EventDict),
+    ],
+)
+def test_output_schemas_mirror_the_serializers(schema, typed_dict):
+    assert list(schema.model_fields) == list(typing.get_type_hints(typed_dict))
+
+
+def test_totals_cover_the_progress_counts():
+    fields = set(schemas.TotalsOut.model_fields)
+    progress_fields = set(runs.RunProgress.__dataclass_fields__) - {"run_id", "status", "summary", "pending_checkpoints"}
+    assert fields == progress_fields
+
+
+def test_money_is_text(api, two_runs):
+    first, _ = two_runs
+    body = api["viewer"].get(f"/runs/{first.pk}").json()
+    assert isinstance(body["run"]["budget_usd"], str) and Decimal(body["run"]["budget_usd"]) == first.budget_usd
+
+
+def test_approve_and_skip_need_no_body(api, personas, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    approver, launcher = api["approver"], api["launcher"]
+    approved = approver.client.post(f"/api/checkpoints/{run.checkpoints.get().pk}/approve", "", content_type="application/json", **approver.headers)
+    assert approved.status_code == 200 and approved.json()["comment"] == ""
+    task = run.tasks.get()
+    skipped = launcher.client.post(f"/api/tasks/{task.pk}/skip", "", content_type="application/json", **launcher.headers)
+    assert skipped.status_code == 200 and skipped.json()["error"] == "skipped by launcher"
+
+
+def test_unknown_api_paths_answer_json_404(api):
+    response = api["viewer"].get("/no-such-thing")
+    assert response.status_code == 404
+    assert error(response)["message"] == "No API endpoint at /api/no-such-thing; the endpoints are listed at /api/docs."

@@ -1,0 +1,234 @@
+"""The approvals inbox, its header count and the decisions taken from it, with permissions."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from orchestrator import runs
+from orchestrator.models import Checkpoint, Event, Run, TaskRun
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def gated_run(demo_agents, make_plan, personas):
+    """A running run whose task "publish" waits at its gate, and its pending checkpoint."""
+    plan = make_plan(
+        {"draft": ("writer", []), "publish": ("writer", ["draft"], {"gate": "before", "instructions": "Publish <b>it</b>"})},
+        goal="Write and publish the notes",
+    )
+    run = runs.launch(plan, launched_by=personas["launcher"])
+    publish = run.tasks.get(subtask__key="publish")
+    # As the scheduler leaves it once "draft" succeeded: the task waits at its gate.
+    run.tasks.filter(subtask__key="draft").update(state=TaskRun.State.SUCCEEDED)
+    TaskRun.objects.filter(pk=publish.pk).update(state=TaskRun.State.WAITING_GATE)
+    checkpoint = Checkpoint.objects.create(run=run, task_run=publish, kind=Checkpoint.Kind.BEFORE)
+    return run, checkpoint
+
+
+@pytest.fixture
+def plan_checkpoint(demo_agents, make_plan, personas):
+    """A run launched by the launcher that waits for plan approval."""
+    plan = make_plan({"a": ("researcher", [])}, goal="Plan to approve")
+    run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True)
+    return run, run.checkpoints.get()
+
+
+def urls(checkpoint_id: int) -> list[tuple[str, str]]:
+    return [
+        ("get", "/approvals/"),
+        ("get", "/approvals/count/"),
+        ("post", f"/approvals/{checkpoint_id}/approve/"),
+        ("post", f"/approvals/{checkpoint_id}/reject/"),
+    ]
+
+
+# --- Permissions ---------------------------------------------------------------------------------
+
+
+def test_anonymous_is_sent_to_the_login_page(client, gated_run):
+    _, checkpoint = gated_run
+    for method, url in urls(checkpoint.pk):
+        response = getattr(client, method)(url)
+        assert response.status_code == 302, url
+        assert response["Location"] == f"/accounts/login/?next={url}"
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"
+
+
+@pytest.mark.parametrize("persona", ["outsider", "viewer", "launcher"])
+def test_without_decide_checkpoint_everything_is_403_and_audited(client, personas, gated_run, persona):
+    _, checkpoint = gated_run
+    client.force_login(personas[persona])
+    for method, url in urls(checkpoint.pk):
+        assert getattr(client, method)(url, {"comment": "no"}).status_code == 403, url
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"
+    denials = Event.objects.filter(type="access.denied", actor_user=personas[persona]).order_by("id")
+    assert [e.payload["action"] for e in denials] == [f"{m.upper()} {u}" for m, u in urls(checkpoint.pk)]
+    assert {e.payload["permission"] for e in denials} == {"orchestrator.decide_checkpoint"}
+
+
+def test_the_header_shows_the_approvals_link_only_to_approvers(client, personas):
+    client.force_login(personas["viewer"])
+    assert "/approvals/count/" not in client.get("/").text
+    client.force_login(personas["approver"])
+    html = client.get("/").text
+    assert 'id="approvals-count"' in html and 'hx-get="/approvals/count/"' in html and "every 5s" in html
+
+
+def test_deciding_needs_a_post(client, personas, gated_run):
+    _, checkpoint = gated_run
+    client.force_login(personas["approver"])
+    assert client.get(f"/approvals/{checkpoint.pk}/approve/").status_code == 405
+
+
+# --- The inbox ------------------------------------------------------------------------------------
+
+
+def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(client, personas, gated_run, plan_checkpoint):
+    run, gate = gated_run
+    plan_run, plan_cp = plan_checkpoint
+    Checkpoint.objects.filter(pk=plan_cp.pk).update(created_at=timezone.now() - timedelta(minutes=12))
+    finished = runs.launch(plan_run.plan, require_plan_approval=True)  # a pending checkpoint on an ended run
+    Run.objects.filter(pk=finished.pk).update(status=Run.Status.CANCELLED)
+    client.force_login(personas["approver"])
+    response = client.get("/approvals/")
+    assert response.status_code == 200
+    items = response.context["approvals"]
+    assert [item.checkpoint.pk for item in items] == [plan_cp.pk, gate.pk]
+    assert items[0].ask == "Approve the plan before anything runs"
+    assert items[0].waited.startswith("12 min")
+    assert items[1].ask == "May “Publish” start?"
+    assert items[1].excerpt == "Publish <b>it</b>"
+    html = response.text
+    assert "Publish &lt;b&gt;it&lt;/b&gt;" in html  # instructions and output are shown as text
+    assert f'href="/runs/{run.pk}/"' in html
+    assert f'id="checkpoint-{gate.pk}"' in html
+    assert "Waiting for 12 min" in html
+
+
+def test_an_output_review_shows_the_output_as_escaped_text(client, personas, gated_run):
+    run, gate = gated_run
+    draft = run.tasks.get(subtask__key="draft")
+    TaskRun.objects.filter(pk=draft.pk).update(state=TaskRun.State.AWAITING_REVIEW, output="<img src=x onerror=alert(1)> done")
+    review = Checkpoint.objects.create(run=run, task_run=draft, kind=Checkpoint.Kind.AFTER)
+    client.force_login(personas["approver"])
+    html = client.get("/approvals/").text
+    assert "Review the output of “Draft”" in html
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt; done" in html
+    assert f'id="checkpoint-{review.pk}"' in html
+
+
+def test_the_count_counts_pending_checkpoints_of_unfinished_runs(client, personas, gated_run, plan_checkpoint):
+    client.force_login(personas["approver"])
+    response = client.get("/approvals/count/")
+    assert response.status_code == 200
+    assert response.context["count"] == 2
+    assert ">2</span>" in response.text and 'hx-trigger="every 5s"' in response.text
+    assert "hx-swap-oob" not in response.text
+    run, _ = plan_checkpoint
+    runs.cancel(run)  # cancelling rejects its pending checkpoint
+    assert client.get("/approvals/count/").context["count"] == 1
+
+
+def test_an_empty_inbox_says_so(client, personas):
+    client.force_login(personas["approver"])
+    assert "Nothing is waiting for a decision." in client.get("/approvals/").text
+    assert client.get("/approvals/count/").context["count"] == 0
+
+
+# --- Deciding --------------------------------------------------------------------------------------
+
+
+def test_approve_without_javascript_redirects_with_a_message(client, personas, gated_run):
+    run, gate = gated_run
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/approve/", {"comment": ""}, follow=True)
+    assert response.redirect_chain == [("/approvals/", 302)]
+    assert f"Checkpoint {gate.pk} on run #{run.pk} approved." in response.text
+    gate.refresh_from_db()
+    assert (gate.status, gate.decided_by) == ("approved", personas["approver"])
+    assert run.tasks.get(subtask__key="publish").state in (TaskRun.State.READY, TaskRun.State.QUEUED)
+    assert Event.objects.filter(type="checkpoint.approved", actor_user=personas["approver"], run=run).exists()
+
+
+def test_approve_with_htmx_answers_the_fragment_and_the_new_count(client, personas, gated_run):
+    run, gate = gated_run
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/approve/", {"comment": "Go ahead"}, **HTMX)
+    assert response.status_code == 200
+    html = response.text
+    assert f'<article class="approval approval-done" id="checkpoint-{gate.pk}"' in html
+    assert "Approved" in html and "“Go ahead”" in html
+    assert 'id="approvals-count"' in html and 'hx-swap-oob="true"' in html and ">0</span>" in html
+    gate.refresh_from_db()
+    assert (gate.status, gate.comment) == ("approved", "Go ahead")
+
+
+def test_reject_needs_a_comment(client, personas, gated_run):
+    _, gate = gated_run
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "  "}, **HTMX)
+    assert response.status_code == 200
+    assert "a comment is required to reject: say what is wrong" in response.text
+    assert f'id="checkpoint-{gate.pk}"' in response.text and "Approve</button>" in response.text
+    gate.refresh_from_db()
+    assert gate.status == "pending"
+    response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": ""}, follow=True)
+    assert f"Checkpoint {gate.pk}: a comment is required to reject" in response.text
+
+
+def test_reject_with_a_comment_skips_the_gated_task(client, personas, gated_run):
+    run, gate = gated_run
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "Not ready to publish"}, **HTMX)
+    assert "Rejected" in response.text and "“Not ready to publish”" in response.text
+    gate.refresh_from_db()
+    assert (gate.status, gate.comment, gate.decided_by) == ("rejected", "Not ready to publish", personas["approver"])
+    assert run.tasks.get(subtask__key="publish").state == TaskRun.State.SKIPPED
+
+
+def test_a_checkpoint_decided_already_shows_the_engines_message(client, personas, gated_run):
+    _, gate = gated_run
+    runs.decide(gate, approve=True, user=personas["agent_admin"])
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "too late"}, **HTMX)
+    assert f"checkpoint {gate.pk} was already approved" in response.text
+    assert "Already approved by agent_admin." in response.text
+    assert "Approve</button>" not in response.text
+
+
+def test_separation_of_duties_the_launcher_may_reject_but_not_approve_its_plan(client, personas, plan_checkpoint):
+    run, checkpoint = plan_checkpoint
+    launcher = personas["launcher"]
+    launcher.groups.add(personas["approver"].groups.get())
+    client.force_login(launcher)
+    item = client.get("/approvals/").context["approvals"][0]
+    assert item.approve_blocked
+    response = client.post(f"/approvals/{checkpoint.pk}/approve/", {"comment": ""}, **HTMX)
+    assert "separation of duties: launcher launched run" in response.text
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"
+    client.post(f"/approvals/{checkpoint.pk}/reject/", {"comment": "Wrong plan"})
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "rejected"
+
+
+def test_an_unknown_checkpoint_is_404(client, personas):
+    client.force_login(personas["approver"])
+    assert client.post("/approvals/999999/approve/").status_code == 404
+
+
+def test_an_overlong_comment_is_refused_with_the_reason(client, personas, gated_run):
+    _, gate = gated_run
+    client.force_login(personas["approver"])
+    response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "x" * 5001}, **HTMX)
+    assert "Ensure this value has at most 5000 characters" in response.text
+    gate.refresh_from_db()
+    assert gate.status == "pending"

@@ -1,0 +1,343 @@
+"""New run: the form, the preflight (validation, DAG, cost, duration) and Launch, with permissions.
+
+Nothing may be saved before Launch; Launch saves the plan and starts the run together, or neither.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from orchestrator import plans, runs
+from orchestrator.models import Agent, Event, Plan, Run
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.django_db
+
+FEATURE_PIPELINE = ROOT / "examples" / "feature_pipeline.yaml"
+FEATURE_ESTIMATE = "$0.1071"  # (10,100 input tokens × $3 + 5 × 1,024 output tokens × $15) per million
+
+
+def upload(text: str | bytes, name: str = "plan.yaml") -> SimpleUploadedFile:
+    return SimpleUploadedFile(name, text.encode() if isinstance(text, str) else text, content_type="application/yaml")
+
+
+def form_data(**overrides) -> dict:
+    data = {"source": "file", "goal": "", "cap": "4", "budget_usd": "0.50", "failure_policy": "continue"}
+    data.update(overrides)
+    return {key: value for key, value in data.items() if value is not None}
+
+
+def pipeline_upload() -> SimpleUploadedFile:
+    return upload(FEATURE_PIPELINE.read_bytes(), FEATURE_PIPELINE.name)
+
+
+@pytest.fixture
+def launcher_client(client, personas, demo_agents, priced_limit):
+    client.force_login(personas["launcher"])
+    return client
+
+
+def check(client, **overrides) -> str:
+    """POST the New-run form; the preflight URL it redirects to."""
+    response = client.post("/runs/new/", form_data(**overrides))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert re.fullmatch(r"/runs/new/[\w-]+/", response["Location"])
+    return response["Location"]
+
+
+def nothing_saved() -> bool:
+    return not Plan.objects.exists() and not Run.objects.exists()
+
+
+# --- Permissions ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "url"), [("get", "/runs/new/"), ("post", "/runs/new/"), ("get", "/runs/new/abc/"), ("post", "/runs/new/abc/")])
+def test_anonymous_is_sent_to_the_login_page(client, method, url):
+    response = getattr(client, method)(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith(f"/accounts/login/?next={url}")
+
+
+@pytest.mark.parametrize("persona", ["outsider", "viewer", "approver"])
+def test_without_launch_run_the_form_is_403_and_audited(client, personas, demo_agents, persona):
+    client.force_login(personas[persona])
+    assert client.get("/runs/new/").status_code == 403
+    response = client.post("/runs/new/", {**form_data(), "plan_file": pipeline_upload()})
+    assert response.status_code == 403
+    assert nothing_saved()
+    denials = Event.objects.filter(type="access.denied", actor_user=personas[persona])
+    assert [e.payload["action"] for e in denials] == ["GET /runs/new/", "POST /runs/new/"]
+    assert {e.payload["permission"] for e in denials} == {"orchestrator.launch_run"}
+
+
+def test_without_launch_run_a_preflight_cannot_be_launched(client, personas, launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload())
+    client.force_login(personas["viewer"])
+    response = client.post(preflight_url, {**form_data(), "action": "launch"})
+    assert response.status_code == 403
+    assert not Run.objects.exists()
+    assert Event.objects.filter(type="access.denied", payload__action=f"POST {preflight_url}").exists()
+
+
+def test_a_draft_belongs_to_the_user_who_made_it(client, launcher_client, personas, django_user_model):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload())
+    other = django_user_model.objects.create_user("other-launcher")
+    other.groups.set(personas["launcher"].groups.all())
+    client.force_login(other)
+    response = client.post(preflight_url, {**form_data(), "action": "launch"}, follow=True)
+    assert response.redirect_chain == [("/runs/new/", 302)]
+    assert "expired or belongs to someone else" in response.text
+    assert not Run.objects.exists()
+
+
+# --- The form --------------------------------------------------------------------------------------
+
+
+def test_the_form_offers_the_sources_and_run_settings_with_defaults(launcher_client, settings):
+    response = launcher_client.get("/runs/new/")
+    assert response.status_code == 200
+    html = response.text
+    for text in ('name="goal"', 'name="plan_file"', 'name="saved_plan"', 'name="cap" value="4"', 'name="budget_usd" value="0.50"',
+                 'value="fail_fast"', 'name="require_plan_approval"', 'enctype="multipart/form-data"'):
+        assert text in html
+    assert 'value="planner"' in html  # orchestrator/planner.py exists in this build
+
+
+def test_the_planner_option_is_hidden_when_the_planner_module_is_absent(launcher_client, monkeypatch):
+    monkeypatch.setattr("dashboard.forms.planner_available", lambda: False)
+    html = launcher_client.get("/runs/new/").text
+    assert 'value="planner"' not in html
+    response = launcher_client.post("/runs/new/", form_data(source="planner", goal="Anything"))
+    assert response.status_code == 200
+    assert "Select a valid choice" in response.text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field", "message"),
+    [
+        ({}, "plan_file", "Choose a plan file to upload."),
+        ({"source": "saved"}, "saved_plan", "Choose one of the saved plans."),
+        ({"source": "planner"}, "goal", "The planner needs a goal to plan for."),
+        ({"cap": "0"}, "cap", "greater than or equal to 1"),
+        ({"budget_usd": "0"}, "budget_usd", "greater than or equal to 0.0001"),
+        ({"failure_policy": "sometimes"}, "failure_policy", "Select a valid choice"),
+    ],
+)
+def test_form_errors_name_the_field(launcher_client, overrides, field, message):
+    response = launcher_client.post("/runs/new/", form_data(**overrides))
+    assert response.status_code == 200
+    assert any(message in error for error in response.context["form"].errors[field])
+    assert nothing_saved()
+
+
+# --- Validation in plain words --------------------------------------------------------------------
+
+
+def test_an_invalid_plan_lists_every_problem_and_saves_nothing(launcher_client):
+    text = (
+        "goal: Broken\nsubtasks:\n"
+        "  - {key: a, agent: researcher, title: A, depends_on: [b]}\n"
+        "  - {key: b, agent: reseacher, title: B, depends_on: [a], gate: sometimes}\n"
+    )
+    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": upload(text, "broken.yaml")})
+    assert response.status_code == 200
+    expected = plans.PlanValidationError
+    with pytest.raises(expected) as raised:
+        plans.validate(plans.parse_document(text))
+    shown = response.context["preflight"].errors
+    assert shown == raised.value.errors and len(shown) == 3
+    html = response.text
+    assert "3 problems in broken.yaml" in html
+    assert "cycle: a → b → a" in html
+    assert "no agent named &quot;reseacher&quot; (did you mean &quot;researcher&quot;?)" in html
+    assert "must be one of none, before, after, got &quot;sometimes&quot;" in html
+    assert "Nothing was saved." in html
+    assert nothing_saved()
+
+
+def test_a_yaml_syntax_error_names_line_and_column(launcher_client):
+    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": upload("goal: [unclosed\nsubtasks: []\n")})
+    (error,) = response.context["preflight"].errors
+    assert error.where == "YAML syntax" and "line 2" in error.message
+    assert nothing_saved()
+
+
+def test_a_file_that_is_not_utf8_is_refused(launcher_client):
+    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": upload(b"goal: caf\xe9\n")})
+    (error,) = response.context["preflight"].errors
+    assert error.where == "encoding" and "is not UTF-8" in error.message
+    assert nothing_saved()
+
+
+def test_an_upload_over_the_size_limit_is_refused_before_it_is_read(launcher_client):
+    big = upload(b"#" * (plans.MAX_PLAN_BYTES + 1), "huge.yaml")
+    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": big})
+    assert response.status_code == 200
+    (message,) = response.context["form"].errors["plan_file"]
+    assert message == (
+        f"huge.yaml: the file is {plans.MAX_PLAN_BYTES + 1:,} bytes; a plan file may be at most "
+        f"{plans.MAX_PLAN_BYTES:,} bytes (5 MB)"
+    )
+    assert message.replace(" ", "") in response.text.replace(" ", "")
+    assert nothing_saved()
+
+
+# --- Preflight and Launch --------------------------------------------------------------------------
+
+
+def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload())
+    assert nothing_saved()
+    response = launcher_client.get(preflight_url)
+    assert response.status_code == 200
+    checked = response.context["preflight"]
+    assert checked.ok and checked.can_launch
+    assert [[node.key for node in layer] for layer in checked.layers] == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
+    assert checked.critical_path == ["spec", "design", "implement", "review"]
+    assert checked.estimate_usd == Decimal("0.1071")
+    # Every demo agent here takes 0.2 s: the chain of 4 beats 5 tasks over a cap of 4.
+    assert checked.predicted_duration_s == pytest.approx(0.8)
+    html = response.text
+    assert FEATURE_ESTIMATE in html and "≈ 0.8 s" in html and "critical path" in html
+    assert 'id="preflight-node-test_plan"' in html and "review after" in html
+    assert "No worker cluster is running" in html  # no qcluster in this test
+    assert "Launch run" in html
+    assert nothing_saved()
+
+
+def test_launch_saves_the_plan_and_starts_the_run_then_goes_to_the_run_page(launcher_client, personas):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload(), cap="3")
+    response = launcher_client.post(preflight_url, form_data(cap="2", budget_usd="0.25", failure_policy="fail_fast", action="launch"))
+    run = Run.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/runs/{run.pk}/"
+    assert (run.cap, run.budget_usd, run.failure_policy, run.launched_by) == (2, Decimal("0.25"), "fail_fast", personas["launcher"])
+    assert run.status == Run.Status.RUNNING
+    plan = run.plan
+    assert (plan.source, plan.source_name, plan.created_by) == (Plan.Source.FILE, FEATURE_PIPELINE.name, personas["launcher"])
+    assert plan.document == FEATURE_PIPELINE.read_text()
+    assert plan.subtasks.count() == 5 and run.tasks.count() == 5
+    assert Event.objects.filter(run=run, type="run.created", actor_user=personas["launcher"]).exists()
+    # A second submit of the same preflight goes to the same run instead of launching again.
+    again = launcher_client.post(preflight_url, form_data(action="launch"))
+    assert again.status_code == 302 and again["Location"] == f"/runs/{run.pk}/"
+    assert Run.objects.count() == 1 and Plan.objects.count() == 1
+
+
+def test_the_goal_field_replaces_the_files_goal(launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload(), goal="Tokens, but shorter")
+    assert launcher_client.get(preflight_url).context["preflight"].goal == "Tokens, but shorter"
+    launcher_client.post(preflight_url, form_data(action="launch"))
+    assert Run.objects.get().plan.goal == "Tokens, but shorter"
+
+
+def test_require_plan_approval_starts_the_run_awaiting_approval(launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload(), require_plan_approval="on")
+    assert launcher_client.get(preflight_url).context["checkpoints"] == 2  # the design review + the plan
+    launcher_client.post(preflight_url, form_data(require_plan_approval="on", action="launch"))
+    run = Run.objects.get()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert run.checkpoints.get().kind == "plan"
+
+
+def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload(), budget_usd="0.05")
+    page = launcher_client.get(preflight_url)
+    refusal = "The estimated cost $0.1071 is over the budget of $0.0500: raise the budget to at least $0.1071 or trim the plan."
+    assert page.context["preflight"].over_budget and refusal in page.text
+    response = launcher_client.post(preflight_url, form_data(budget_usd="0.05", action="launch"))
+    assert response.status_code == 200
+    assert refusal in response.text
+    assert nothing_saved()
+    # Raising the budget on the same preflight, then Launch: it goes.
+    assert launcher_client.post(preflight_url, form_data(budget_usd="0.20", action="check")).status_code == 302
+    assert not launcher_client.get(preflight_url).context["preflight"].over_budget
+    assert launcher_client.post(preflight_url, form_data(budget_usd="0.20", action="launch")).status_code == 302
+    assert Run.objects.get().budget_usd == Decimal("0.20")
+
+
+def test_an_agent_retired_after_the_preflight_stops_the_launch_and_nothing_is_saved(launcher_client):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload())
+    Agent.objects.filter(name="coder").update(status=Agent.Status.RETIRED)
+    response = launcher_client.post(preflight_url, form_data(action="launch"))
+    assert response.status_code == 200
+    assert 'agent "coder" is retired' in response.text.replace("&quot;", '"')
+    assert nothing_saved()
+
+
+def test_a_refusal_by_the_engine_is_shown_and_nothing_is_saved(launcher_client, monkeypatch):
+    preflight_url = check(launcher_client, plan_file=pipeline_upload())
+
+    def refuse(*args, **kwargs):
+        raise runs.LaunchRefused("cap must be at least 1, got 0")
+
+    monkeypatch.setattr(runs, "launch", refuse)
+    response = launcher_client.post(preflight_url, form_data(action="launch"))
+    assert response.status_code == 200
+    assert "Launch refused: cap must be at least 1, got 0" in response.text
+    assert nothing_saved()
+
+
+def test_an_unknown_or_expired_preflight_goes_back_to_the_form(launcher_client):
+    response = launcher_client.get("/runs/new/nosuchtoken/", follow=True)
+    assert response.redirect_chain == [("/runs/new/", 302)]
+    assert "That check has expired" in response.text
+
+
+def test_a_saved_plan_is_launched_as_it_is(launcher_client, make_plan, personas):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}, goal="Saved goal")
+    assert plan.goal in launcher_client.get("/runs/new/").text
+    preflight_url = check(launcher_client, source="saved", saved_plan=str(plan.pk))
+    checked = launcher_client.get(preflight_url).context["preflight"]
+    assert checked.ok and checked.estimate_usd == runs.estimate_cost(plan)
+    response = launcher_client.post(preflight_url, form_data(action="launch"))
+    run = Run.objects.get()
+    assert run.plan == plan and Plan.objects.count() == 1
+    assert response["Location"] == f"/runs/{run.pk}/"
+
+
+def test_a_saved_plan_keeps_its_goal(launcher_client, make_plan):
+    plan = make_plan({"a": ("researcher", [])}, goal="Saved goal")
+    response = launcher_client.post("/runs/new/", form_data(source="saved", saved_plan=str(plan.pk), goal="Another goal"))
+    assert response.status_code == 200
+    assert "A saved plan keeps its own goal" in response.context["form"].errors["goal"][0]
+    assert not Run.objects.exists()
+
+
+def test_a_saved_plan_with_a_retired_agent_lists_it(launcher_client, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])})
+    Agent.objects.filter(name="writer").update(status=Agent.Status.RETIRED)
+    response = launcher_client.post("/runs/new/", form_data(source="saved", saved_plan=str(plan.pk)))
+    assert response.status_code == 200
+    (error,) = response.context["preflight"].errors
+    assert str(error) == 'subtask "b": agent: agent "writer" is retired; only active agents can run subtasks'
+    assert not Run.objects.exists()
+
+
+def test_the_planner_proposes_a_plan_that_is_launched_after_its_preflight(launcher_client, personas, settings):
+    settings.ANTHROPIC_API_KEY = ""  # the simulated planner
+    preflight_url = check(launcher_client, source="planner", goal="Research the best vector database for us")
+    plan = Plan.objects.get()  # the planner saves the plan it proposes; no run yet
+    assert plan.source == Plan.Source.PLANNER and not Run.objects.exists()
+    page = launcher_client.get(preflight_url)
+    assert page.context["preflight"].ok
+    assert "Proposed by the planner" in page.text and "simulated" in page.text
+    launcher_client.post(preflight_url, form_data(action="launch"))
+    assert Run.objects.get().plan == plan
+
+
+def test_a_planner_error_is_shown_on_the_form(launcher_client, monkeypatch):
+    from orchestrator import planner
+
+    def fail(goal, *, created_by=None):
+        raise planner.PlannerError("the planner's answer named no agents")
+
+    monkeypatch.setattr(planner, "propose_plan", fail)
+    response = launcher_client.post("/runs/new/", form_data(source="planner", goal="Anything at all"))
+    assert response.status_code == 200
+    assert "the planner&#x27;s answer named no agents" in response.text
+    assert nothing_saved()

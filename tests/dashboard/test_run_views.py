@@ -1,0 +1,382 @@
+"""The run page and its actions: what each persona sees and may do, the partials, downloads."""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from orchestrator import runs, scheduler
+from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>alert("x")</script><img src=x onerror="alert(1)">'
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    """The personas' passwords are hashed with a fast hasher: these tests are not about passwords."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def brief(make_plan, demo_agents, priced_limit, monkeypatch):
+    """A launched fan-out / fan-in run (nothing enqueued: no broker in these tests)."""
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    plan = make_plan(
+        {
+            "scope": ("researcher", []),
+            "a": ("researcher", ["scope"]),
+            "b": ("researcher", ["scope"]),
+            "write": ("writer", ["a", "b"], {"gate": "after"}),
+        },
+        goal="Decide about SQLite",
+    )
+    return runs.launch(plan, cap=2, budget_usd="5")
+
+
+@pytest.fixture
+def login(client):
+    def as_(user):
+        client.force_login(user)
+        return client
+
+    return as_
+
+
+def url(name, run, *args):
+    return reverse(name, args=[run.pk, *args])
+
+
+def task(run, key) -> TaskRun:
+    return run.tasks.get(subtask__key=key)
+
+
+def finish(t: TaskRun, output: str = "Done.", state: str = TaskRun.State.SUCCEEDED) -> None:
+    now = timezone.now()
+    Attempt.objects.filter(task_run=t).update(
+        state=Attempt.State.SUCCEEDED, worker="host:1", started_at=now, finished_at=now, output_tokens=12
+    )
+    TaskRun.objects.filter(pk=t.pk).update(
+        state=state, output=output, summary=output[:50], progress=100, output_tokens=12, input_tokens=30,
+        cost_usd=Decimal("0.0004"), started_at=now, finished_at=now,
+    )
+
+
+# --- Who may see the page -----------------------------------------------------------------------
+
+
+def test_anonymous_is_sent_to_login(client, brief):
+    response = client.get(url("run_detail", brief))
+    assert response.status_code == 302
+    assert "/accounts/login/" in response["Location"]
+
+
+def test_outsider_is_refused_and_audited(login, personas, brief):
+    response = login(personas["outsider"]).get(url("run_detail", brief))
+    assert response.status_code == 403
+    denial = Event.objects.filter(type="access.denied").latest("id")
+    assert denial.run_id == brief.pk
+    assert "orchestrator.view_run" in denial.message
+
+
+def test_viewer_sees_every_part_without_controls(login, personas, brief):
+    response = login(personas["viewer"]).get(url("run_detail", brief))
+    assert response.status_code == 200
+    html = response.content.decode()
+    for root in ("run-header", "run-totals", "run-checkpoints", "agent-lanes", "run-gantt", "task-table",
+                 "event-log-rows", "run-result", "dag-graph", "task-panel"):
+        assert f'id="{root}"' in html, root
+    for t in brief.tasks.all():
+        assert f'id="task-{t.pk}"' in html
+    assert 'ws-connect="/ws/runs/%d/"' % brief.pk in html
+    brief.refresh_from_db()
+    assert brief.last_event_seq > 0
+    assert f'data-seq="{brief.last_event_seq}"' in html
+    assert 'data-action="pause"' not in html
+    assert 'data-action="cancel"' not in html
+
+
+def test_launcher_sees_run_controls(login, personas, brief):
+    html = login(personas["launcher"]).get(url("run_detail", brief)).content.decode()
+    assert 'data-action="pause"' in html
+    assert 'data-action="cancel"' in html
+
+
+def test_page_has_no_inline_script_or_style(login, personas, brief):
+    html = login(personas["viewer"]).get(url("run_detail", brief)).content.decode()
+    scripts = re.findall(r"<script\b([^>]*)>", html)
+    for attrs in scripts:
+        assert "src=" in attrs or 'type="application/json"' in attrs, attrs
+    assert " style=" not in html
+    assert not re.search(r"\son[a-z]+=", html)
+    assert "hx-on" not in html
+
+
+def test_graph_json_has_every_dependency(login, personas, brief):
+    data = login(personas["viewer"]).get(url("run_graph", brief)).json()
+    assert len(data["nodes"]) == 4
+    pairs = {(e["source"], e["target"]) for e in data["edges"]}
+    ids = {n["key"]: n["id"] for n in data["nodes"]}
+    assert pairs == {(ids["scope"], ids["a"]), (ids["scope"], ids["b"]), (ids["a"], ids["write"]), (ids["b"], ids["write"])}
+
+
+# --- Untrusted text -----------------------------------------------------------------------------
+
+
+def test_goal_titles_and_output_are_escaped(login, personas, make_plan, demo_agents, priced_limit, monkeypatch):
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    plan = make_plan({"evil": ("writer", [], {"title": "T " + XSS, "instructions": XSS})}, goal="G " + XSS)
+    run = runs.launch(plan, budget_usd="5")
+    t = task(run, "evil")
+    finish(t, output="# Head\n\n" + XSS + "\n\n[link](javascript:alert(1))")
+    client = login(personas["viewer"])
+    for page, htmx in ((url("run_detail", run) + f"?task={t.pk}", False), (url("run_task_output", run, t.pk), True)):
+        html = client.get(page, **({"HTTP_HX_REQUEST": "true"} if htmx else {})).content.decode()
+        assert "<script>alert" not in html  # never a live tag: escaped as text, or removed
+        assert "<img" not in html
+        assert 'href="javascript' not in html
+        if not htmx:
+            assert "&lt;script&gt;alert" in html  # the goal and the title show it as text
+    html = client.get(url("run_task_output", run, t.pk)).content.decode()
+    assert "<h1>Head</h1>" in html
+
+
+# --- Task panel ---------------------------------------------------------------------------------
+
+
+def test_task_panel_shows_instructions_upstream_summaries_output_and_attempts(login, personas, brief):
+    scope = task(brief, "scope")
+    finish(scope, output="Scope summary text.")
+    a = task(brief, "a")
+    client = login(personas["viewer"])
+    html = client.get(url("run_task", brief, a.pk), HTTP_HX_REQUEST="true").content.decode()
+    assert f'id="task-panel" class="task-panel" data-task="{a.pk}"' in html
+    assert "Upstream summaries it received" in html
+    assert "Scope summary" in html
+    html = client.get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").content.decode()
+    assert "host:1" in html  # the attempt's worker
+    assert "Done" in html or "Scope summary text." in html
+
+
+def test_task_panel_without_htmx_redirects_to_the_page_with_it_open(login, personas, brief):
+    a = task(brief, "a")
+    response = login(personas["viewer"]).get(url("run_task", brief, a.pk))
+    assert response.status_code == 302
+    assert response["Location"].endswith(f"?task={a.pk}")
+
+
+def test_task_of_another_run_is_404(login, personas, brief, make_plan):
+    other = runs.launch(make_plan({"x": ("writer", [])}), budget_usd="5")
+    response = login(personas["viewer"]).get(url("run_task", brief, other.tasks.get().pk), HTTP_HX_REQUEST="true")
+    assert response.status_code == 404
+
+
+# --- Controls -----------------------------------------------------------------------------------
+
+
+def test_viewer_cannot_pause(login, personas, brief):
+    response = login(personas["viewer"]).post(url("run_pause", brief))
+    assert response.status_code == 403
+    brief.refresh_from_db()
+    assert brief.status == Run.Status.RUNNING
+    assert Event.objects.filter(type="access.denied", run=brief).exists()
+
+
+def test_pause_and_resume_write_events(login, personas, brief):
+    client = login(personas["launcher"])
+    response = client.post(url("run_pause", brief), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="run-flash"' in html and "paused" in html
+    assert 'id="run-header"' in html and 'hx-swap-oob="true"' in html
+    brief.refresh_from_db()
+    assert brief.status == Run.Status.PAUSED
+    assert Event.objects.filter(run=brief, type="run.paused", actor_user=personas["launcher"]).exists()
+    response = client.post(url("run_resume", brief))
+    assert response.status_code == 302  # a plain form post goes back to the page
+    brief.refresh_from_db()
+    assert brief.status == Run.Status.RUNNING
+
+
+def test_refused_action_answers_with_the_reason(login, personas, brief):
+    client = login(personas["launcher"])
+    response = client.post(url("run_resume", brief), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert response["X-Glassbox-Refused"] == "1"
+    html = response.content.decode()
+    assert "run-flash-error" in html and "cannot be resumed" in html
+    assert 'id="run-header"' not in html  # nothing changed: no parts
+    response = client.post(url("run_resume", brief), follow=True)
+    assert "cannot be resumed" in response.content.decode()  # a plain post: the message after the redirect
+
+
+def test_get_on_an_action_is_not_allowed(login, personas, brief):
+    assert login(personas["launcher"]).get(url("run_cancel", brief)).status_code == 405
+
+
+def test_cancel(login, personas, brief):
+    login(personas["launcher"]).post(url("run_cancel", brief), HTTP_HX_REQUEST="true")
+    brief.refresh_from_db()
+    assert brief.status == Run.Status.CANCELLED
+
+
+def test_retry_and_skip_a_task(login, personas, brief):
+    client = login(personas["launcher"])
+    scope = task(brief, "scope")
+    TaskRun.objects.filter(pk=scope.pk).update(state=TaskRun.State.FAILED, error="boom", finished_at=timezone.now())
+    response = client.post(url("run_task_retry", brief, scope.pk), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200, response.content
+    assert f'id="task-{scope.pk}"' in response.content.decode()
+    assert Event.objects.filter(run=brief, type="task.retried", task_run=scope).exists()
+    a = task(brief, "a")
+    response = client.post(url("run_task_skip", brief, a.pk), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert task(brief, "a").state == TaskRun.State.SKIPPED
+    assert Event.objects.filter(run=brief, type="task.skipped", task_run=a, actor_user=personas["launcher"]).exists()
+
+
+def test_approver_cannot_control_and_launcher_cannot_decide(login, personas, brief):
+    assert login(personas["approver"]).post(url("run_cancel", brief)).status_code == 403
+    cp = Checkpoint.objects.create(run=brief, task_run=task(brief, "write"), kind=Checkpoint.Kind.AFTER)
+    response = login(personas["launcher"]).post(url("run_checkpoint_decide", brief, cp.pk), {"decision": "approve"})
+    assert response.status_code == 403
+    cp.refresh_from_db()
+    assert cp.status == Checkpoint.Status.PENDING
+
+
+# --- Checkpoints --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def review(brief):
+    """`write` finished and waits for the review of its output."""
+    for key in ("scope", "a", "b"):
+        finish(task(brief, key))
+    write = task(brief, "write")
+    finish(write, output="Final **brief**.", state=TaskRun.State.AWAITING_REVIEW)
+    TaskRun.objects.filter(pk=write.pk).update(finished_at=None)
+    return Checkpoint.objects.create(run=brief, task_run=write, kind=Checkpoint.Kind.AFTER)
+
+
+def test_pending_review_is_shown_with_approve_and_reject(login, personas, brief, review):
+    html = login(personas["approver"]).get(url("run_detail", brief)).content.decode()
+    assert f'id="checkpoint-{review.pk}"' in html
+    assert 'value="approve"' in html and 'value="reject"' in html
+    assert "<strong>brief</strong>" in html  # the output under review, as sanitised Markdown
+
+
+def test_reject_needs_a_comment(login, personas, brief, review):
+    client = login(personas["approver"])
+    response = client.post(url("run_checkpoint_decide", brief, review.pk), {"decision": "reject", "comment": " "}, HTTP_HX_REQUEST="true")
+    assert response["X-Glassbox-Refused"] == "1"
+    assert "comment is required" in response.content.decode()
+    review.refresh_from_db()
+    assert review.status == Checkpoint.Status.PENDING
+    response = client.post(url("run_checkpoint_decide", brief, review.pk), {"decision": "reject", "comment": "too vague"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    review.refresh_from_db()
+    assert review.status == Checkpoint.Status.REJECTED
+    assert review.comment == "too vague"
+    assert Event.objects.filter(run=brief, type="checkpoint.rejected", actor_user=personas["approver"]).exists()
+
+
+def test_approve(login, personas, brief, review):
+    response = login(personas["approver"]).post(url("run_checkpoint_decide", brief, review.pk), {"decision": "approve"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    assert task(brief, "write").state == TaskRun.State.SUCCEEDED
+    brief.refresh_from_db()
+    assert brief.status == Run.Status.SUCCEEDED
+
+
+def test_unknown_decision_is_refused(login, personas, brief, review):
+    response = login(personas["approver"]).post(url("run_checkpoint_decide", brief, review.pk), {"decision": "maybe"}, HTTP_HX_REQUEST="true")
+    assert response["X-Glassbox-Refused"] == "1"
+    review.refresh_from_db()
+    assert review.status == Checkpoint.Status.PENDING
+
+
+# --- Plan approval with edits --------------------------------------------------------------------
+
+
+@pytest.fixture
+def awaiting(make_plan, demo_agents, priced_limit, personas):
+    plan = make_plan(
+        {"scope": ("researcher", []), "a": ("researcher", ["scope"]), "write": ("writer", ["a"])},
+        goal="Plan to approve",
+    )
+    return runs.launch(plan, budget_usd="5", require_plan_approval=True, launched_by=personas["launcher"])
+
+
+def test_plan_checkpoint_shows_the_plan_with_edit_and_remove(login, personas, awaiting):
+    cp = awaiting.checkpoints.get()
+    html = login(personas["approver"]).get(url("run_detail", awaiting)).content.decode()
+    assert "Approve the plan" in html
+    assert reverse("run_plan_edit", args=[awaiting.pk, cp.pk, "a"]) in html
+    assert reverse("run_plan_remove", args=[awaiting.pk, cp.pk, "a"]) in html
+
+
+def test_edit_and_remove_through_the_views(login, personas, awaiting):
+    cp = awaiting.checkpoints.get()
+    client = login(personas["approver"])
+    response = client.post(reverse("run_plan_edit", args=[awaiting.pk, cp.pk, "a"]), {"instructions": "Look deeper."}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    awaiting.refresh_from_db()
+    assert awaiting.plan.subtasks.get(key="a").instructions == "Look deeper."
+    response = client.post(reverse("run_plan_remove", args=[awaiting.pk, cp.pk, "a"]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "write no longer waits for it" in html
+    assert 'id="dag-graph"' in html and 'id="task-table"' in html
+    assert not awaiting.tasks.filter(subtask__key="a").exists()
+    response = client.post(reverse("run_checkpoint_decide", args=[awaiting.pk, cp.pk]), {"decision": "approve"}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    awaiting.refresh_from_db()
+    assert awaiting.status == Run.Status.RUNNING
+
+
+def test_viewer_cannot_edit_the_plan(login, personas, awaiting):
+    cp = awaiting.checkpoints.get()
+    response = login(personas["viewer"]).post(reverse("run_plan_remove", args=[awaiting.pk, cp.pk, "a"]))
+    assert response.status_code == 403
+    assert awaiting.tasks.filter(subtask__key="a").exists()
+
+
+# --- Event log and downloads --------------------------------------------------------------------
+
+
+def test_event_log_filters_by_task_and_type(login, personas, brief):
+    client = login(personas["viewer"])
+    scope = task(brief, "scope")
+    html = client.get(url("run_events", brief), {"task": scope.pk}).content.decode()
+    seqs = [int(s) for s in re.findall(r'id="event-(\d+)"', html)]
+    expected = list(Event.objects.filter(run=brief, task_run=scope).order_by("-seq").values_list("seq", flat=True))
+    assert seqs == expected and seqs
+    html = client.get(url("run_events", brief), {"type": "run"}).content.decode()
+    types = re.findall(r'data-type="([^"]+)"', html)
+    assert types and all(t.startswith("run.") for t in types)
+    html = client.get(url("run_events", brief), {"type": "task.queued"}).content.decode()
+    assert set(re.findall(r'data-type="([^"]+)"', html)) == {"task.queued"}
+
+
+def test_downloads(login, personas, brief):
+    for key in ("scope", "a", "b"):
+        finish(task(brief, key), output=f"Output of {key}.")
+    finish(task(brief, "write"), output="# The brief\n\nAll done.")
+    client = login(personas["viewer"])
+    response = client.get(url("run_download_md", brief))
+    assert response["Content-Type"].startswith("text/markdown")
+    assert "attachment" in response["Content-Disposition"]
+    text = response.content.decode()
+    assert text.index("# The brief") < text.index("Output of scope.")
+    response = client.get(url("run_download_json", brief))
+    data = json.loads(response.content)
+    assert data["run"]["id"] == brief.pk
+    assert data["final_tasks"] == ["write"]
+    assert {t["key"] for t in data["tasks"]} == {"scope", "a", "b", "write"}
+    assert data["plan"]["dependencies"]

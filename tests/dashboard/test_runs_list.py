@@ -1,0 +1,112 @@
+"""The runs page and its polled table: who may see them, and what each row says."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from dashboard.views.runs import format_duration
+from orchestrator import runs
+from orchestrator.models import Event, Run, TaskRun
+
+pytestmark = pytest.mark.django_db
+
+PAGES = ["/", "/runs/table/"]
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_anonymous_is_sent_to_the_login_page(client, url):
+    response = client.get(url)
+    assert response.status_code == 302
+    assert response["Location"] == f"/accounts/login/?next={url}"
+
+
+@pytest.mark.parametrize("url", PAGES)
+def test_a_user_without_view_run_gets_403_and_the_denial_is_audited(client, personas, url):
+    client.force_login(personas["outsider"])
+    response = client.get(url)
+    assert response.status_code == 403
+    denial = Event.objects.get(type="access.denied")
+    assert denial.actor_user == personas["outsider"]
+    assert denial.payload == {"permission": "orchestrator.view_run", "action": f"GET {url}"}
+
+
+def test_the_page_is_empty_before_any_run(client, personas):
+    client.force_login(personas["viewer"])
+    response = client.get("/")
+    assert response.status_code == 200
+    assert "No runs yet." in response.text
+    assert 'hx-trigger="every 2s"' in response.text  # the table refreshes itself
+
+
+@pytest.fixture
+def two_runs(demo_agents, priced_limit, make_plan, personas):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["a"])}, goal="Compare databases")
+    first = runs.launch(plan, cap=2, budget_usd="0.50", launched_by=personas["launcher"])
+    started = timezone.now() - timedelta(minutes=3, seconds=5)
+    first.tasks.filter(subtask__key="a").update(state=TaskRun.State.SUCCEEDED)
+    first.tasks.filter(subtask__key="b").update(state=TaskRun.State.FAILED)
+    Run.objects.filter(pk=first.pk).update(started_at=started, cost_usd=Decimal("0.6"), budget_usd=Decimal("0.5"))
+    second = runs.launch(plan, require_plan_approval=True)
+    return first, second
+
+
+def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, personas, two_runs):
+    first, second = two_runs
+    client.force_login(personas["viewer"])
+    for url in PAGES:
+        response = client.get(url)
+        assert response.status_code == 200
+        rows = {row.run.pk: row for row in response.context["rows"]}
+        assert list(rows) == [second.pk, first.pk]  # newest first
+        row = rows[first.pk]
+        assert (row.done, row.total, row.failed) == (2, 3, 1)
+        assert row.elapsed.startswith("3 min 0")
+        assert row.launched_by == "launcher"
+        assert row.cost_over_budget and row.budget_used_percent == 100
+        assert row.url == f"/runs/{first.pk}/"
+        waiting = rows[second.pk]
+        assert (waiting.done, waiting.total, waiting.elapsed, waiting.launched_by) == (0, 3, "not started", "command line")
+        assert waiting.pending_checkpoints == 1
+        html = response.text
+        assert f'id="run-row-{first.pk}"' in html
+        assert "2/3 done" in html and "1 failed" in html
+        assert "$0.6000" in html and "of $0.50" in html
+        assert "Awaiting Approval" in html
+        assert "1 waiting for a decision" in html
+
+
+def test_the_table_alone_is_the_partial_the_page_includes(client, personas, two_runs):
+    client.force_login(personas["viewer"])
+    table = client.get("/runs/table/").text
+    assert '<section id="runs-table"' in table
+    assert "<html" not in table
+    page = client.get("/").text
+    assert '<section id="runs-table"' in page and "<html" in page
+
+
+def test_only_launchers_see_the_new_run_button(client, personas):
+    client.force_login(personas["viewer"])
+    assert "/runs/new/" not in client.get("/").text
+    client.force_login(personas["launcher"])
+    assert "/runs/new/" in client.get("/").text
+
+
+def test_goals_are_escaped(client, personas, demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", [])}, goal="<script>alert(1)</script>")
+    runs.launch(plan)
+    client.force_login(personas["viewer"])
+    html = client.get("/runs/table/").text
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(None, "—"), (0.84, "0.8 s"), (42, "42 s"), (185, "3 min 05 s"), (7440, "2 h 04 min"), (3 * 86400 + 7200, "3 d 2 h")],
+)
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
