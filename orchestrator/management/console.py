@@ -6,10 +6,11 @@ and print through the helpers here so that every command words and formats thing
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
 from django.core.management.base import CommandError
@@ -216,3 +217,26 @@ def write_line(stream: IO[str], text: str, bar: tqdm | None = None) -> None:
     else:
         stream.write(text + "\n")
         stream.flush()
+
+
+# --- Argument types shared by the commands ------------------------------------------------------
+
+
+def budget_argument(value: str) -> Decimal:
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise argparse.ArgumentTypeError(f"must be an amount in USD such as 0.50, got {value!r}") from None
+    if not amount.is_finite() or amount <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
+    return amount
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number

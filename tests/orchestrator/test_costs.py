@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from orchestrator import costs, execution, runs
-from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.models import Attempt, Run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,14 +1,13 @@
 import io
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from orchestrator.models import Agent, Dependency, Plan, Subtask
+from tests.conftest import child_database_url, child_env
 
 pytestmark = pytest.mark.django_db
 
@@ -180,29 +179,26 @@ def test_import_plan_refuses_an_oversized_file(tmp_path):
 # --- From the real command line ------------------------------------------------------------------
 
 
-def manage(*args, database_path):
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "orchestrator.settings", "GLASSBOX_SQLITE_PATH": str(database_path)}
-    env.pop("DATABASE_URL", None)
+def manage(*args, database_url: str):
+    """Run manage.py in a real subprocess against `database_url`."""
     return subprocess.run(
         [sys.executable, "manage.py", *args],
         cwd=PROJECT_DIR,
-        env=env,
+        env=child_env(DATABASE_URL=database_url),
         capture_output=True,
         text=True,
         timeout=60,
     )
 
 
-@pytest.fixture
-def sqlite_only():
-    if connection.vendor != "sqlite":
-        pytest.skip("the command-line tests point the subprocess at the SQLite test database")
+def empty_sqlite(tmp_path, name: str) -> str:
+    return f"sqlite:///{tmp_path / name}"
 
 
-def test_command_line_syntax_error_exits_1_without_traceback(sqlite_only, tmp_path):
+def test_command_line_syntax_error_exits_1_without_traceback(tmp_path):
     path = write(tmp_path, "broken.yaml", SYNTAX_ERROR_PLAN)
 
-    result = manage("validate_plan", path, database_path=tmp_path / "unused.sqlite3")
+    result = manage("validate_plan", path, database_url=empty_sqlite(tmp_path, "unused.sqlite3"))
 
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
@@ -210,11 +206,11 @@ def test_command_line_syntax_error_exits_1_without_traceback(sqlite_only, tmp_pa
     assert "line 4, column 13: mapping values are not allowed here" in result.stderr
 
 
-def test_command_line_validation_problems_exit_1_without_traceback(sqlite_only, tmp_path):
+def test_command_line_validation_problems_exit_1_without_traceback(tmp_path):
     # The subprocess reads the (migrated) test database, where no agent exists.
     path = write(tmp_path, "bad.yaml", BAD_PLAN)
 
-    result = manage("validate_plan", path, database_path=connection.settings_dict["NAME"])
+    result = manage("validate_plan", path, database_url=child_database_url())
 
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
@@ -223,10 +219,10 @@ def test_command_line_validation_problems_exit_1_without_traceback(sqlite_only, 
     assert "cycle: a → b → c → a" in result.stderr
 
 
-def test_command_line_without_a_migrated_database_explains_itself(sqlite_only, tmp_path):
+def test_command_line_without_a_migrated_database_explains_itself(tmp_path):
     path = write(tmp_path, "plan.yaml", GOOD_PLAN)
 
-    result = manage("import_plan", path, database_path=tmp_path / "empty.sqlite3")
+    result = manage("import_plan", path, database_url=empty_sqlite(tmp_path, "empty.sqlite3"))
 
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr

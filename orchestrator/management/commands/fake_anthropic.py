@@ -18,6 +18,7 @@ import argparse
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator.fake_anthropic import FakeAnthropicServer, RateLimits
+from orchestrator.management.console import positive_int
 
 
 def port_number(value: str) -> int:
@@ -37,16 +38,6 @@ def non_negative(value: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number of seconds, got {value!r}") from None
     if number < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, got {number}")
-    return number
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
 
 

@@ -6,9 +6,8 @@ or run not succeeded; 2 no qcluster running; 130 stopped watching with Ctrl-C (t
 
 from __future__ import annotations
 
-import argparse
 import json
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
@@ -17,6 +16,7 @@ from django.db import DatabaseError, transaction
 from orchestrator import plans, runs
 from orchestrator.cluster import cluster_is_running
 from orchestrator.management import console
+from orchestrator.management.console import budget_argument, positive_int
 from orchestrator.models import Plan, Run
 
 from .validate_plan import database_unavailable, load_or_fail
@@ -26,26 +26,6 @@ NO_CLUSTER_MESSAGE = (
 )
 NO_CLUSTER_EXIT = 2
 STOPPED_WATCHING_EXIT = 130
-
-
-def budget_argument(value: str) -> Decimal:
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"must be an amount in USD such as 0.50, got {value!r}") from None
-    if not amount.is_finite() or amount <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
-    return amount
-
-
-def positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {value!r}") from None
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
 
 
 class Command(BaseCommand):

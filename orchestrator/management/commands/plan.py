@@ -20,7 +20,7 @@ from orchestrator.cluster import cluster_is_running
 from orchestrator.management import console
 from orchestrator.models import Checkpoint, Plan, Run
 
-from .launch import budget_argument, positive_int
+from orchestrator.management.console import budget_argument, positive_int
 from .validate_plan import database_unavailable, format_summary
 
 TITLE_WIDTH = 48
