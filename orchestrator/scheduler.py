@@ -431,9 +431,14 @@ def dispatch(task: TaskRun, reserve: Decimal, now, *, enqueue: bool = True) -> A
 
 
 def enqueue_attempt(attempt_id: int) -> None:
+    """Hand an admitted attempt to the broker. If the broker is down, the reaper hands it over again
+    after GLASSBOX_QUEUED_GRACE_S: the attempt row is the record, the broker only delivers."""
     from django_q.tasks import async_task
 
-    async_task("orchestrator.tasks.execute_attempt", attempt_id, task_name=f"attempt-{attempt_id}", save=False)
+    try:
+        async_task("orchestrator.tasks.execute_attempt", attempt_id, task_name=f"attempt-{attempt_id}", save=False)
+    except Exception as exc:  # a broker outage must not break the commit callbacks after this one
+        log.warning("attempt %s not handed to the broker (%s: %s); the reaper will retry", attempt_id, type(exc).__name__, exc)
 
 
 def stop_over_budget(run: Run) -> None:
