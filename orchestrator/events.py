@@ -69,8 +69,24 @@ def record(
     return event
 
 
+# False in a worker process whose channel layer is in-process (the embedded default): its
+# doorbells could reach no viewer, since viewers live in daphne and tail the Event table there.
+doorbell_reaches_viewers = True
+
+
+def silence_doorbell_if_unreachable() -> None:
+    """Called in each worker process: skip doorbells that an in-process channel layer cannot carry."""
+    global doorbell_reaches_viewers
+    from django.conf import settings
+
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    doorbell_reaches_viewers = not backend.endswith("InMemoryChannelLayer")
+
+
 def ring_doorbell(run_id: int, seq: int) -> None:
     """Tell live viewers of a run that event `seq` exists. Losing this message loses nothing."""
+    if not doorbell_reaches_viewers:
+        return
     try:
         from asgiref.sync import async_to_sync
         from channels.layers import get_channel_layer

@@ -269,8 +269,9 @@ def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
     return limit.cost(input_tokens, task.agent.max_output_tokens)
 
 
-# A throttled task is looked at again after at most this long, even if the budget frees later.
-THROTTLE_RECHECK_S = 10.0
+# A throttled task is looked at again after at most this long (the tick's pace), even if the
+# whole budget frees later: one request's worth usually frees sooner.
+THROTTLE_RECHECK_S = 1.0
 
 
 def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[str, float]:

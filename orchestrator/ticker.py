@@ -48,7 +48,11 @@ def ticker_loop(interval_s: float) -> None:
 
 
 def start_ticker(**kwargs) -> None:
-    """post_spawn receiver: start this process's ticker thread once."""
+    """post_spawn receiver: start this process's ticker thread once (and, as this is a worker
+    process, stop ringing doorbells that could not reach any viewer from here)."""
+    from .events import silence_doorbell_if_unreachable
+
+    silence_doorbell_if_unreachable()
     if _started.is_set() or not settings.GLASSBOX_TICK_S:
         return
     _started.set()
