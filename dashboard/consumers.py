@@ -22,12 +22,15 @@ plan's structure changed), and the log rows of the events themselves (prepended 
 
 Delivery: events are numbered per run and the Event table is the record. The consumer keeps
 the number of the last event it sent and sends everything after it, so it never skips one.
-It wakes up on a doorbell from the channel layer (events.ring_doorbell, after each commit) and
-also polls the run's `last_event_seq` every POLL_S: on the embedded default the in-memory
-channel layer does not reach across processes, so the workers' events arrive through the
-poll. Frames go out at most every MIN_FRAME_INTERVAL_S (more apart when rendering one takes
-long, up to MAX_FRAME_INTERVAL_S), so a fast stream of progress events is coalesced: a few
-updates a second per task at most, whatever the workers write.
+The run's broadcaster (dashboard/broadcast.py, one per run per process) does the work for all
+of the run's viewers: it wakes up on a doorbell from the channel layer (events.ring_doorbell,
+after each commit) and also polls the run's `last_event_seq` every POLL_S: on the embedded
+default the in-memory channel layer does not reach across processes, so the workers' events
+arrive through the poll. It renders each frame once per range of events and permission class
+and hands every viewer its copy (with its own CSRF token); a viewer that is behind gets its own
+catch-up frame. Frames go out at most every MIN_FRAME_INTERVAL_S (more apart when rendering
+takes long, up to MAX_FRAME_INTERVAL_S), so a fast stream of progress events is coalesced: a
+few updates a second per task at most, whatever the workers write or however many watch.
 
 The consumer only reads (its one write is the audit entry of a refused connection): actions
 go through the POST views, which check permissions.
@@ -35,7 +38,6 @@ go through the POST views, which check permissions.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 
@@ -44,19 +46,14 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from orchestrator.audit import record_denial
-from orchestrator.events import run_group_name
 from orchestrator.models import Run
 
-from . import fragments
+from . import broadcast, fragments
+from .broadcast import MAX_FRAME_INTERVAL_S, MIN_FRAME_INTERVAL_S, POLL_S  # noqa: F401 - part of the protocol's description
 from .permissions import VIEW_RUN
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
-MIN_FRAME_INTERVAL_S = 0.25
-# A frame that took long to render (a large run) spaces the next ones out: at least twice the
-# render time apart, at most this much, so that one viewer cannot keep the server busy.
-MAX_FRAME_INTERVAL_S = 2.0
 # Close codes (4000-4999 are the application's): the handshake is refused with these.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
@@ -78,12 +75,14 @@ def _viewer_and_run(user, run_id: int, csrf_secret: str | None, path: str):
 
 
 class RunConsumer(AsyncWebsocketConsumer):
+    """One viewer's websocket: its cursor, permissions and watched task; the run's broadcaster
+    sends its frames (`send_frame`)."""
+
     async def connect(self):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.cursor: int | None = None
         self.watched: int | None = None
-        self.tail_task: asyncio.Task | None = None
-        self.wake = asyncio.Event()
+        self.broadcaster: broadcast.RunBroadcaster | None = None
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -95,19 +94,13 @@ class RunConsumer(AsyncWebsocketConsumer):
         if refused:
             await self.close(code=refused)
             return
-        self.group = run_group_name(self.run_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.tail_task = asyncio.create_task(self.tail())
+        self.broadcaster = broadcast.subscribe(self.run_id, self)
 
     async def disconnect(self, code):
-        if self.tail_task is not None:
-            self.tail_task.cancel()
-            try:
-                await self.tail_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - closing: nothing to report to
-                pass
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.broadcaster is not None:
+            self.broadcaster = None
+            await broadcast.unsubscribe(self.run_id, self)
 
     async def receive(self, text_data=None, bytes_data=None):
         try:
@@ -121,46 +114,11 @@ class RunConsumer(AsyncWebsocketConsumer):
                 self.cursor = max(0, int(message.get("last_seq") or 0))
             except (TypeError, ValueError):
                 return
-            self.wake.set()
+            if self.broadcaster is not None:
+                self.broadcaster.wake.set()
         elif kind == "watch":
             task = message.get("task")
             self.watched = int(task) if isinstance(task, int) or (isinstance(task, str) and task.isdigit()) else None
 
-    async def run_event(self, event):
-        """A doorbell from events.ring_doorbell: event `seq` of this run exists."""
-        if self.cursor is not None and int(event.get("seq") or 0) > self.cursor:
-            self.wake.set()
-
-    async def tail(self):
-        loop = asyncio.get_running_loop()
-        last_frame = 0.0
-        interval = MIN_FRAME_INTERVAL_S
-        while True:
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=POLL_S)
-            except TimeoutError:
-                pass
-            self.wake.clear()
-            if self.cursor is None:
-                continue
-            pause = interval - (loop.time() - last_frame)
-            if pause > 0:
-                await asyncio.sleep(pause)
-            cursor = self.cursor
-            began = loop.time()
-            try:
-                batch = await database_sync_to_async(fragments.render_batch)(
-                    self.run_id, cursor, self.viewer, self.watched
-                )
-            except Exception:  # a bad render must not end the live view: log it, try again later
-                log.exception("run %s: could not render the events after %s", self.run_id, cursor)
-                await asyncio.sleep(1.0)
-                continue
-            if batch is None:
-                continue
-            interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, 2 * (loop.time() - began)))
-            if self.cursor != cursor:  # a resume arrived while rendering: start again from it
-                continue
-            await self.send(text_data=batch.html)
-            self.cursor = batch.to_seq
-            last_frame = loop.time()
+    async def send_frame(self, html: str) -> None:
+        await self.send(text_data=html)

@@ -13,6 +13,7 @@ events of one task re-renders its row once.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,6 +58,11 @@ GANTT_TYPES = {
 RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
 
 
+# Stands for the viewer's CSRF token in HTML rendered once for many viewers (see Viewer.shared).
+# Random per process, so that no text a run shows (goals, outputs) can contain it by design.
+CSRF_PLACEHOLDER = "csrfshared" + secrets.token_hex(16)
+
+
 @dataclass(frozen=True)
 class Viewer:
     """Who the fragments are rendered for: decides which controls are shown (the POST views
@@ -69,6 +75,19 @@ class Viewer:
     @classmethod
     def for_user(cls, user, csrf_token: str = "") -> Viewer:
         return cls(user.has_perm(CONTROL_RUN), user.has_perm(DECIDE_CHECKPOINT), csrf_token)
+
+    def shared(self) -> Viewer:
+        """The viewer's permission class: what HTML rendered for it may be shared by.
+
+        Viewers with the same permissions see the same HTML except for their CSRF token, which
+        the shared render carries as CSRF_PLACEHOLDER (whether there is a token at all changes
+        the forms, so it is part of the class). `personalise` puts the viewer's own token back.
+        """
+        return Viewer(self.can_control, self.can_decide, CSRF_PLACEHOLDER if self.csrf_token else "")
+
+    def personalise(self, html: str) -> str:
+        """HTML rendered for `self.shared()` as if it had been rendered for this viewer."""
+        return html.replace(CSRF_PLACEHOLDER, self.csrf_token) if self.csrf_token else html
 
 
 def csrf_token_from_cookie(secret: str | None) -> str:
@@ -296,6 +315,10 @@ class Batch:
     html: str
     from_seq: int
     to_seq: int
+    # What the events were about, for the watched task's panel (render_watched_panel).
+    task_ids: tuple[int, ...] = ()
+    full: bool = False
+    tasks_beyond_progress: frozenset[int] = frozenset()  # tasks with events other than task.progress
 
 
 def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
@@ -324,13 +347,33 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
     return parts
 
 
+def latest_seq(run_id: int) -> int | None:
+    """The run's last event number (None for an unknown run)."""
+    return Run.objects.filter(pk=run_id).values_list("last_event_seq", flat=True).first()
+
+
 def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int | None = None) -> Batch | None:
     """One websocket message with everything after event `after_seq`, or None when nothing is new.
 
-    A client far behind (more events missed than the log shows) gets every part and the log
-    afresh instead of a row per event.
+    The run's parts and the log (render_run_batch) followed by the watched task's panel parts
+    (render_watched_panel). The live view renders the two separately, once for all the viewers
+    that share them (dashboard/broadcast.py); this is what each viewer receives.
     """
-    latest = Run.objects.filter(pk=run_id).values_list("last_event_seq", flat=True).first()
+    batch = render_run_batch(run_id, after_seq, viewer)
+    if batch is None:
+        return None
+    panel = render_watched_panel(run_id, batch, viewer, watched_task)
+    return Batch(batch.html + panel, batch.from_seq, batch.to_seq, batch.task_ids, batch.full,
+                 batch.tasks_beyond_progress)
+
+
+def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | None = None) -> Batch | None:
+    """The events after `after_seq` (up to `upto`, else the latest) and the parts they changed.
+
+    None when nothing is new. A client far behind (more events missed than the log shows) gets
+    every part and the log afresh instead of a row per event.
+    """
+    latest = latest_seq(run_id) if upto is None else upto
     if latest is None or latest <= after_seq:
         return None
     run = Run.objects.select_related("plan").get(pk=run_id)
@@ -358,9 +401,17 @@ def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int 
             .order_by("-seq")
         )
         html.append(render("event_rows", {**ctx, "events": events, "replace": False}))
-    if watched_task and (full or watched_task in task_ids):
-        task = TaskRun.objects.filter(pk=watched_task, run_id=run_id).select_related("run").first()
-        if task is not None:
-            progress_only = not full and all(t == "task.progress" for _, t, tid in meta if tid == watched_task)
-            html.append(render_panel_parts(task, viewer, output_only=progress_only))
-    return Batch("".join(html), after_seq + 1, latest)
+    beyond_progress = frozenset(tid for _, t, tid in meta if tid and t != "task.progress")
+    return Batch("".join(html), after_seq + 1, latest, tuple(task_ids), full, beyond_progress)
+
+
+def render_watched_panel(run_id: int, batch: Batch, viewer: Viewer, watched_task: int | None) -> str:
+    """The watched task's panel parts when `batch`'s events concern it ("" otherwise): its
+    header, output and attempts, or only header and output when it merely streamed progress."""
+    if not watched_task or not (batch.full or watched_task in batch.task_ids):
+        return ""
+    task = TaskRun.objects.filter(pk=watched_task, run_id=run_id).select_related("run").first()
+    if task is None:
+        return ""
+    progress_only = not batch.full and watched_task not in batch.tasks_beyond_progress
+    return render_panel_parts(task, viewer, output_only=progress_only)

@@ -20,7 +20,7 @@ from django.db import transaction
 from django.test import Client
 from django.utils import timezone
 
-from dashboard import consumers, fragments
+from dashboard import broadcast, consumers, fragments
 from orchestrator import events, plan_edits, runs, scheduler
 from orchestrator.asgi import application
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
@@ -317,6 +317,46 @@ def test_forms_in_frames_carry_a_csrf_token(run, personas):
         assert 'data-action="pause"' in html
         assert 'name="csrfmiddlewaretoken"' in html
         await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+async def group_size(layer, group: str) -> int:
+    """How many channels are in a channel-layer group, on the in-memory layer or channels_redis."""
+    if hasattr(layer, "groups"):
+        return len(layer.groups.get(group, {}))
+    connection = layer.connection(layer.consistent_hash(group))
+    return await connection.zcard(layer._group_key(group))
+
+
+def test_the_viewers_of_a_run_share_one_doorbell_and_one_poll(run, personas, monkeypatch):
+    """However many viewers watch a run, the process hears its doorbell and polls it once."""
+
+    cookie = cookies_for(personas["viewer"])
+    polls = []
+    real_latest = fragments.latest_seq
+    monkeypatch.setattr(fragments, "latest_seq", lambda run_id: polls.append(run_id) or real_latest(run_id))
+
+    async def scenario():
+        layer = get_channel_layer()
+        group = events.run_group_name(run.pk)
+        comms = [communicator(run.pk, cookie) for _ in range(3)]
+        for comm in comms:
+            assert (await comm.connect())[0]
+            await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 0}))
+        latest = await database_sync_to_async(last_seq)(run)
+        for comm in comms:
+            frames = await receive_until(comm, latest)
+            assert frame_seq(frames[0])[0] == 1
+        assert await group_size(layer, group) == 1  # one channel for the run, not one per viewer
+        polls.clear()
+        assert await comms[0].receive_nothing(timeout=1.0)
+        # One broadcaster polls (every POLL_S at most); three per-viewer loops would poll three times as often.
+        assert len(polls) <= 1.0 / consumers.POLL_S + 2
+        assert len(broadcast.broadcaster_for(run.pk).subscribers) == 3
+        for comm in comms:
+            await comm.disconnect()
+        assert await group_size(layer, group) == 0  # the last viewer leaving left the group
 
     async_to_sync(scenario)()
 

@@ -1,0 +1,249 @@
+"""One live feed per run per process: render each frame once, send it to every viewer it fits.
+
+A `RunBroadcaster` serves all the websockets (dashboard/consumers.py) watching one run in this
+process. It alone hears the run's doorbell (one channel in the run's group) and polls the run's
+`last_event_seq`, and at most every MIN_FRAME_INTERVAL_S it brings every viewer up to the
+latest event in one round:
+
+* viewers are grouped by the last event they were sent (their cursor): viewers in step share a
+  cursor, a viewer that is behind (it just connected, reconnected or asked again after a gap)
+  has its own and gets its own catch-up render. After a round every viewer is at the latest
+  event, so viewers that diverged are in step again;
+* for each cursor, the run's parts and log rows are rendered once per permission class
+  (`Viewer.shared()`: which controls the viewer may see, and whether its forms carry a CSRF
+  token at all), and the panel of a watched task once per (class, task);
+* each viewer gets that HTML with its own CSRF token put in (`Viewer.personalise`, a string
+  replace) — byte for byte what `fragments.render_batch` renders for it alone.
+
+Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (twice
+its render time, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S). The broadcaster starts
+with the run's first viewer and stops with its last.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from orchestrator.events import run_group_name
+
+from . import fragments
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.2
+MIN_FRAME_INTERVAL_S = 0.25
+# A round that took long to render (a large run, many viewers far behind) spaces the next ones
+# out: at least twice the render time apart, at most this much, so that the live view cannot
+# keep the server busy.
+MAX_FRAME_INTERVAL_S = 2.0
+# After a render failed: how long to wait before trying again.
+RETRY_AFTER_ERROR_S = 1.0
+
+
+class Subscriber(Protocol):
+    """A websocket watching the run (RunConsumer): what the broadcaster reads and calls."""
+
+    viewer: fragments.Viewer
+    cursor: int | None  # the last event sent (None until the client's first resume)
+    watched: int | None  # the task whose panel is open
+
+    async def send_frame(self, html: str) -> None: ...
+
+
+@dataclass
+class Round:
+    """The frames of one round, each rendered once: what to send to whom."""
+
+    latest: int
+    # cursor -> permission class -> the run's parts and log after that cursor (None: nothing new)
+    runs: dict[int, dict[fragments.Viewer, fragments.Batch | None]] = field(default_factory=dict)
+    # (cursor, permission class, task) -> that task's panel parts
+    panels: dict[tuple[int, fragments.Viewer, int], str] = field(default_factory=dict)
+    renders: int = 0
+
+    def frame_for(self, viewer: fragments.Viewer, cursor: int, watched: int | None) -> tuple[str, int] | None:
+        """(HTML, last event) for a viewer that was at `cursor` watching `watched` (None: nothing)."""
+        shared = viewer.shared()
+        batch = self.runs.get(cursor, {}).get(shared)
+        if batch is None:
+            return None
+        panel = self.panels[(cursor, shared, watched)] if watched else ""
+        return viewer.personalise(batch.html + panel), batch.to_seq
+
+
+def render_round(run_id: int, latest: int, wanted: dict[int, set[tuple[fragments.Viewer, int | None]]]) -> Round:
+    """Render, once each, the frames that bring viewers at these cursors up to event `latest`.
+
+    `wanted`: cursor -> {(permission class, watched task or None), ...} of the viewers there.
+    A render that fails is logged and leaves its viewers out of this round (they are served by
+    the next one); the others still get theirs.
+    """
+    result = Round(latest)
+    for cursor, keys in wanted.items():
+        per_class = result.runs.setdefault(cursor, {})
+        for shared, watched in sorted(keys, key=lambda k: (k[0].can_control, k[0].can_decide, k[0].csrf_token, k[1] or 0)):
+            if shared not in per_class:
+                try:
+                    per_class[shared] = fragments.render_run_batch(run_id, cursor, shared, upto=latest)
+                    result.renders += 1
+                except Exception:  # a bad render must not end the live view: log it, try again later
+                    log.exception("run %s: could not render the events after %s", run_id, cursor)
+                    per_class[shared] = None
+            batch = per_class[shared]
+            if batch is None or not watched or (cursor, shared, watched) in result.panels:
+                continue
+            try:
+                result.panels[(cursor, shared, watched)] = fragments.render_watched_panel(run_id, batch, shared, watched)
+            except Exception:
+                log.exception("run %s: could not render the panel of task %s", run_id, watched)
+                per_class[shared] = None  # no frame without its panel: the next round tries again
+    return result
+
+
+class RunBroadcaster:
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.subscribers: set[Subscriber] = set()
+        self.wake = asyncio.Event()
+        self.rounds = 0  # rounds that sent something (for tests and logs)
+        self._task: asyncio.Task | None = None
+        self._doorbell: asyncio.Task | None = None
+        self._stopped = False
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._serve(), name=f"live-run-{self.run_id}")
+        self._doorbell = asyncio.create_task(self._listen(), name=f"live-run-{self.run_id}-doorbell")
+
+    async def stop(self) -> None:
+        self._stopped = True
+        for task in (self._doorbell, self._task):
+            if task is None:
+                continue
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: nothing to report to
+                pass
+
+    async def _listen(self) -> None:
+        """Ring `wake` on every doorbell of the run (events.ring_doorbell, after each commit)."""
+        layer = get_channel_layer()
+        if layer is None:
+            return  # no channel layer: the poll alone brings the events
+        group = run_group_name(self.run_id)
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        try:
+            while True:
+                message = await layer.receive(channel)
+                if message.get("type") == "run.event":
+                    self.wake.set()
+        finally:
+            await asyncio.shield(layer.group_discard(group, channel))
+
+    def _check_stop(self) -> None:
+        """End the loop when stopped. A cancellation that arrives while a database call runs in
+        its thread is swallowed by asgiref (it waits for the call and returns its result), so
+        the loop also looks at the flag and at the task's pending cancellations."""
+        if self._stopped or asyncio.current_task().cancelling():
+            raise asyncio.CancelledError
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_frame = 0.0
+        interval = MIN_FRAME_INTERVAL_S
+        while True:
+            self._check_stop()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=POLL_S)
+            except TimeoutError:
+                pass
+            self.wake.clear()
+            if not any(s.cursor is not None for s in self.subscribers):
+                continue
+            pause = interval - (loop.time() - last_frame)
+            if pause > 0:
+                await asyncio.sleep(pause)
+            began = loop.time()
+            try:
+                sent = await self._round()
+            except Exception:  # a failed poll must not end the live view: log it, try again later
+                log.exception("run %s: live round failed", self.run_id)
+                await asyncio.sleep(RETRY_AFTER_ERROR_S)
+                continue
+            if sent:
+                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, 2 * (loop.time() - began)))
+                last_frame = loop.time()
+
+    async def _round(self) -> bool:
+        """Bring every viewer that is behind up to the latest event; whether anything was sent."""
+        latest = await database_sync_to_async(fragments.latest_seq)(self.run_id)
+        self._check_stop()
+        if latest is None:
+            return False
+        behind = {s: (s.cursor, s.watched) for s in self.subscribers if s.cursor is not None and s.cursor < latest}
+        if not behind:
+            return False
+        wanted: dict[int, set] = defaultdict(set)
+        for subscriber, (cursor, watched) in behind.items():
+            wanted[cursor].add((subscriber.viewer.shared(), watched))
+        result = await database_sync_to_async(render_round)(self.run_id, latest, dict(wanted))
+        self._check_stop()
+        sent = False
+        for subscriber, (cursor, watched) in behind.items():
+            if subscriber not in self.subscribers or subscriber.cursor != cursor:
+                continue  # gone, or a resume arrived while rendering: the next round starts from it
+            frame = result.frame_for(subscriber.viewer, cursor, watched)
+            if frame is None:
+                continue
+            html, to_seq = frame
+            try:
+                await subscriber.send_frame(html)
+            except Exception:  # noqa: BLE001 - one closed socket must not stop the others' frames
+                log.debug("run %s: could not send a frame to a viewer", self.run_id, exc_info=True)
+                continue
+            if subscriber.cursor == cursor:
+                subscriber.cursor = to_seq
+            sent = True
+        if sent:
+            self.rounds += 1
+        return sent
+
+
+# One broadcaster per (event loop, run): daphne has one loop; tests run each scenario in a new one.
+_broadcasters: dict[tuple[asyncio.AbstractEventLoop, int], RunBroadcaster] = {}
+
+
+def subscribe(run_id: int, subscriber: Subscriber) -> RunBroadcaster:
+    """Add a websocket to the run's broadcaster, starting it for the run's first viewer."""
+    key = (asyncio.get_running_loop(), run_id)
+    broadcaster = _broadcasters.get(key)
+    if broadcaster is None:
+        broadcaster = _broadcasters[key] = RunBroadcaster(run_id)
+        broadcaster.start()
+    broadcaster.subscribers.add(subscriber)
+    return broadcaster
+
+
+async def unsubscribe(run_id: int, subscriber: Subscriber) -> None:
+    """Remove a websocket; the run's last viewer leaving stops its broadcaster."""
+    key = (asyncio.get_running_loop(), run_id)
+    broadcaster = _broadcasters.get(key)
+    if broadcaster is None:
+        return
+    broadcaster.subscribers.discard(subscriber)
+    if not broadcaster.subscribers:
+        del _broadcasters[key]  # before awaiting: a viewer arriving meanwhile starts a new one
+        await broadcaster.stop()
+
+
+def broadcaster_for(run_id: int) -> RunBroadcaster | None:
+    """The running broadcaster of a run in this event loop, if any viewer watches it."""
+    return _broadcasters.get((asyncio.get_running_loop(), run_id))

@@ -1,0 +1,249 @@
+"""The run's broadcaster: each frame rendered once per (events, permission class) and shared.
+
+Through the real ASGI application like tests/dashboard/test_consumers.py; a spy on
+`fragments.render_run_batch` / `render_watched_panel` counts the renders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
+from django.db import transaction
+from django.middleware.csrf import _unmask_cipher_token
+from django.utils import timezone
+
+from dashboard import broadcast, fragments
+from orchestrator import events, runs, scheduler
+from orchestrator.models import Run, TaskRun
+
+from .test_consumers import communicator, cookies_for, frame_seq, last_seq, receive_until
+
+SECRET_A = "a" * 32
+SECRET_B = "b" * 32
+
+
+@pytest.fixture(autouse=True)
+def fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def run(transactional_db, make_plan, demo_agents, priced_limit, monkeypatch):
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    plan = make_plan(
+        {"scope": ("researcher", []), "a": ("researcher", ["scope"]), "write": ("writer", ["a"], {"gate": "after"})},
+        goal="Shared live view",
+    )
+    return runs.launch(plan, cap=2, budget_usd="5")
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """Every run render the broadcaster asks for: (after_seq, upto, permission class)."""
+    calls: list[tuple[int, int, fragments.Viewer]] = []
+    real = fragments.render_run_batch
+
+    def spy(run_id, after_seq, viewer, upto=None):
+        calls.append((after_seq, upto, viewer))
+        return real(run_id, after_seq, viewer, upto=upto)
+
+    monkeypatch.setattr(fragments, "render_run_batch", spy)
+    return calls
+
+
+@pytest.fixture
+def panel_renders(monkeypatch):
+    calls: list[tuple[int, int, fragments.Viewer, int | None]] = []
+    real = fragments.render_watched_panel
+
+    def spy(run_id, batch, viewer, watched_task):
+        calls.append((batch.from_seq, batch.to_seq, viewer, watched_task))
+        return real(run_id, batch, viewer, watched_task)
+
+    monkeypatch.setattr(fragments, "render_watched_panel", spy)
+    return calls
+
+
+async def connect_and_resume(cookie: bytes, run_id: int, seq: int, *, watch: int | None = None):
+    comm = communicator(run_id, cookie)
+    connected, _ = await comm.connect()
+    assert connected
+    if watch is not None:
+        await comm.send_to(text_data=json.dumps({"type": "watch", "task": watch}))
+    await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": seq}))
+    return comm
+
+
+def csrf_values(html: str) -> set[str]:
+    return set(re.findall(r'name="csrfmiddlewaretoken" value="([^"]*)"', html))
+
+
+def test_two_viewers_in_step_get_one_render_per_batch(run, personas, renders):
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        first = await connect_and_resume(cookie, run.pk, seen)
+        second = await connect_and_resume(cookie, run.pk, seen)
+        assert await first.receive_nothing(timeout=0.6) and await second.receive_nothing(timeout=0.1)
+        assert broadcast.broadcaster_for(run.pk).subscribers and len(broadcast.broadcaster_for(run.pk).subscribers) == 2
+        await database_sync_to_async(runs.pause)(run)
+        await database_sync_to_async(runs.resume)(run)
+        target = await database_sync_to_async(last_seq)(run)
+        frames_first = await receive_until(first, target)
+        frames_second = await receive_until(second, target)
+        assert frames_first == frames_second  # the same frames, byte for byte
+        assert frame_seq(frames_first[0])[0] == seen + 1
+        # One render per frame, whatever the number of viewers.
+        assert len(renders) == len(frames_first)
+        assert [(after + 1, upto) for after, upto, _ in renders] == [frame_seq(f) for f in frames_first]
+        await first.disconnect()
+        assert broadcast.broadcaster_for(run.pk) is not None  # the other still watches
+        await second.disconnect()
+        assert broadcast.broadcaster_for(run.pk) is None  # the last viewer stopped it
+
+    async_to_sync(scenario)()
+
+
+def test_a_viewer_behind_gets_its_own_catch_up_and_then_shares_the_next_frames(run, personas, renders):
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        in_step = await connect_and_resume(cookie, run.pk, seen)
+        await database_sync_to_async(runs.pause)(run)
+        paused_at = await database_sync_to_async(last_seq)(run)
+        await receive_until(in_step, paused_at)
+        # A second viewer (a reconnect) that has seen nothing yet.
+        behind = await connect_and_resume(cookie, run.pk, 0)
+        catch_up = await receive_until(behind, paused_at)
+        assert frame_seq(catch_up[0])[0] == 1
+        html = "".join(catch_up)
+        for seq in range(1, paused_at + 1):
+            assert f'id="event-{seq}"' in html
+        assert await in_step.receive_nothing(timeout=0.6)  # the catch-up is not sent to the other
+        # From here both are at the same event: the next frames are rendered once for both.
+        renders.clear()
+        await database_sync_to_async(runs.resume)(run)
+        target = await database_sync_to_async(last_seq)(run)
+        frames_in_step = await receive_until(in_step, target)
+        frames_behind = await receive_until(behind, target)
+        assert frames_in_step == frames_behind
+        assert frame_seq(frames_in_step[0])[0] == paused_at + 1
+        assert len(renders) == len(frames_in_step)
+        await in_step.disconnect()
+        await behind.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_each_permission_class_sees_its_own_controls_and_each_viewer_its_own_csrf_token(run, personas, renders):
+    viewer_cookie = cookies_for(personas["viewer"], csrf=SECRET_A)
+    launcher_a = cookies_for(personas["launcher"], csrf=SECRET_A)
+    launcher_b = cookies_for(personas["launcher"], csrf=SECRET_B)
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        comms = [await connect_and_resume(c, run.pk, seen) for c in (viewer_cookie, launcher_a, launcher_b)]
+        assert await comms[0].receive_nothing(timeout=0.6)
+        await database_sync_to_async(runs.pause)(run)
+        target = await database_sync_to_async(last_seq)(run)
+        viewer_html, a_html, b_html = ["".join(await receive_until(c, target)) for c in comms]
+        # The viewer has no run controls; the launchers have them, with a token of their own.
+        assert 'data-action="resume"' not in viewer_html and not csrf_values(viewer_html)
+        for html, secret in ((a_html, SECRET_A), (b_html, SECRET_B)):
+            assert 'data-action="resume"' in html
+            tokens = csrf_values(html)
+            assert len(tokens) == 1
+            assert _unmask_cipher_token(tokens.pop()) == secret
+        for html in (viewer_html, a_html, b_html):
+            assert fragments.CSRF_PLACEHOLDER not in html
+        # Apart from the token, the launchers' frames are the same render.
+        assert a_html.replace(csrf_values(a_html).pop(), "T") == b_html.replace(csrf_values(b_html).pop(), "T")
+        # One render per permission class and frame: viewer, launcher (with a token).
+        classes = {viewer for _, _, viewer in renders}
+        assert classes == {
+            fragments.Viewer(can_control=False, can_decide=False, csrf_token=fragments.CSRF_PLACEHOLDER),
+            fragments.Viewer(can_control=True, can_decide=False, csrf_token=fragments.CSRF_PLACEHOLDER),
+        }
+        assert len(renders) == len({(after, upto, viewer) for after, upto, viewer in renders})
+        for comm in comms:
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_watched_panel_is_rendered_once_per_task_and_sent_only_to_its_watchers(run, personas, renders, panel_renders):
+    cookie = cookies_for(personas["viewer"])
+    scope = run.tasks.get(subtask__key="scope")
+
+    def progress():
+        TaskRun.objects.filter(pk=scope.pk).update(state=TaskRun.State.RUNNING, output="words streamed so far")
+        with transaction.atomic():
+            events.record("task.progress", run=run, task=scope, payload={"progress": 1, "output_tokens": 7})
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watchers = [await connect_and_resume(cookie, run.pk, seen, watch=scope.pk) for _ in range(2)]
+        other = await connect_and_resume(cookie, run.pk, seen)
+        assert await other.receive_nothing(timeout=0.6)
+        await database_sync_to_async(progress)()
+        target = await database_sync_to_async(last_seq)(run)
+        watched_frames = [await receive_until(c, target) for c in watchers]
+        other_frames = await receive_until(other, target)
+        assert watched_frames[0] == watched_frames[1]
+        assert f'id="task-output-{scope.pk}"' in "".join(watched_frames[0])
+        assert "words streamed so far" in "".join(watched_frames[0])
+        assert f'id="task-output-{scope.pk}"' not in "".join(other_frames)
+        assert len(renders) == len(other_frames)
+        assert len(panel_renders) == len(watched_frames[0])
+        assert {task for *_, task in panel_renders} == {scope.pk}
+        for comm in (*watchers, other):
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
+# --- The shared render itself (no socket) -------------------------------------------------------
+
+
+def test_a_shared_render_personalised_equals_a_render_for_the_viewer_alone(run, monkeypatch):
+    scope = run.tasks.get(subtask__key="scope")
+    token = fragments.csrf_token_from_cookie(SECRET_A)
+    runs.pause(run)
+    latest = Run.objects.get(pk=run.pk).last_event_seq
+    now = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: now)  # the parts show times relative to now
+    for viewer in (
+        fragments.Viewer(can_control=True, can_decide=True, csrf_token=token),
+        fragments.Viewer(can_control=True, can_decide=False, csrf_token=""),
+        fragments.Viewer(can_control=False, can_decide=False, csrf_token=token),
+    ):
+        for after, watched in ((0, scope.pk), (latest - 1, None), (0, None)):
+            alone = fragments.render_batch(run.pk, after, viewer, watched)
+            result = broadcast.render_round(run.pk, latest, {after: {(viewer.shared(), watched)}})
+            html, to_seq = result.frame_for(viewer, after, watched)
+            assert html == alone.html and to_seq == alone.to_seq == latest
+            assert fragments.CSRF_PLACEHOLDER not in html
+
+
+def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_others(run, monkeypatch):
+    latest = Run.objects.get(pk=run.pk).last_event_seq
+    real = fragments.render_run_batch
+    launcher = fragments.Viewer(can_control=True, can_decide=False)
+    viewer = fragments.Viewer(can_control=False, can_decide=False)
+
+    def failing_for_launchers(run_id, after_seq, shared, upto=None):
+        if shared.can_control:
+            raise RuntimeError("template broke")
+        return real(run_id, after_seq, shared, upto=upto)
+
+    monkeypatch.setattr(fragments, "render_run_batch", failing_for_launchers)
+    result = broadcast.render_round(run.pk, latest, {0: {(launcher.shared(), None), (viewer.shared(), None)}})
+    assert result.frame_for(launcher, 0, None) is None
+    html, to_seq = result.frame_for(viewer, 0, None)
+    assert to_seq == latest and 'id="event-1"' in html
