@@ -9,6 +9,7 @@ from django import template
 
 from orchestrator.snapshots import STATE_LABELS, describe_event, display_state
 
+from ..formatting import format_duration
 from ..markdown import render_markdown
 
 register = template.Library()
@@ -23,19 +24,7 @@ def markdown(text):
 @register.filter
 def duration(seconds) -> str:
     """0.4 s, 12 s, 3 min 05 s, 2 h 04 min; an em dash when unknown."""
-    if seconds is None or seconds == "":
-        return "—"
-    seconds = max(0.0, float(seconds))
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    whole = int(round(seconds))
-    if whole < 60:
-        return f"{whole} s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
+    return format_duration(None if seconds in (None, "") else float(seconds))
 
 
 @register.filter

@@ -21,7 +21,8 @@ from orchestrator.models import Checkpoint, Run
 
 from ..forms import DecisionForm
 from ..permissions import DECIDE_CHECKPOINT, permission_required
-from .runs import format_duration, run_url
+from ..formatting import format_duration
+from .runs import run_url
 
 EXCERPT_CHARS = 600
 

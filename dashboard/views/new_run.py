@@ -23,7 +23,8 @@ from orchestrator.plans import PlanError, PlanValidationError
 
 from ..forms import SOURCE_FILE, SOURCE_PLANNER, SOURCE_SAVED, NewRunForm, RunSettingsForm
 from ..permissions import LAUNCH_RUN, permission_required
-from .runs import format_duration, run_url
+from ..formatting import format_duration
+from .runs import run_url
 
 DRAFT_TTL_S = 3600
 LAUNCH_LOCK_S = 120
