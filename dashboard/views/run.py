@@ -190,30 +190,30 @@ def run_cancel(request, run_id: int):
 # --- Task controls ------------------------------------------------------------------------------
 
 
-@require_POST
-@permission_required(CONTROL_RUN)
-def run_task_retry(request, run_id: int, task_id: int):
+def _task_action(request, run_id: int, task_id: int, action, message: str):
+    """Apply a task control through the engine and answer with the parts it changed."""
     run = _run(run_id)
     task = _task(run, task_id)
     try:
-        runs.retry_task(task, user=request.user)
+        action(task, user=request.user)
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
-    return _answer(request, run, message=f"{task.subtask.key} will run again.", ok=True, parts=RUN_PARTS, tasks=[task.pk], panel=task)
+    return _answer(
+        request, run, message=message.format(key=task.subtask.key), ok=True, parts=RUN_PARTS, tasks=[task.pk], panel=task
+    )
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_task_retry(request, run_id: int, task_id: int):
+    return _task_action(request, run_id, task_id, runs.retry_task, "{key} will run again.")
 
 
 @require_POST
 @permission_required(CONTROL_RUN)
 def run_task_skip(request, run_id: int, task_id: int):
-    run = _run(run_id)
-    task = _task(run, task_id)
-    try:
-        runs.skip_task(task, user=request.user)
-    except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
-    return _answer(
-        request, run, message=f"{task.subtask.key} skipped: tasks below it go on without it.", ok=True,
-        parts=RUN_PARTS, tasks=[task.pk], panel=task,
+    return _task_action(
+        request, run_id, task_id, runs.skip_task, "{key} skipped: tasks below it go on without it."
     )
 
 
