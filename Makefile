@@ -16,7 +16,6 @@ $(STAMP): pyproject.toml
 
 migrate: install
 	$(BIN)/python manage.py migrate --noinput
-	$(BIN)/python manage.py createcachetable
 
 seed: migrate
 	$(BIN)/python manage.py seed_demo

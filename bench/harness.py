@@ -30,7 +30,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -230,7 +229,7 @@ def base_env(workdir: Path) -> dict[str, str]:
     trace_dir.mkdir(parents=True, exist_ok=True)
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "orchestrator.settings",
+            "DJANGO_SETTINGS_MODULE": "glassbox.settings",
             "PYTHONPATH": str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
             "PYTHONUNBUFFERED": "1",
             # The profile as deployed: DEBUG off (Django then keeps no per-query log).

@@ -111,7 +111,7 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from orchestrator import execution, reaper, scheduler
+    from orchestrator.engine import execution, reaper, scheduler
     from orchestrator.providers import simulated
 
     scheduler.advance = timed("advance", scheduler.advance)

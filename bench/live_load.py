@@ -153,7 +153,7 @@ class Profile:
     def __init__(self, args, workdir: Path):
         self.args = args
         self.workdir = workdir
-        self.env: dict[str, str] = {"DJANGO_SETTINGS_MODULE": "orchestrator.settings", "PYTHONUNBUFFERED": "1",
+        self.env: dict[str, str] = {"DJANGO_SETTINGS_MODULE": "glassbox.settings", "PYTHONUNBUFFERED": "1",
                                     "LOG_LEVEL": "WARNING", "GLASSBOX_WORKERS": str(args.workers)}
         self.database_name = ""
         self.redis_prefix = ""
@@ -277,7 +277,7 @@ def measure(args, profile: Profile) -> dict:
     from django.core.management import call_command
     from django.db import connection
 
-    from orchestrator import runs
+    from orchestrator.engine import runs
     from orchestrator.models import Checkpoint, Event, Run
 
     call_command("migrate", verbosity=0)
@@ -286,7 +286,7 @@ def measure(args, profile: Profile) -> dict:
     env = {**os.environ}
     port = free_port()
     daphne = start("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                              "orchestrator.asgi:application"], env, profile.workdir)
+                              "glassbox.asgi:application"], env, profile.workdir)
     cluster = start("qcluster", [sys.executable, str(ROOT / "manage.py"), "qcluster"], env, profile.workdir)
     client = None
     samples: list[int] = []

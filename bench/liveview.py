@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import socket
 import subprocess
@@ -104,7 +103,7 @@ class Daphne:
         daphne = Path(sys.executable).with_name("daphne")
         self.log_file = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [str(daphne), "-b", "127.0.0.1", "-p", str(self.port), "orchestrator.asgi:application"],
+            [str(daphne), "-b", "127.0.0.1", "-p", str(self.port), "glassbox.asgi:application"],
             env=env, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True,
             cwd=Path(__file__).resolve().parent.parent,
         )
@@ -156,7 +155,8 @@ def viewer_session() -> str:
 
 def watched_run():
     """A run with one task that stays ready (its agent is retired), so nothing but us writes events."""
-    from orchestrator import plans, runs
+    from orchestrator import plans
+    from orchestrator.engine import runs
     from orchestrator.models import Agent, Plan
 
     agent, _ = Agent.objects.update_or_create(

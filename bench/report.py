@@ -408,7 +408,7 @@ Measured while building the benchmark (py-spy over the whole qcluster during a 3
   process, or send it from a long-lived loop.
 - **`advance` loaded every pending and every ready task as model instances on each call**
   (with subtask and agent), which cost tens of milliseconds per call on the 300-node DAG. *Fixed*
-  (orchestrator/scheduler.py): the ready rule now decides on (state, skip) pairs and loads only the
+  (orchestrator/engine/scheduler.py): the ready rule now decides on (state, skip) pairs and loads only the
   tasks it changes; admission reads ready tasks page by page while run slots are left and, once the cap
   is reached, loads only the held tasks whose shown reason changes.
 - **A worker's chained task was also put on the broker**, and a second worker later took that copy,
@@ -434,7 +434,7 @@ Measured while building the benchmark (py-spy over the whole qcluster during a 3
 - **Adaptive concurrency cannot stop 429s from a per-minute limit on its own.** An in-flight cap does
   not bound a request *rate*: after the first back-off the engine admits the halved cap at once, the
   window still has room for one request, and the rest are refused again. With the limit entered in
-  ProviderLimit (or learnt from the Anthropic rate-limit headers, orchestrator/provider_feedback.py),
+  ProviderLimit (or learnt from the Anthropic rate-limit headers, orchestrator/engine/feedback.py),
   admission paces requests itself and no 429 comes back. *Proposed*: after a back-off, admit one
   request and wait for its answer before admitting more (slow start), and take the provider's
   Retry-After as a rate hint for the admission budget.

@@ -17,8 +17,8 @@ from collections import defaultdict
 from decimal import Decimal
 from pathlib import Path
 
-from .harness import DAG_ENGINE_RPM, DAG_MODEL, BenchError, Cluster, Config, StormSpec, log, median, percentile, rnd
 from . import dags, strategies
+from .harness import DAG_ENGINE_RPM, DAG_MODEL, BenchError, Cluster, Config, StormSpec, log, percentile, rnd
 
 
 def live_view_missing() -> str:
@@ -111,7 +111,7 @@ def wait_for_run(run_id: int, timeout_s: float, cluster: Cluster):
 
 
 def launch_run(plan, cap: int):
-    from orchestrator import runs
+    from orchestrator.engine import runs
 
     return runs.launch(plan, cap=cap, budget_usd=Decimal("1000"))
 
@@ -412,6 +412,7 @@ class ProfileRunner:
         Returns the Unix time at which the current window ends.
         """
         from django.conf import settings
+
         from orchestrator import ratelimit
 
         left = 60.0 - spec.phase_s
@@ -499,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", required=True)
     parser.add_argument("--workdir", required=True)
     args = parser.parse_args(argv)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "glassbox.settings")
     import django
 
     django.setup()

@@ -112,6 +112,7 @@ class ProviderCall:
 
     def __call__(self, key: str, record: NodeRecord, clock) -> None:
         from django.db import connection
+
         from orchestrator.providers.base import Completed, RateLimited
         from orchestrator.providers.simulated import SimulatedProvider
 

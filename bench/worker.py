@@ -10,7 +10,7 @@ import os
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "glassbox.settings")
     import django
 
     django.setup()

@@ -45,7 +45,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
-from orchestrator.audit import record_denial
+from orchestrator.governance.audit import record_denial
 from orchestrator.models import Run
 
 from . import broadcast, fragments

@@ -8,7 +8,8 @@ from decimal import Decimal
 from django import forms
 from django.conf import settings
 
-from orchestrator import plans, preflight
+from orchestrator import plans
+from orchestrator.engine import preflight
 from orchestrator.models import Plan, Run
 
 SOURCE_FILE = "file"
@@ -18,7 +19,7 @@ SOURCE_PLANNER = "planner"
 
 def planner_available() -> bool:
     """True when the planner module (orchestrator/planner.py) is installed in this build."""
-    return importlib.util.find_spec("orchestrator.planner") is not None
+    return importlib.util.find_spec("orchestrator.plans.planner") is not None
 
 
 def source_choices() -> list[tuple[str, str]]:

@@ -23,9 +23,9 @@ from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from orchestrator import context as agent_context
-from orchestrator import snapshots
+from orchestrator.engine import context as agent_context
 from orchestrator.models import Checkpoint, Event, Run, TaskRun
+from orchestrator.readmodels import snapshots
 
 from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT
 

@@ -7,7 +7,7 @@ from functools import wraps
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseForbidden
 
-from orchestrator.audit import record_denial
+from orchestrator.governance.audit import record_denial
 
 VIEW_RUN = "orchestrator.view_run"
 LAUNCH_RUN = "orchestrator.launch_run"

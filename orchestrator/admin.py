@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.auth import get_user_model
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.core.handlers.asgi import ASGIRequest
 from django.db import transaction
@@ -27,8 +27,9 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
-from . import audit, audit_export, registry, runs, tokens
-from .models import (
+from orchestrator.engine import runs
+from orchestrator.governance import audit, audit_export, registry, tokens
+from orchestrator.models import (
     Agent,
     ApiToken,
     Attempt,

@@ -9,6 +9,6 @@ class OrchestratorConfig(AppConfig):
     def ready(self):
         from django_q.signals import post_spawn
 
-        from .ticker import start_ticker
+        from orchestrator.engine.ticker import start_ticker
 
         post_spawn.connect(start_ticker, dispatch_uid="glassbox-ticker")

@@ -15,7 +15,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F
 
-from .models import Agent, Event, Run, TaskRun
+from orchestrator.models import Agent, Event, Run, TaskRun
 
 log = logging.getLogger(__name__)
 

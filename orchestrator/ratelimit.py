@@ -38,7 +38,7 @@ from limits.storage import RedisStorage, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 from limits.strategies import SlidingWindowCounterRateLimiter
 
-from .models import RateCounter
+from orchestrator.models import RateCounter
 
 WINDOW_S = 60
 # Storage keys get a "/<window number>" suffix and must fit RateCounter.key (255 characters).

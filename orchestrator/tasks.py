@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from . import execution, reaper, scheduler
+from orchestrator.engine import execution, reaper, scheduler
 
 
 def execute_attempt(attempt_id: int) -> str:

@@ -83,7 +83,7 @@ def child_env(**overrides) -> dict[str, str]:
     env.update(
         {
             "DATABASE_URL": child_database_url(),
-            "DJANGO_SETTINGS_MODULE": "orchestrator.settings",
+            "DJANGO_SETTINGS_MODULE": "glassbox.settings",
             "GLASSBOX_LEASE_S": "3",
             "GLASSBOX_TICK_S": "0.5",
             "GLASSBOX_RETRY_BASE_S": "0.2",
@@ -337,12 +337,12 @@ FAKE_ANTHROPIC_KEY = "glassbox-fake-key-5b7d1e9c3a"
 
 @pytest.fixture
 def fake_anthropic(settings):
-    """orchestrator.fake_anthropic on a free port, with the provider and the planner pointed at it.
+    """orchestrator.providers.fake_anthropic on a free port, with the provider and the planner pointed at it.
 
     Script answers with `fake_anthropic.enqueue(Reply...)`; `fake_anthropic.requests` is what it
     received. The API key is FAKE_ANTHROPIC_KEY.
     """
-    from orchestrator.fake_anthropic import FakeAnthropicServer
+    from orchestrator.providers.fake_anthropic import FakeAnthropicServer
 
     with FakeAnthropicServer() as server:
         settings.ANTHROPIC_BASE_URL = server.url

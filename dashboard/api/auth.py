@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from functools import wraps
 
-from django.contrib.auth.views import redirect_to_login
 from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from ninja.security import HttpBearer
 from ninja.security.apikey import APIKeyCookie
 
-from orchestrator import tokens
+from orchestrator.governance import tokens
 
 from .errors import CsrfFailed, PermissionDenied, error_body
 

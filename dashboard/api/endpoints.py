@@ -15,8 +15,10 @@ from django.db import transaction
 from ninja import Path, Query, Router, Status
 
 from dashboard.permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN
-from orchestrator import plans, runs, serializers
+from orchestrator import plans
+from orchestrator.engine import runs
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
+from orchestrator.readmodels import records as serializers
 
 from .auth import require
 from .errors import ApiError, not_found

@@ -17,8 +17,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
-from orchestrator import plans, runs
-from orchestrator.audit import record_denial
+from orchestrator import plans
+from orchestrator.engine import runs
+from orchestrator.governance.audit import record_denial
 
 log = logging.getLogger(__name__)
 

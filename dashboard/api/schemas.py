@@ -160,7 +160,7 @@ class EventOut(Schema):
 
 
 class TotalsOut(Schema):
-    """Task counts by state and the run's spend (orchestrator.runs.progress)."""
+    """Task counts by state and the run's spend (orchestrator.engine.runs.progress)."""
 
     total: int
     done: int

@@ -16,12 +16,12 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Checkpoint, Run
 
+from ..formatting import format_duration
 from ..forms import DecisionForm
 from ..permissions import DECIDE_CHECKPOINT, permission_required
-from ..formatting import format_duration
 from .runs import run_url
 
 EXCERPT_CHARS = 600

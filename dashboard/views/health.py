@@ -1,7 +1,7 @@
 """`GET /health/`: is this instance able to work? For load balancers and monitoring.
 
 No login: a probe has no session. The answer reveals nothing secret (backends, latencies,
-exception class names; see orchestrator.health) and is never cached.
+exception class names; see orchestrator.engine.health) and is never cached.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from orchestrator import health as engine_health
+from orchestrator.engine import health as engine_health
 
 
 @login_not_required

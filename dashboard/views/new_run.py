@@ -17,13 +17,13 @@ from django.core.cache import cache
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
-from orchestrator import preflight, runs
+from orchestrator.engine import preflight, runs
 from orchestrator.models import Plan
 from orchestrator.plans import PlanError, PlanValidationError
 
+from ..formatting import format_duration
 from ..forms import SOURCE_FILE, SOURCE_PLANNER, SOURCE_SAVED, NewRunForm, RunSettingsForm
 from ..permissions import LAUNCH_RUN, permission_required
-from ..formatting import format_duration
 from .runs import run_url
 
 DRAFT_TTL_S = 3600
@@ -82,7 +82,7 @@ def _draft_from_form(form: NewRunForm, user) -> tuple[dict, preflight.Preflight]
 
 def _planner_draft(goal: str, user, settings: dict) -> tuple[dict, preflight.Preflight]:
     """Ask the planner for a plan (it saves the plan it proposes, validated like any plan file)."""
-    planner = importlib.import_module("orchestrator.planner")  # offered only when it is installed
+    planner = importlib.import_module("orchestrator.plans.planner")  # offered only when it is installed
     draft = {"source": SOURCE_PLANNER, "filename": "", "goal": goal, "document": "", "plan_id": None}
     try:
         result = planner.propose_plan(goal, created_by=user)

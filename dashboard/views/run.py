@@ -1,7 +1,7 @@
 """The run page ("the glass box") and the actions people take on it.
 
 Every view is thin: it checks the permission (dashboard/permissions.py: a denial answers 403
-and is audited), calls the engine (orchestrator.runs, orchestrator.plan_edits) which checks the
+and is audited), calls the engine (orchestrator.engine.runs, orchestrator.engine.plan_edits) which checks the
 state, changes the rows and writes the Event, and answers with the page's partials. An htmx
 request gets a status message and the changed parts as out-of-band fragments (the websocket
 brings the rest); a plain form post is redirected back to the page with a message.
@@ -19,8 +19,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_GET, require_POST
 
-from orchestrator import plan_edits, runs, serializers, snapshots
+from orchestrator.engine import plan_edits, runs
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels import records as serializers
+from orchestrator.readmodels import snapshots
 
 from .. import fragments
 from ..markdown import render_markdown

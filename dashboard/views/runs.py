@@ -4,6 +4,7 @@ launched it. The table is one partial, rendered inside the page and alone for th
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.shortcuts import render

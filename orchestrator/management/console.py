@@ -1,6 +1,6 @@
 """What the management commands share: id lookups, tables, money and time, the watch loop.
 
-The commands stay thin: they parse arguments, call `orchestrator.runs` / `orchestrator.plans`,
+The commands stay thin: they parse arguments, call `orchestrator.engine.runs` / `orchestrator.plans`,
 and print through the helpers here so that every command words and formats things alike.
 """
 
@@ -17,7 +17,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Checkpoint, Run
 
 MANAGE = "python manage.py"

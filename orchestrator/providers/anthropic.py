@@ -17,7 +17,7 @@ One attempt is one streamed ``messages.create`` call:
   timeouts, connection failures and 5xx are retryable; other 4xx (bad request, authentication,
   permission, not found) are not.
 * **Rate-limit headers.** The ``anthropic-ratelimit-*`` headers of every answer, successful or
-  not, go to :func:`orchestrator.provider_feedback.apply_rate_limit_headers`.
+  not, go to :func:`orchestrator.engine.feedback.apply_rate_limit_headers`.
 * **Timeouts.** The SDK's timeout is the task's timeout. ``base.KEEPALIVE_S`` cannot be kept
   while the socket is silent: this generator yields on every event the server sends (a ping
   too, as an empty :class:`~.base.TextDelta`) but blocks in between. A stalled connection
@@ -46,8 +46,17 @@ try:  # the SDK's HTTP client: httpx2 from SDK 2.x on, httpx before
 except ImportError:  # pragma: no cover - older SDKs
     import httpx as sdk_http
 
-from .. import provider_feedback
-from .base import AgentRequest, Completed, Overloaded, Provider, ProviderError, RateLimited, TextDelta, Usage
+from orchestrator.engine import feedback as provider_feedback
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    Overloaded,
+    Provider,
+    ProviderError,
+    RateLimited,
+    TextDelta,
+    Usage,
+)
 
 PUBLIC_BASE_URL = "https://api.anthropic.com"
 CHARS_PER_OUTPUT_TOKEN = 4

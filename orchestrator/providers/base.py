@@ -140,11 +140,11 @@ class Provider(ABC):
 def get_provider(name: str) -> Provider:
     """The provider registered under ``name`` (an ``Agent.Provider`` value)."""
     if name == "simulated":
-        from .simulated import SimulatedProvider
+        from orchestrator.providers.simulated import SimulatedProvider
 
         return SimulatedProvider()
     if name == "anthropic":
-        from .anthropic import AnthropicProvider
+        from orchestrator.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider()
     raise ProviderError(f"Unknown provider {name!r}.", retryable=False)

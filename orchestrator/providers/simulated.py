@@ -36,8 +36,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import ratelimit
-from .base import AgentRequest, Completed, Overloaded, Provider, ProviderError, RateLimited, TextDelta, Usage
+from orchestrator import ratelimit
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    Overloaded,
+    Provider,
+    ProviderError,
+    RateLimited,
+    TextDelta,
+    Usage,
+)
 
 # The stream sleeps in slices this long and yields after each (below base.KEEPALIVE_S).
 SLICE_S = 0.1

@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from orchestrator.cluster import cluster_is_running
+from orchestrator.engine.cluster import cluster_is_running
 from tests.conftest import ROOT, child_env
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -114,14 +114,14 @@ class DaphneServer:
 
 @pytest.fixture
 def daphne_server(transactional_db, tmp_path):
-    """daphne serving orchestrator.asgi on a free port against this test's database."""
+    """daphne serving glassbox.asgi on a free port against this test's database."""
     port = free_port()
     log_path = tmp_path / "daphne.log"
     env = child_env()
     env.pop(ASYNC_UNSAFE, None)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "orchestrator.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "glassbox.asgi:application"],
             cwd=ROOT,
             env=env,
             stdout=log,

@@ -43,7 +43,7 @@ def test_login_page_refuses_a_wrong_password_then_logs_in(page, browser_user, sc
 
 
 def test_runs_page_lists_runs_and_refreshes_itself(logged_in_page, screenshot, demo_agents, priced_limit, make_plan):
-    from orchestrator import runs
+    from orchestrator.engine import runs
 
     page = logged_in_page
     expect(page.get_by_role("heading", name="Runs")).to_be_visible()

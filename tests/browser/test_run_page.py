@@ -17,7 +17,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Agent, Attempt, Checkpoint, Event, Run, TaskRun
 from tests.conftest import ROOT, wait_for_run
 

@@ -12,8 +12,10 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from dashboard.api import schemas
-from orchestrator import runs, serializers, tokens
+from orchestrator.engine import runs
+from orchestrator.governance import tokens
 from orchestrator.models import Checkpoint, Event, Plan, Run
+from orchestrator.readmodels import records as serializers
 
 DOCUMENT = """\
 goal: Write a brief
@@ -306,7 +308,7 @@ def test_events_after_a_sequence_number_in_pages(api, two_runs):
 
 
 def test_agents_list_with_filters(api, team):
-    from orchestrator import registry
+    from orchestrator.governance import registry
 
     registry.set_status(team["writer"], "retired")
     body = api["viewer"].get("/agents").json()

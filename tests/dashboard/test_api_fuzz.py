@@ -23,7 +23,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from orchestrator import runs, tokens
+from orchestrator.engine import runs
+from orchestrator.governance import tokens
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Checkpoint, Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db

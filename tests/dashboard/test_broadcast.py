@@ -17,7 +17,8 @@ from django.middleware.csrf import _unmask_cipher_token
 from django.utils import timezone
 
 from dashboard import broadcast, fragments
-from orchestrator import events, runs, scheduler
+from orchestrator import events
+from orchestrator.engine import runs, scheduler
 from orchestrator.models import Run, TaskRun
 
 from .test_consumers import communicator, cookies_for, frame_seq, last_seq, receive_until

@@ -21,8 +21,9 @@ from django.test import Client
 from django.utils import timezone
 
 from dashboard import broadcast, consumers, fragments
-from orchestrator import events, plan_edits, runs, scheduler
-from orchestrator.asgi import application
+from glassbox.asgi import application
+from orchestrator import events
+from orchestrator.engine import plan_edits, runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 
 ORIGIN = (b"origin", b"http://localhost")
@@ -452,7 +453,7 @@ def test_plan_events_bring_the_graph_and_the_task_table(transactional_db, make_p
 
 
 def test_a_client_far_behind_gets_everything_afresh(run, monkeypatch):
-    from orchestrator import snapshots
+    from orchestrator.readmodels import snapshots
 
     monkeypatch.setattr(snapshots, "LOG_LIMIT", 3)
     html = batch_after(run, 0)

@@ -11,7 +11,8 @@ from decimal import Decimal
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from orchestrator import plans, runs
+from orchestrator import plans
+from orchestrator.engine import runs
 from orchestrator.models import Agent, Event, Plan, Run
 from tests.conftest import ROOT
 
@@ -331,7 +332,7 @@ def test_the_planner_proposes_a_plan_that_is_launched_after_its_preflight(launch
 
 
 def test_a_planner_error_is_shown_on_the_form(launcher_client, monkeypatch):
-    from orchestrator import planner
+    from orchestrator.plans import planner
 
     def fail(goal, *, created_by=None):
         raise planner.PlannerError("the planner's answer named no agents")

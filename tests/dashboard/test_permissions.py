@@ -22,7 +22,8 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from dashboard.api import api
-from orchestrator import runs, tokens
+from orchestrator.engine import runs
+from orchestrator.governance import tokens
 from orchestrator.models import Event
 from tests.conftest import PERSONAS
 
@@ -227,7 +228,7 @@ def test_api_boundary(method, path, persona, personas, world):
 
 def connect(run_id: int, user, *, origin: str = "http://localhost"):
     """Open /ws/runs/<id>/ through the project's ASGI application as `user` (None: no session)."""
-    from orchestrator.asgi import application
+    from glassbox.asgi import application
 
     headers = [(b"origin", origin.encode()), (b"host", b"localhost")]
     if user is not None:

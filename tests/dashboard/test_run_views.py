@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator import runs, scheduler
+from orchestrator.engine import runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from dashboard.views.runs import format_duration
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db

@@ -18,7 +18,9 @@ from django.test import Client
 from django.urls import reverse
 from django.views.debug import SafeExceptionReporterFilter
 
-from orchestrator import plans, runs, tokens
+from orchestrator import plans
+from orchestrator.engine import runs
+from orchestrator.governance import tokens
 from orchestrator.models import TaskRun
 from tests.dashboard.test_permissions import VIEWS, view_url
 
@@ -266,7 +268,7 @@ def test_upload_limits_fit_the_plan_limit(settings):
 
 def run_django(code: str, **env) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "GLASSBOX_", "SECRET_KEY", "DEBUG"))}
-    base.update({"DJANGO_SETTINGS_MODULE": "orchestrator.settings", "PYTHONPATH": str(ROOT)})
+    base.update({"DJANGO_SETTINGS_MODULE": "glassbox.settings", "PYTHONPATH": str(ROOT)})
     base.update(env)
     return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=base, capture_output=True, text=True, timeout=120)
 

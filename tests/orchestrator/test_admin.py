@@ -14,7 +14,9 @@ from django.contrib.auth.models import Group, User
 from django.test import AsyncClient
 from django.urls import reverse
 
-from orchestrator import events, runs, tokens
+from orchestrator import events
+from orchestrator.engine import runs
+from orchestrator.governance import tokens
 from orchestrator.models import Agent, ApiToken, Checkpoint, Event, ProviderLimit, Run
 
 

@@ -23,8 +23,8 @@ from django.core.cache import cache
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from orchestrator import runs
-from orchestrator.cluster import cluster_is_running
+from orchestrator.engine import runs
+from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.models import Checkpoint, Plan, Run, TaskRun
 from tests.conftest import ROOT, child_env, wait_until
 

@@ -10,7 +10,7 @@ from orchestrator.models import AppendOnlyError, Event
 
 @pytest.mark.django_db
 def test_events_of_a_run_are_numbered_without_gaps_and_cannot_change(demo_agents, make_plan):
-    from orchestrator import runs
+    from orchestrator.engine import runs
 
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     first = events.record("note", run=run, message="one")

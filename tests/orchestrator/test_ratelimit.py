@@ -356,7 +356,7 @@ def run_competing_processes(env: dict[str, str], processes: int = 4) -> list[int
 
 
 def child_environment(**overrides: str) -> dict[str, str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "orchestrator.settings", "PYTHONPATH": str(PROJECT_DIR)}
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "glassbox.settings", "PYTHONPATH": str(PROJECT_DIR)}
     env.pop("REDIS_URL", None)
     env.update(overrides)
     return env

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from tests.conftest import ROOT, child_env, fast_latency, wait_for_run, wait_until
 from tests.services.conftest import free_port
 

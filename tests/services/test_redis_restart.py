@@ -15,10 +15,10 @@ import signal
 import pytest
 from django_q.signing import SignedPackage
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.models import Attempt, Event
 from tests.conftest import fast_latency, wait_for_run, wait_until
-from tests.orchestrator.test_processes import assert_each_task_succeeded_exactly_once, no_task_ran_twice_at_once
+from tests.orchestrator.engine.test_processes import assert_each_task_succeeded_exactly_once, no_task_ran_twice_at_once
 from tests.services.conftest import queue_key
 
 pytestmark = [pytest.mark.services, pytest.mark.processes, pytest.mark.django_db(transaction=True)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator import tokens
+from orchestrator.governance import tokens
 
 
 class Command(BaseCommand):

@@ -17,8 +17,8 @@ import argparse
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.fake_anthropic import FakeAnthropicServer, RateLimits
 from orchestrator.management.console import positive_int
+from orchestrator.providers.fake_anthropic import FakeAnthropicServer, RateLimits
 
 
 def port_number(value: str) -> int:

@@ -12,9 +12,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from orchestrator import plans
+from orchestrator.management.commands.validate_plan import database_unavailable, load_or_fail
 from orchestrator.models import Plan
-
-from .validate_plan import database_unavailable, load_or_fail
 
 
 class Command(BaseCommand):

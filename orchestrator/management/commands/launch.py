@@ -13,13 +13,13 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, transaction
 
-from orchestrator import plans, runs
-from orchestrator.cluster import cluster_is_running
+from orchestrator import plans
+from orchestrator.engine import runs
+from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.management import console
+from orchestrator.management.commands.validate_plan import database_unavailable, load_or_fail
 from orchestrator.management.console import budget_argument, positive_int
 from orchestrator.models import Plan, Run
-
-from .validate_plan import database_unavailable, load_or_fail
 
 NO_CLUSTER_MESSAGE = (
     "No qcluster is running. Start one with `python manage.py qcluster` in another terminal, or use `make run`."

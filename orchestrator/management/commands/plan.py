@@ -15,13 +15,14 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from orchestrator import dag, planner, plans, runs
-from orchestrator.cluster import cluster_is_running
+from orchestrator import plans
+from orchestrator.engine import runs
+from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.management import console
-from orchestrator.models import Checkpoint, Plan, Run
-
+from orchestrator.management.commands.validate_plan import database_unavailable, format_summary
 from orchestrator.management.console import budget_argument, positive_int
-from .validate_plan import database_unavailable, format_summary
+from orchestrator.models import Checkpoint, Plan, Run
+from orchestrator.plans import dag, planner
 
 TITLE_WIDTH = 48
 

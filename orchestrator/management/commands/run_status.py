@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from orchestrator import runs
+from orchestrator.engine import runs
 from orchestrator.management import console
 
 NOTE_WIDTH = 70

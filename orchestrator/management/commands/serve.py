@@ -22,7 +22,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from .seed_demo import DEMO_PASSWORD_ENV, DEMO_USERNAME
+from orchestrator.management.commands.seed_demo import DEMO_PASSWORD_ENV, DEMO_USERNAME
 
 POLL_S = 0.2
 STOP_TIMEOUT_S = 15.0
@@ -115,7 +115,7 @@ class Command(BaseCommand):
         if problem := port_in_use(host, port):
             raise CommandError(f"Cannot listen on {host}:{port}: {problem}. Choose another port with --port.")
         env = dict(os.environ)
-        env.setdefault("DJANGO_SETTINGS_MODULE", "orchestrator.settings")
+        env.setdefault("DJANGO_SETTINGS_MODULE", "glassbox.settings")
         if workers is not None:
             if workers < 1:
                 raise CommandError("--workers must be at least 1")
@@ -126,7 +126,7 @@ class Command(BaseCommand):
         children = [
             start_child(
                 "daphne",
-                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "orchestrator.asgi:application"],
+                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "glassbox.asgi:application"],
                 env,
             ),
         ]

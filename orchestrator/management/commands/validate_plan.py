@@ -12,7 +12,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
-from orchestrator import dag, plans
+from orchestrator import plans
+from orchestrator.plans import dag
 
 # A longer critical path is shown as its first and last keys around an ellipsis.
 MAX_PATH_KEYS_SHOWN = 12

@@ -17,11 +17,21 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from orchestrator import execution, provider_feedback, ratelimit, scheduler
-from orchestrator.fake_anthropic import Reply, count_input_tokens
+from orchestrator import ratelimit
+from orchestrator.engine import execution, scheduler
+from orchestrator.engine import feedback as provider_feedback
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.anthropic import AnthropicProvider, parse_retry_after
-from orchestrator.providers.base import AgentRequest, Completed, Overloaded, ProviderError, RateLimited, TextDelta, get_provider
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    Overloaded,
+    ProviderError,
+    RateLimited,
+    TextDelta,
+    get_provider,
+)
+from orchestrator.providers.fake_anthropic import Reply, count_input_tokens
 from tests.conftest import FAKE_ANTHROPIC_KEY
 
 MODEL = "claude-sonnet-4-6"
@@ -69,7 +79,7 @@ def claude_limit(db):
 @pytest.fixture
 def claude_run(make_agent, make_plan, claude_limit, fake_anthropic):
     """A one-task run on an anthropic agent, its attempt queued."""
-    from orchestrator import runs
+    from orchestrator.engine import runs
 
     make_agent("researcher", provider="anthropic", model=MODEL, provider_options={}, max_retries=2, max_output_tokens=300)
     return runs.launch(make_plan({"a": ("researcher", [])}))

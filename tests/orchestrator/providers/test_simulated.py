@@ -21,13 +21,7 @@ from orchestrator.providers.base import (
     TextDelta,
     get_provider,
 )
-from orchestrator.providers.simulated import (
-    MAX_WORDS,
-    MIN_WORDS,
-    SimulatedProvider,
-    generate_output,
-    label_line,
-)
+from orchestrator.providers.simulated import MAX_WORDS, MIN_WORDS, SimulatedProvider, generate_output, label_line
 
 FAST = {"latency": {"dist": "fixed", "seconds": 0.0}}
 

@@ -1,0 +1,340 @@
+"""Preflight: what a person should know before launching a plan, computed without saving it.
+
+The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
+
+- every validation problem, in words (`plans.parse_document` + `plans.validate`, exactly what
+  `manage.py validate_plan` reports);
+- the DAG as layers (topological generations), each subtask with its agent, gate, dependencies,
+  estimated duration and whether it is on the critical path;
+- the cost estimate: Σ (estimated input tokens + the agent's max output tokens) × price — the
+  formula of `runs.estimate_cost`, computed here from the unsaved spec (and, for a saved plan, by
+  `runs.estimate_cost` itself) — against the budget;
+- the predicted duration: the lower bound max(critical path, total work / cap), with
+  `plans.estimated_duration_s` weights. Time spent waiting for people at checkpoints comes on top.
+
+Nothing is written until `launch_document` (or `runs.launch` for a saved plan), which saves the
+plan and starts the run in one transaction: a refused launch leaves no plan behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from orchestrator import plans
+from orchestrator.engine import runs
+from orchestrator.engine.cluster import cluster_is_running
+from orchestrator.models import Agent, Plan, ProviderLimit, Run, Subtask
+from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag
+
+
+@dataclass(frozen=True)
+class NodePreview:
+    """One subtask as the preflight DAG shows it."""
+
+    key: str
+    title: str
+    agent: str
+    gate: str
+    depends_on: tuple[str, ...]
+    duration_s: float
+    on_critical_path: bool
+
+
+@dataclass(frozen=True)
+class AgentLine:
+    """One agent of the team: how many subtasks it takes and what they may cost."""
+
+    name: str
+    provider: str
+    model: str
+    max_concurrency: int
+    subtasks: int
+    estimate_usd: Decimal
+    priced: bool
+
+
+@dataclass
+class Preflight:
+    """The outcome of a preflight check. `errors` empty means the plan itself is valid."""
+
+    cap: int
+    budget_usd: Decimal
+    goal: str = ""
+    errors: list[PlanError] = field(default_factory=list)
+    layers: list[list[NodePreview]] = field(default_factory=list)
+    subtasks: int = 0
+    edges: int = 0
+    agents: list[AgentLine] = field(default_factory=list)
+    estimate_usd: Decimal = Decimal("0")
+    critical_path: list[str] = field(default_factory=list)
+    critical_path_s: float = 0.0
+    total_work_s: float = 0.0
+    checkpoints: int = 0  # gates and reviews in the plan: people decide each one
+    workers_running: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def unpriced_models(self) -> list[str]:
+        """Provider:model pairs with no ProviderLimit price: counted as $0 in the estimate."""
+        return sorted({f"{line.provider}:{line.model}" for line in self.agents if not line.priced})
+
+    @property
+    def over_budget(self) -> bool:
+        return self.ok and self.estimate_usd > self.budget_usd
+
+    @property
+    def budget_refusal(self) -> str:
+        """Why a launch would be refused for money, with both numbers ("" when it fits)."""
+        if not self.over_budget:
+            return ""
+        return (
+            f"The estimated cost ${self.estimate_usd:.4f} is over the budget of ${self.budget_usd:.4f}: "
+            f"raise the budget to at least ${self.estimate_usd:.4f} or trim the plan."
+        )
+
+    @property
+    def can_launch(self) -> bool:
+        return self.ok and not self.over_budget
+
+    @property
+    def predicted_duration_s(self) -> float:
+        return predicted_duration_s(self.critical_path_s, self.total_work_s, self.cap)
+
+    @property
+    def duration_bound(self) -> str:
+        """Which bound sets the predicted duration: "critical path" or "total work / cap"."""
+        return "critical path" if self.critical_path_s >= self.total_work_s / max(self.cap, 1) else "total work / cap"
+
+    @property
+    def widest_layer(self) -> int:
+        return max((len(layer) for layer in self.layers), default=0)
+
+
+def predicted_duration_s(critical_path_s: float, total_work_s: float, cap: int) -> float:
+    """The makespan's lower bound (DESIGN §3): the chain that cannot be shortened, or the work
+    spread over `cap` slots, whichever is longer."""
+    if cap < 1:
+        raise ValueError(f"cap must be at least 1, got {cap}")
+    return max(critical_path_s, total_work_s / cap)
+
+
+# --- Uploads -------------------------------------------------------------------------------------
+
+
+def upload_too_large(filename: str, size: int) -> PlanError | None:
+    """A PlanError when an upload of `size` bytes is over plans.MAX_PLAN_BYTES (checked before
+    reading it), else None."""
+    if size <= plans.MAX_PLAN_BYTES:
+        return None
+    return PlanError(
+        filename or "upload",
+        f"the file is {size:,} bytes; a plan file may be at most {plans.MAX_PLAN_BYTES:,} bytes "
+        f"({plans.MAX_PLAN_BYTES // (1024 * 1024)} MB)",
+    )
+
+
+# --- Checks --------------------------------------------------------------------------------------
+
+
+def parse_and_validate(document: str | bytes, *, filename: str = "", goal: str = "") -> PlanSpec:
+    """The validated spec of a plan document; `goal`, when given, replaces the document's goal.
+
+    Raises PlanValidationError listing every problem (syntax, size, schema, agents, cycles).
+    """
+    data = plans.parse_document(document, filename=filename)
+    if goal.strip() and isinstance(data, dict):
+        data = {**data, "goal": goal.strip()}
+    return plans.validate(data)
+
+
+def check_document(
+    document: str | bytes, *, filename: str = "", goal: str = "", cap: int, budget_usd: Decimal
+) -> Preflight:
+    """Preflight of an unsaved plan document (an upload or planner output)."""
+    try:
+        spec = parse_and_validate(document, filename=filename, goal=goal)
+    except PlanValidationError as error:
+        return Preflight(cap=cap, budget_usd=Decimal(budget_usd), goal=goal.strip(), errors=error.errors)
+    return check_spec(spec, cap=cap, budget_usd=budget_usd)
+
+
+def check_spec(spec: PlanSpec, *, cap: int, budget_usd: Decimal) -> Preflight:
+    """Preflight of a validated, unsaved PlanSpec."""
+    prices = _prices()
+    agents = spec.agents
+    lines = _agent_lines(((s.agent, s.estimated_input_tokens) for s in spec.subtasks), agents, prices)
+    gates = sum(1 for s in spec.subtasks if s.gate != Subtask.Gate.NONE)
+    titles = {s.key: (s.title, s.agent, s.gate) for s in spec.subtasks}
+    return _build(
+        goal=spec.goal,
+        keys=spec.keys,
+        edges=spec.edges,
+        weights=spec.weights(),
+        titles=titles,
+        agent_lines=lines,
+        estimate=sum((line.estimate_usd for line in lines), Decimal("0")),
+        checkpoints=gates,
+        cap=cap,
+        budget_usd=budget_usd,
+    )
+
+
+def check_saved_plan(plan: Plan, *, cap: int, budget_usd: Decimal) -> Preflight:
+    """Preflight of a saved plan: its agents must still be active; the estimate is runs.estimate_cost."""
+    subtasks = list(plan.subtasks.select_related("agent").order_by("position"))
+    errors = [
+        PlanError(
+            f'subtask "{subtask.key}"',
+            f'agent "{subtask.agent.name}" is {subtask.agent.status}; only active agents can run subtasks',
+            "agent",
+        )
+        for subtask in subtasks
+        if not subtask.agent.is_schedulable
+    ]
+    if errors:
+        return Preflight(cap=cap, budget_usd=Decimal(budget_usd), goal=plan.goal, errors=errors)
+    keys, edges = plans.plan_graph(plan)
+    agents = {subtask.agent.name: subtask.agent for subtask in subtasks}
+    lines = _agent_lines(((s.agent.name, s.estimated_input_tokens) for s in subtasks), agents, _prices())
+    return _build(
+        goal=plan.goal,
+        keys=keys,
+        edges=edges,
+        weights=plans.plan_weights(plan),
+        titles={s.key: (s.title, s.agent.name, s.gate) for s in subtasks},
+        agent_lines=lines,
+        estimate=runs.estimate_cost(plan),
+        checkpoints=sum(1 for s in subtasks if s.gate != Subtask.Gate.NONE),
+        cap=cap,
+        budget_usd=budget_usd,
+    )
+
+
+def _build(
+    *,
+    goal: str,
+    keys: list[str],
+    edges: list[dag.Edge],
+    weights: Mapping[str, float],
+    titles: Mapping[str, tuple[str, str, str]],
+    agent_lines: list[AgentLine],
+    estimate: Decimal,
+    checkpoints: int,
+    cap: int,
+    budget_usd: Decimal,
+) -> Preflight:
+    path, path_s = dag.critical_path(keys, edges, weights)
+    on_path = set(path)
+    upstream: dict[str, list[str]] = {key: [] for key in keys}
+    for up, down in edges:
+        upstream[down].append(up)
+    layers = [
+        [
+            NodePreview(
+                key=key,
+                title=titles[key][0],
+                agent=titles[key][1],
+                gate=titles[key][2],
+                depends_on=tuple(upstream[key]),
+                duration_s=float(weights.get(key, 0.0)),
+                on_critical_path=key in on_path,
+            )
+            for key in layer
+        ]
+        for layer in dag.layers(keys, edges)
+    ]
+    return Preflight(
+        cap=cap,
+        budget_usd=Decimal(budget_usd),
+        goal=goal,
+        layers=layers,
+        subtasks=len(keys),
+        edges=len(set(edges)),
+        agents=agent_lines,
+        estimate_usd=estimate,
+        critical_path=path,
+        critical_path_s=path_s,
+        total_work_s=float(sum(weights.get(key, 0.0) for key in keys)),
+        checkpoints=checkpoints,
+        workers_running=cluster_is_running(),
+    )
+
+
+def _prices() -> dict[tuple[str, str], ProviderLimit]:
+    return {(limit.provider, limit.model): limit for limit in ProviderLimit.objects.all()}
+
+
+def subtask_cost(agent: Agent, input_tokens: int, prices: Mapping[tuple[str, str], ProviderLimit]) -> Decimal | None:
+    """One subtask's worst-case cost (runs.estimate_cost's formula), or None when its model has no price."""
+    limit = prices.get((agent.provider, agent.model))
+    if limit is None:
+        return None
+    return limit.cost(input_tokens, agent.max_output_tokens)
+
+
+def _agent_lines(
+    subtasks: Iterable[tuple[str, int]], agents: Mapping[str, Agent], prices: Mapping[tuple[str, str], ProviderLimit]
+) -> list[AgentLine]:
+    totals: dict[str, list[Any]] = {}  # name -> [subtasks, cost, priced]
+    for name, input_tokens in subtasks:
+        cost = subtask_cost(agents[name], input_tokens, prices)
+        entry = totals.setdefault(name, [0, Decimal("0"), True])
+        entry[0] += 1
+        if cost is None:
+            entry[2] = False
+        else:
+            entry[1] += cost
+    return [
+        AgentLine(
+            name=name,
+            provider=agents[name].provider,
+            model=agents[name].model,
+            max_concurrency=agents[name].max_concurrency,
+            subtasks=count,
+            estimate_usd=cost,
+            priced=priced,
+        )
+        for name, (count, cost, priced) in sorted(totals.items())
+    ]
+
+
+# --- Launch --------------------------------------------------------------------------------------
+
+
+def launch_document(
+    document: str,
+    *,
+    filename: str = "",
+    goal: str = "",
+    cap: int,
+    budget_usd: Decimal,
+    failure_policy: str = Run.FailurePolicy.CONTINUE,
+    launched_by=None,
+    require_plan_approval: bool = False,
+) -> Run:
+    """Validate, save and launch a plan document in one transaction.
+
+    Raises PlanValidationError (an agent retired since the preflight, say) or runs.LaunchRefused
+    (over budget, bad settings); either way nothing is saved.
+    """
+    spec = parse_and_validate(document, filename=filename, goal=goal)
+    with transaction.atomic():
+        plan = plans.save_plan(
+            spec, document=document, source=Plan.Source.FILE, source_name=filename, created_by=launched_by
+        )
+        return runs.launch(
+            plan,
+            cap=cap,
+            budget_usd=budget_usd,
+            failure_policy=failure_policy,
+            launched_by=launched_by,
+            require_plan_approval=require_plan_approval,
+        )

@@ -1,0 +1,361 @@
+"""What people do to runs: launch, pause, resume, cancel, retry or skip a task, decide checkpoints.
+
+Each action checks that it makes sense in the current state (raising ActionError with a message
+for people), changes the rows and writes its Event in one transaction, then lets the scheduler
+move the run on. Permission checks belong to the caller (views, API, commands).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from orchestrator import events, plans
+from orchestrator.engine import scheduler
+from orchestrator.models import Checkpoint, Dependency, Plan, ProviderLimit, Run, TaskRun
+from orchestrator.plans import dag
+
+State = TaskRun.State
+
+
+class ActionError(Exception):
+    """An action that cannot be taken now; the message says why, for people."""
+
+
+class LaunchRefused(ActionError):
+    pass
+
+
+# --- Launch --------------------------------------------------------------------------------------
+
+
+def estimate_cost(plan: Plan) -> Decimal:
+    """Σ (estimated input tokens + max output tokens) × the provider's price (DESIGN §5)."""
+    prices = {(pl.provider, pl.model): pl for pl in ProviderLimit.objects.all()}
+    total = Decimal("0")
+    for subtask in plan.subtasks.select_related("agent"):
+        limit = prices.get((subtask.agent.provider, subtask.agent.model))
+        if limit:
+            total += limit.cost(subtask.estimated_input_tokens, subtask.agent.max_output_tokens)
+    return total
+
+
+def task_ranks(plan: Plan) -> dict[str, float]:
+    """Each subtask's longest remaining path to the end of the DAG, weighted by duration."""
+    weights = plans.plan_weights(plan)
+    keys = list(weights)
+    edges = list(Dependency.objects.filter(plan=plan).values_list("upstream__key", "downstream__key"))
+    return dag.remaining_path_lengths(keys, edges, weights)
+
+
+def launch(
+    plan: Plan,
+    *,
+    cap: int | None = None,
+    budget_usd: Decimal | str | None = None,
+    failure_policy: str = Run.FailurePolicy.CONTINUE,
+    launched_by=None,
+    require_plan_approval: bool = False,
+) -> Run:
+    cap = cap if cap is not None else settings.GLASSBOX_DEFAULT_CAP
+    budget = Decimal(str(budget_usd if budget_usd is not None else settings.GLASSBOX_DEFAULT_BUDGET_USD))
+    if cap < 1:
+        raise LaunchRefused(f"cap must be at least 1, got {cap}")
+    if budget <= 0:
+        raise LaunchRefused(f"budget must be more than $0, got ${budget}")
+    if failure_policy not in Run.FailurePolicy.values:
+        raise LaunchRefused(f"unknown failure policy {failure_policy!r}: use continue or fail_fast")
+    estimate = estimate_cost(plan)
+    if estimate > budget:
+        raise LaunchRefused(
+            f"estimated cost ${estimate:.4f} is over the budget of ${budget:.4f}: "
+            f"raise the budget to at least ${estimate:.4f} or trim the plan"
+        )
+    ranks = task_ranks(plan)
+    with transaction.atomic():
+        run = Run.objects.create(
+            plan=plan,
+            cap=cap,
+            budget_usd=budget,
+            failure_policy=failure_policy,
+            launched_by=launched_by,
+            status=Run.Status.AWAITING_APPROVAL if require_plan_approval else Run.Status.RUNNING,
+            started_at=None if require_plan_approval else timezone.now(),
+        )
+        TaskRun.objects.bulk_create(
+            [
+                TaskRun(run=run, subtask=s, agent_id=s.agent_id, rank=ranks.get(s.key, 0.0))
+                for s in plan.subtasks.all()
+            ]
+        )
+        events.record(
+            "run.created",
+            run=run,
+            user=launched_by,
+            message=f"run of plan {plan.pk} created: cap {cap}, budget ${budget}, policy {failure_policy}",
+            payload={"plan": plan.pk, "cap": cap, "budget_usd": str(budget), "estimate_usd": str(estimate),
+                     "failure_policy": failure_policy},
+        )
+        if require_plan_approval:
+            checkpoint = Checkpoint.objects.create(run=run, kind=Checkpoint.Kind.PLAN)
+            events.record("checkpoint.created", run=run, message="the plan needs approval before it runs",
+                          payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN})
+        else:
+            events.record("run.started", run=run, user=launched_by)
+            scheduler.advance(run.pk)
+    return run
+
+
+# --- Run controls ----------------------------------------------------------------------------------
+
+
+def _change_status(run: Run, *, allowed: tuple, new: str, event: str, user, verb: str) -> Run:
+    with transaction.atomic():
+        locked = scheduler.lock_run(run.pk)
+        if locked.status not in allowed:
+            raise ActionError(f"run {run.pk} is {locked.get_status_display().lower()}: it cannot be {verb}")
+        locked.status = new
+        locked.save(update_fields=["status"])
+        events.record(event, run=locked, user=user, message=f"run {verb}")
+    scheduler.advance(run.pk)
+    run.refresh_from_db()
+    return run
+
+
+def pause(run: Run, *, user=None) -> Run:
+    """Stop admitting new tasks; running tasks finish."""
+    return _change_status(run, allowed=(Run.Status.RUNNING,), new=Run.Status.PAUSED, event="run.paused", user=user, verb="paused")
+
+
+def resume(run: Run, *, user=None) -> Run:
+    return _change_status(run, allowed=(Run.Status.PAUSED,), new=Run.Status.RUNNING, event="run.resumed", user=user, verb="resumed")
+
+
+def cancel(run: Run, *, user=None) -> Run:
+    """Stop admitting and cancel everything unfinished; running attempts stop at their next beat."""
+    now = timezone.now()
+    with transaction.atomic():
+        locked = scheduler.lock_run(run.pk)
+        if locked.is_finished:
+            raise ActionError(f"run {run.pk} already ended ({locked.get_status_display().lower()})")
+        for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
+            task.state, task.error, task.finished_at = State.CANCELLED, "run cancelled", now
+            task.save(update_fields=["state", "error", "finished_at"])
+            events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
+        pending = locked.checkpoints.filter(status=Checkpoint.Status.PENDING)
+        for checkpoint in pending:
+            checkpoint.status, checkpoint.decided_at, checkpoint.comment = Checkpoint.Status.REJECTED, now, "run cancelled"
+            checkpoint.save(update_fields=["status", "decided_at", "comment"])
+        scheduler.end_run(locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}")
+    run.refresh_from_db()
+    return run
+
+
+# --- Task controls -------------------------------------------------------------------------------
+
+
+def downstream_closure(task: TaskRun) -> list[int]:
+    """Subtask ids of every task below `task` in the DAG."""
+    edges = Dependency.objects.filter(plan_id=task.run.plan_id).values_list("upstream_id", "downstream_id")
+    below: dict[int, list[int]] = {}
+    for up, down in edges:
+        below.setdefault(up, []).append(down)
+    seen, stack = set(), [task.subtask_id]
+    while stack:
+        for child in below.get(stack.pop(), []):
+            if child not in seen:
+                seen.add(child)
+                stack.append(child)
+    return list(seen)
+
+
+def retry_task(task: TaskRun, *, user=None) -> TaskRun:
+    """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
+    with transaction.atomic():
+        run = scheduler.lock_run(task.run_id)
+        task = TaskRun.objects.select_related("run", "subtask", "agent").get(pk=task.pk)
+        if task.state not in (State.FAILED, State.CANCELLED, State.SKIPPED):
+            raise ActionError(f"task {task.key} is {task.get_state_display().lower()}: only a failed, cancelled or skipped task can be retried")
+        if run.status == Run.Status.CANCELLED:
+            raise ActionError(f"run {run.pk} was cancelled: launch it again instead")
+        now = timezone.now()
+        TaskRun.objects.filter(pk=task.pk).update(
+            state=State.READY, fault_count=0, skip_cascades=False, error="", not_before=None, ready_at=now, finished_at=None
+        )
+        # Tasks that gave up because of this one wait for it again, and so does work that
+        # fail_fast stopped when it failed.
+        run.tasks.filter(
+            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
+            | Q(state=State.CANCELLED, error__endswith="(fail_fast)")
+        ).update(state=State.PENDING, skip_cascades=False, error="", finished_at=None)
+        events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
+        if run.is_finished:
+            run.status, run.finished_at, run.summary = Run.Status.RUNNING, None, ""
+            run.save(update_fields=["status", "finished_at", "summary"])
+            events.record("run.resumed", run=run, user=user, message="run reopened by a retry")
+    scheduler.advance(task.run_id)
+    task.refresh_from_db()
+    return task
+
+
+def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
+    """A person decides this task is not needed: downstream tasks go on without it."""
+    with transaction.atomic():
+        run = scheduler.lock_run(task.run_id)
+        task = TaskRun.objects.select_related("subtask", "agent").get(pk=task.pk)
+        if task.is_terminal and task.state != State.FAILED:
+            raise ActionError(f"task {task.key} already ended ({task.get_state_display().lower()})")
+        if run.is_finished and run.status != Run.Status.FAILED:
+            raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
+        why = reason or f"skipped by {user.get_username() if user else 'the command line'}"
+        TaskRun.objects.filter(pk=task.pk).update(
+            state=State.SKIPPED, skip_cascades=False, error=why, finished_at=timezone.now(), lease_owner="", lease_expires_at=None
+        )
+        run.tasks.filter(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True).update(
+            state=State.PENDING, skip_cascades=False, error="", finished_at=None
+        )
+        task.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
+            status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
+        )
+        events.record("task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True})
+        if run.is_finished:
+            run.status, run.finished_at, run.summary = Run.Status.RUNNING, None, ""
+            run.save(update_fields=["status", "finished_at", "summary"])
+    scheduler.advance(task.run_id)
+    task.refresh_from_db()
+    return task
+
+
+# --- Checkpoints ---------------------------------------------------------------------------------
+
+
+def decide(checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "") -> Checkpoint:
+    """Approve or reject a checkpoint; a rejection needs a comment saying why."""
+    comment = (comment or "").strip()
+    if not approve and not comment:
+        raise ActionError("a comment is required to reject: say what is wrong")
+    now = timezone.now()
+    with transaction.atomic():
+        run = scheduler.lock_run(checkpoint.run_id)
+        checkpoint = Checkpoint.objects.select_related("task_run__subtask", "task_run__agent").get(pk=checkpoint.pk)
+        if checkpoint.status != Checkpoint.Status.PENDING:
+            raise ActionError(f"checkpoint {checkpoint.pk} was already {checkpoint.status}")
+        if run.is_finished:
+            raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
+        # Separation of duties: whoever launched a run cannot also approve its plan (they may
+        # still reject it, which only stops their own run).
+        if (
+            approve
+            and settings.GLASSBOX_SEPARATION_OF_DUTIES
+            and checkpoint.kind == Checkpoint.Kind.PLAN
+            and getattr(user, "is_authenticated", False)
+            and run.launched_by_id == user.pk
+        ):
+            raise ActionError(
+                f"separation of duties: {user.get_username()} launched run {run.pk}, so another approver "
+                "must approve its plan"
+            )
+        checkpoint.status = Checkpoint.Status.APPROVED if approve else Checkpoint.Status.REJECTED
+        checkpoint.decided_by = user if getattr(user, "is_authenticated", False) else None
+        checkpoint.decided_at, checkpoint.comment = now, comment
+        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment"])
+        events.record(
+            f"checkpoint.{checkpoint.status}",
+            run=run,
+            task=checkpoint.task_run,
+            user=user,
+            message=f"{checkpoint.get_kind_display()} checkpoint {checkpoint.status}" + (f": {comment}" if comment else ""),
+            payload={"checkpoint": checkpoint.pk, "kind": checkpoint.kind, "comment": comment},
+        )
+        apply_decision(run, checkpoint, now)
+    scheduler.advance(run.pk)
+    return checkpoint
+
+
+def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
+    approved = checkpoint.status == Checkpoint.Status.APPROVED
+    task = checkpoint.task_run
+    if checkpoint.kind == Checkpoint.Kind.PLAN:
+        if approved:
+            run.status, run.started_at = Run.Status.RUNNING, now
+            run.save(update_fields=["status", "started_at"])
+            events.record("run.started", run=run, user=checkpoint.decided_by)
+        else:
+            run.tasks.update(state=State.CANCELLED, error="plan rejected", finished_at=now)
+            scheduler.end_run(run, Run.Status.CANCELLED, f"plan rejected: {checkpoint.comment}")
+    elif checkpoint.kind == Checkpoint.Kind.BEFORE:
+        if approved:
+            TaskRun.objects.filter(pk=task.pk, state=State.WAITING_GATE).update(state=State.READY, ready_at=now)
+            events.record("task.ready", run=run, task=task)
+        else:
+            scheduler.skip_cascading(task, f"rejected at its gate: {checkpoint.comment}")
+    else:  # AFTER: a review of the task's output
+        if approved:
+            TaskRun.objects.filter(pk=task.pk, state=State.AWAITING_REVIEW).update(state=State.SUCCEEDED, finished_at=now)
+            events.record("task.succeeded", run=run, task=task, message="output approved")
+        else:
+            reason = f"output rejected in review: {checkpoint.comment}"
+            TaskRun.objects.filter(pk=task.pk, state=State.AWAITING_REVIEW).update(state=State.FAILED, error=reason, finished_at=now)
+            events.record("task.failed", run=run, task=task, message=reason, payload={"error": reason})
+
+
+# --- Progress ------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunProgress:
+    run_id: int
+    status: str
+    summary: str
+    total: int
+    succeeded: int
+    failed: int
+    skipped: int
+    cancelled: int
+    running: int
+    queued: int
+    ready: int
+    throttled: int
+    waiting: int
+    pending: int
+    done: int
+    elapsed_s: float
+    cost_usd: Decimal
+    input_tokens: int
+    output_tokens: int
+    pending_checkpoints: list[Checkpoint] = field(default_factory=list)
+
+
+def progress(run: Run) -> RunProgress:
+    run.refresh_from_db()
+    counts = dict(run.tasks.order_by().values_list("state").annotate(n=Count("pk")))
+    end = run.finished_at or timezone.now()
+    return RunProgress(
+        run_id=run.pk,
+        status=run.status,
+        summary=run.summary,
+        total=sum(counts.values()),
+        succeeded=counts.get(State.SUCCEEDED, 0),
+        failed=counts.get(State.FAILED, 0),
+        skipped=counts.get(State.SKIPPED, 0),
+        cancelled=counts.get(State.CANCELLED, 0),
+        running=counts.get(State.RUNNING, 0),
+        queued=counts.get(State.QUEUED, 0),
+        ready=counts.get(State.READY, 0),
+        throttled=counts.get(State.THROTTLED, 0),
+        waiting=counts.get(State.WAITING_GATE, 0) + counts.get(State.AWAITING_REVIEW, 0),
+        pending=counts.get(State.PENDING, 0),
+        done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),
+        elapsed_s=(end - run.started_at).total_seconds() if run.started_at else 0.0,
+        cost_usd=run.cost_usd,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        pending_checkpoints=list(
+            run.checkpoints.filter(status=Checkpoint.Status.PENDING).select_related("task_run__subtask")
+        ),
+    )

@@ -1,0 +1,193 @@
+"""The agent registry and provider limits as governance data: every change is an Event.
+
+The admin (and any other entry point) changes agents and limits only through these functions,
+so that the audit log shows who changed what, from which value to which. An agent's lifecycle
+is draft → active → retired (and back, if someone decides so); only an active agent can be
+scheduled (the scheduler and plan validation refuse the others). Agents are never deleted:
+plans, runs and the audit log refer to them; retire one instead.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from orchestrator import events
+from orchestrator.models import Agent, ProviderLimit
+
+# Fields a person edits, in the order the audit payload lists them.
+AGENT_FIELDS = (
+    "name",
+    "role",
+    "capabilities",
+    "provider",
+    "model",
+    "system_prompt",
+    "max_concurrency",
+    "timeout_s",
+    "max_retries",
+    "max_output_tokens",
+    "provider_options",
+    "status",
+    "owner",
+)
+LIMIT_FIELDS = (
+    "provider",
+    "model",
+    "requests_per_minute",
+    "input_tokens_per_minute",
+    "output_tokens_per_minute",
+    "max_in_flight",
+    "input_price_per_mtok",
+    "output_price_per_mtok",
+)
+# Long texts are cut in the audit payload; the row keeps the whole text.
+MAX_AUDIT_TEXT = 2000
+
+
+class RegistryError(Exception):
+    """A registry change that cannot be made; the message says why, for people."""
+
+
+def _audit_value(obj, field: str) -> Any:
+    """A field's value as plain JSON: users by name, money as text, long texts cut."""
+    if field == "owner":
+        owner = getattr(obj, "owner", None)
+        return owner.get_username() if owner is not None else None
+    value = getattr(obj, field)
+    if isinstance(value, Decimal):  # as stored: 3 and 3.0000 are the same price
+        places = obj._meta.get_field(field).decimal_places
+        return format(value.quantize(Decimal(1).scaleb(-places)), "f")
+    if isinstance(value, str) and len(value) > MAX_AUDIT_TEXT:
+        return value[:MAX_AUDIT_TEXT] + "…"
+    return value
+
+
+def _snapshot(obj, fields) -> dict[str, Any]:
+    return {field: _audit_value(obj, field) for field in fields}
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    return {field: [before[field], after[field]] for field in after if before.get(field) != after[field]}
+
+
+# --- Agents --------------------------------------------------------------------------------------
+
+
+def set_status(agent: Agent, status: str, *, user=None) -> bool:
+    """Move an agent to `status` (draft, active, retired) and record it. False if it was already there.
+
+    A retired agent stays in the registry (plans and history refer to it) but is never
+    scheduled again: tasks of its runs that have not started wait with the reason shown.
+    """
+    if status not in Agent.Status.values:
+        raise RegistryError(f"unknown agent status {status!r}: use one of {', '.join(Agent.Status.values)}")
+    with transaction.atomic():
+        locked = Agent.objects.select_for_update().get(pk=agent.pk)
+        old = locked.status
+        if old == status:
+            agent.status = status
+            return False
+        locked.status = status
+        locked.save(update_fields=["status", "updated_at"])
+        _record_status_change(locked, old, status, user)
+    agent.status = status
+    return True
+
+
+def _record_status_change(agent: Agent, old: str, new: str, user) -> None:
+    events.record(
+        "agent.status_changed",
+        agent=agent,
+        user=user,
+        message=f"agent {agent.name} {old} → {new}",
+        payload={"agent": agent.name, "from": old, "to": new},
+    )
+
+
+def save_agent(agent: Agent, *, user=None) -> Agent:
+    """Create or update an agent (e.g. from an admin form) and record every changed field.
+
+    A new agent gives `agent.created` with its fields; a change gives `agent.changed` with
+    {field: [old, new]} and, when the status moved, also `agent.status_changed`, so that one
+    event type lists every lifecycle transition whatever the entry point. Saving with no
+    change records nothing.
+    """
+    with transaction.atomic():
+        previous = Agent.objects.select_for_update().filter(pk=agent.pk).first() if agent.pk else None
+        if previous is None:
+            agent.save()
+            events.record(
+                "agent.created",
+                agent=agent,
+                user=user,
+                message=f"agent {agent.name} created ({agent.status})",
+                payload={"agent": agent.name, "fields": _snapshot(agent, AGENT_FIELDS)},
+            )
+            return agent
+        changes = _changes(_snapshot(previous, AGENT_FIELDS), _snapshot(agent, AGENT_FIELDS))
+        agent.save()
+        if changes:
+            events.record(
+                "agent.changed",
+                agent=agent,
+                user=user,
+                message=f"agent {agent.name} changed: {', '.join(changes)}",
+                payload={"agent": agent.name, "changes": changes},
+            )
+        if "status" in changes:
+            _record_status_change(agent, *changes["status"], user)
+    return agent
+
+
+# --- Provider limits -----------------------------------------------------------------------------
+
+
+def save_provider_limit(limit: ProviderLimit, *, user=None) -> ProviderLimit:
+    """Create or update a provider's limits and prices and record what changed.
+
+    Lowering `max_in_flight` below the adaptive cap in force brings that cap down with it, so
+    the new limit holds at once.
+    """
+    with transaction.atomic():
+        previous = ProviderLimit.objects.select_for_update().filter(pk=limit.pk).first() if limit.pk else None
+        if (
+            limit.max_in_flight is not None
+            and limit.effective_in_flight is not None
+            and limit.effective_in_flight > limit.max_in_flight
+        ):
+            limit.effective_in_flight = limit.max_in_flight
+        limit.save()
+        if previous is None:
+            events.record(
+                "provider_limit.created",
+                user=user,
+                message=f"provider limit {limit} created",
+                payload={"limit": str(limit), "fields": _snapshot(limit, LIMIT_FIELDS)},
+            )
+            return limit
+        changes = _changes(_snapshot(previous, LIMIT_FIELDS), _snapshot(limit, LIMIT_FIELDS))
+        if changes:
+            events.record(
+                "provider_limit.changed",
+                user=user,
+                message=f"provider limit {limit} changed: {', '.join(changes)}",
+                payload={"limit": str(limit), "changes": changes},
+            )
+    return limit
+
+
+def delete_provider_limit(limit: ProviderLimit, *, user=None) -> None:
+    """Delete a provider's limits and prices (its agents then run uncapped and unpriced), recorded."""
+    with transaction.atomic():
+        fields = _snapshot(limit, LIMIT_FIELDS)
+        name = str(limit)
+        limit.delete()
+        events.record(
+            "provider_limit.deleted",
+            user=user,
+            message=f"provider limit {name} deleted",
+            payload={"limit": name, "fields": fields},
+        )

@@ -1,0 +1,32 @@
+"""Plan documents: parse (parsing), check whole (validation), save (storage), estimate (estimates).
+
+The names below are the package's public interface, so callers write `plans.validate(data)`;
+each lives in the module named beside it. `dag` holds the pure graph functions and `planner`
+turns a goal into a plan document.
+"""
+
+from orchestrator.plans.errors import PlanError, PlanValidationError
+from orchestrator.plans.estimates import MIN_ESTIMATED_DURATION_S, estimated_duration_s, plan_weights
+from orchestrator.plans.parsing import MAX_PLAN_BYTES, load_file, parse_document
+from orchestrator.plans.spec import PlanSpec, SubtaskSpec
+from orchestrator.plans.storage import plan_graph, save_plan
+from orchestrator.plans.validation import MAX_INSTRUCTIONS_CHARS, MAX_SUBTASKS, MAX_TITLE_CHARS, validate
+
+__all__ = [
+    "MAX_INSTRUCTIONS_CHARS",
+    "MAX_PLAN_BYTES",
+    "MAX_TITLE_CHARS",
+    "MIN_ESTIMATED_DURATION_S",
+    "MAX_SUBTASKS",
+    "PlanError",
+    "PlanSpec",
+    "PlanValidationError",
+    "SubtaskSpec",
+    "estimated_duration_s",
+    "load_file",
+    "parse_document",
+    "plan_graph",
+    "plan_weights",
+    "save_plan",
+    "validate",
+]

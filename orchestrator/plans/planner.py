@@ -1,0 +1,570 @@
+"""The planner: a goal and the active agents become a validated, saved plan (DESIGN §5).
+
+With an API key, Claude is asked through a tool (``submit_plan``) whose input schema is the plan
+schema, and ``tool_choice`` forces that tool, so the answer is structured data rather than prose.
+The answer is then treated exactly like a plan file: ``plans.validate`` checks it whole (unknown
+agents, unknown or cyclic dependencies, sizes ...) and ``plans.save_plan`` saves it in one
+transaction. A rejected answer is sent back once with every problem (the repair round trip, as
+the ``tool_result`` of the rejected call, ``is_error: true``); a second rejection is a
+:class:`PlannerError` naming the problems, and nothing is saved.
+
+Every answer, accepted or not, is kept as a :class:`~orchestrator.models.PlannerAttempt` with the
+raw answer and the reason it was rejected, for inspection in the admin.
+
+Without an API key the **simulated planner** builds the plan from templates instead — a research
+fan-out / fan-in, a build pipeline (spec → design → code ∥ tests → review) or a writing pipeline,
+chosen from the goal's words — staffed with the active agents whose name, role and capabilities
+fit each step. Its plans say so: ``source_name`` is "simulated planner" and
+``PlannerResult.simulated`` is true.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from orchestrator import plans
+from orchestrator.models import Agent, Plan, PlannerAttempt
+from orchestrator.providers import anthropic as claude
+from orchestrator.providers.base import ProviderError, redact_secrets
+
+log = logging.getLogger(__name__)
+
+SIMULATED_PLANNER = "simulated planner"
+PLAN_TOOL = "submit_plan"
+# A planner's plan is for people to review: far smaller than what a plan file may hold.
+MAX_PLANNER_SUBTASKS = 30
+MAX_GOAL_CHARS = 5_000
+PLANNER_MAX_TOKENS = 8_000
+PLANNER_TIMEOUT_S = 120.0
+ROUNDS = 2  # the first answer and one repair round trip
+
+
+class PlannerError(Exception):
+    """No plan: the message names the problem. ``attempt`` is the last PlannerAttempt, if any."""
+
+    def __init__(self, message: str, *, attempt: PlannerAttempt | None = None):
+        self.message = redact_secrets(message)
+        super().__init__(self.message)
+        self.attempt = attempt
+
+
+@dataclass
+class PlannerResult:
+    plan: Plan
+    simulated: bool
+    attempt: PlannerAttempt
+
+
+def propose_plan(goal: str, *, created_by=None) -> PlannerResult:
+    """Propose and save a plan for ``goal`` with the active agents, or raise PlannerError."""
+    goal = (goal or "").strip()
+    if not goal:
+        raise PlannerError("The goal is empty: say in a sentence what the team should achieve.")
+    if len(goal) > MAX_GOAL_CHARS:
+        raise PlannerError(f"The goal is {len(goal):,} characters long; at most {MAX_GOAL_CHARS:,} are allowed.")
+    agents = list(Agent.objects.filter(status=Agent.Status.ACTIVE).order_by("name"))
+    if not agents:
+        raise PlannerError(
+            "There are no active agents to plan with: activate agents in the admin, or run "
+            "`python manage.py seed_demo`."
+        )
+    if not settings.ANTHROPIC_API_KEY:
+        return _simulated_plan(goal, agents, created_by)
+    return _claude_plan(goal, agents, created_by)
+
+
+# --- Saving -----------------------------------------------------------------------------------------
+
+
+def _save(spec: plans.PlanSpec, data: dict[str, Any], attempt: PlannerAttempt, created_by) -> Plan:
+    """The plan and the attempt's link to it, in one transaction; nothing when the plan is refused."""
+    try:
+        with transaction.atomic():
+            plan = plans.save_plan(
+                spec,
+                document=json.dumps(data, indent=2, ensure_ascii=False),
+                source=Plan.Source.PLANNER,
+                source_name=attempt.model,
+                created_by=created_by,
+            )
+            PlannerAttempt.objects.filter(pk=attempt.pk).update(plan=plan)
+    except plans.PlanValidationError as error:
+        report = error.report("the planner's plan")
+        _reject(attempt, report)
+        message = f"The plan could not be saved (the team changed meanwhile):\n{report}"
+        raise PlannerError(message, attempt=attempt) from None
+    attempt.plan = plan
+    return plan
+
+
+def _reject(attempt: PlannerAttempt, error: str) -> None:
+    attempt.error = redact_secrets(error)
+    PlannerAttempt.objects.filter(pk=attempt.pk).update(error=attempt.error)
+
+
+# --- Claude ---------------------------------------------------------------------------------------
+
+
+SYSTEM_PROMPT = (
+    "You are the planner of a team of AI agents. You break a goal into subtasks, give each to "
+    "the team member best suited to it, and say which subtasks need the results of which. "
+    "Subtasks without a dependency between them run at the same time, so prefer independent "
+    "branches where the work allows it. You answer only by calling the submit_plan tool."
+)
+
+
+def plan_tool(agents: list[Agent]) -> dict[str, Any]:
+    """The tool whose input schema is the plan schema, with the team's names as the only agents."""
+    return {
+        "name": PLAN_TOOL,
+        "description": (
+            "Submit the plan: its subtasks, each with the agent that does it and the keys of the "
+            "subtasks it depends on. The plan is checked whole; if it is rejected you are told why."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "subtasks": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_PLANNER_SUBTASKS,
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "key": {
+                                "type": "string",
+                                "pattern": "^[A-Za-z0-9_-]{1,100}$",
+                                "description": "Short unique name, e.g. research_costs",
+                            },
+                            "agent": {"type": "string", "enum": [agent.name for agent in agents]},
+                            "title": {"type": "string", "maxLength": plans.MAX_TITLE_CHARS},
+                            "instructions": {
+                                "type": "string",
+                                "description": "What to do and what to hand over, understandable on its own",
+                            },
+                            "depends_on": {
+                                "type": "array",
+                                "items": {"type": "string"},
+                                "description": "Keys of the subtasks whose results this one needs",
+                            },
+                            "gate": {
+                                "type": "string",
+                                "enum": ["none", "before", "after"],
+                                "description": "after: a person reviews the output before anything downstream starts",
+                            },
+                            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
+                            "estimate": {
+                                "type": "object",
+                                "properties": {
+                                    "input_tokens": {"type": "integer", "minimum": 0},
+                                    "output_tokens": {"type": "integer", "minimum": 0},
+                                },
+                            },
+                        },
+                        "required": ["key", "agent", "title", "instructions", "depends_on"],
+                    },
+                }
+            },
+            "required": ["subtasks"],
+        },
+    }
+
+
+def planner_prompt(goal: str, agents: list[Agent]) -> str:
+    team = "\n".join(_describe_agent(agent) for agent in agents)
+    return (
+        f"Goal: {goal}\n\n"
+        f"The team (give every subtask to one of these agents, by name):\n{team}\n\n"
+        "Plan the work and submit it with the submit_plan tool:\n"
+        "- a few well-scoped subtasks (usually 3 to 8, never more than "
+        f"{MAX_PLANNER_SUBTASKS}), each with a unique key, one agent, a title and instructions;\n"
+        "- depends_on names the keys whose results a subtask needs; no cycles;\n"
+        "- when the work branches, end with one subtask that brings the results together;\n"
+        '- gate "after" makes a person review a subtask\'s output first: use it only for '
+        "decisions that are expensive to undo;\n"
+        "- estimate the input and output tokens of each subtask roughly."
+    )
+
+
+def _describe_agent(agent: Agent) -> str:
+    capabilities = ", ".join(str(c) for c in agent.capabilities or []) or "none listed"
+    role = agent.role or "no role given"
+    return f"- {agent.name}: {role}. Capabilities: {capabilities}."
+
+
+@dataclass
+class _Answer:
+    content: list[dict[str, Any]]  # the assistant's content blocks, to send back when repairing
+    tool_input: Any  # the submit_plan call's input; None when the answer did not call it
+    raw: str
+    stop_reason: str
+    input_tokens: int
+    output_tokens: int
+
+
+def _ask(messages: list[dict[str, Any]], agents: list[Agent], model: str) -> _Answer:
+    """One call to Claude; ProviderError (redacted, SDK retries off) when it fails."""
+    sdk = claude.client(PLANNER_TIMEOUT_S, who="the planner")
+    try:
+        raw_response = sdk.messages.with_raw_response.create(
+            model=model,
+            max_tokens=PLANNER_MAX_TOKENS,
+            system=SYSTEM_PROMPT,
+            messages=messages,
+            tools=[plan_tool(agents)],
+            tool_choice={"type": "tool", "name": PLAN_TOOL},
+        )
+        claude.feed_back(model, raw_response.headers)
+        message = raw_response.parse()
+    except claude.SDK_ERRORS as exc:
+        claude.feed_back_error(model, exc)
+        raise claude.map_error(exc, timeout_s=PLANNER_TIMEOUT_S) from None
+    content: list[dict[str, Any]] = []
+    tool_input: Any = None
+    texts: list[str] = []
+    for block in message.content:
+        if block.type == "text":
+            content.append({"type": "text", "text": block.text})
+            texts.append(block.text)
+        elif block.type == "tool_use":
+            content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
+            if block.name == PLAN_TOOL and tool_input is None:
+                tool_input = block.input
+    if tool_input is not None:
+        raw = json.dumps(tool_input, indent=2, ensure_ascii=False)
+    else:
+        raw = "\n".join(texts)
+    return _Answer(
+        content=content,
+        tool_input=tool_input,
+        raw=raw,
+        stop_reason=message.stop_reason or "",
+        input_tokens=message.usage.input_tokens or 0,
+        output_tokens=message.usage.output_tokens or 0,
+    )
+
+
+class _Rejected(Exception):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def interpret(answer: _Answer, goal: str, agents: list[Agent]) -> tuple[plans.PlanSpec, dict[str, Any]]:
+    """The validated plan in Claude's answer, or _Rejected listing every problem."""
+    if answer.stop_reason == "max_tokens":
+        raise _Rejected(
+            [
+                f"the answer was cut off at the limit of {PLANNER_MAX_TOKENS:,} output tokens: the plan is too "
+                "large; propose fewer, broader subtasks"
+            ]
+        )
+    if answer.tool_input is None:
+        said = " ".join(answer.raw.split())[:200]
+        raise _Rejected([f"the answer did not call the {PLAN_TOOL} tool" + (f' (it said: "{said}")' if said else "")])
+    if not isinstance(answer.tool_input, dict):
+        raise _Rejected([f"the {PLAN_TOOL} input must be an object with subtasks, got {type(answer.tool_input).__name__}"])
+    if len(answer.raw.encode()) > plans.MAX_PLAN_BYTES:
+        size = len(answer.raw.encode())
+        raise _Rejected([f"the answer is {size:,} bytes; a plan may have at most {plans.MAX_PLAN_BYTES:,}"])
+    data = {name: value for name, value in answer.tool_input.items() if name != "goal"}
+    subtasks = data.get("subtasks")
+    if isinstance(subtasks, str):  # the list sent as JSON text: decode it, or say why it is not JSON
+        try:
+            subtasks = data["subtasks"] = json.loads(subtasks)
+        except json.JSONDecodeError as exc:
+            raise _Rejected(
+                [f"subtasks is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"]
+            ) from None
+    if isinstance(subtasks, list) and len(subtasks) > MAX_PLANNER_SUBTASKS:
+        raise _Rejected(
+            [f"the plan has {len(subtasks)} subtasks; the planner may propose at most {MAX_PLANNER_SUBTASKS}"]
+        )
+    data = {"goal": goal, **data}
+    try:
+        spec = plans.validate(data, agents={agent.name: agent for agent in agents})
+    except plans.PlanValidationError as error:
+        raise _Rejected([str(problem) for problem in error.errors]) from None
+    return spec, data
+
+
+def repair_request(answer: _Answer, problems: list[str]) -> list[dict[str, Any]]:
+    """The messages that send the problems back: the answer, then one tool_result per tool call."""
+    listing = "\n".join(f"- {problem}" for problem in problems)
+    feedback = (
+        f"The plan was rejected and nothing was saved. Problems:\n{listing}\n"
+        f"Call {PLAN_TOOL} again with the whole corrected plan."
+    )
+    tool_ids = [block["id"] for block in answer.content if block["type"] == "tool_use"]
+    if not tool_ids:
+        return [{"role": "assistant", "content": answer.content or [{"type": "text", "text": answer.raw or "-"}]},
+                {"role": "user", "content": feedback}]
+    results = [
+        {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback} for tool_id in tool_ids
+    ]
+    return [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
+
+
+def _claude_plan(goal: str, agents: list[Agent], created_by) -> PlannerResult:
+    model = settings.GLASSBOX_MODEL
+    messages: list[dict[str, Any]] = [{"role": "user", "content": planner_prompt(goal, agents)}]
+    problems: list[str] = []
+    attempt: PlannerAttempt | None = None
+    for round_number in range(1, ROUNDS + 1):
+        try:
+            answer = _ask(messages, agents, model)
+        except ProviderError as error:
+            attempt = PlannerAttempt.objects.create(
+                goal=goal, model=model, round=round_number, error=error.message, created_by=created_by
+            )
+            message = f"The planner could not get an answer from Claude ({model}): {error.message}"
+            raise PlannerError(message, attempt=attempt) from None
+        attempt = PlannerAttempt.objects.create(
+            goal=goal,
+            model=model,
+            round=round_number,
+            raw_answer=redact_secrets(answer.raw),
+            input_tokens=answer.input_tokens,
+            output_tokens=answer.output_tokens,
+            created_by=created_by,
+        )
+        try:
+            spec, data = interpret(answer, goal, agents)
+        except _Rejected as rejected:
+            problems = rejected.problems
+            _reject(attempt, "\n".join(problems))
+            log.info("planner answer %s rejected (round %s): %s", attempt.pk, round_number, "; ".join(problems))
+            messages += repair_request(answer, problems)
+            continue
+        return PlannerResult(plan=_save(spec, data, attempt, created_by), simulated=False, attempt=attempt)
+    listing = "\n".join(f"  {problem}" for problem in problems)
+    raise PlannerError(
+        f"Claude's plan was rejected {ROUNDS} times (the second time after being told why); nothing was saved. "
+        f"Problems in the last answer:\n{listing}",
+        attempt=attempt,
+    )
+
+
+# --- The simulated planner -------------------------------------------------------------------------
+
+
+# Words that point a goal at one shape of plan.
+SHAPE_WORDS = {
+    "research": {
+        "research", "compare", "comparison", "investigate", "survey", "evaluate", "assess", "study",
+        "explore", "analyse", "analyze", "analysis", "options", "market", "decide", "decision",
+        "choose", "whether", "which", "pros", "cons", "risks", "brief", "versus", "vs",
+    },
+    "build": {
+        "build", "implement", "develop", "code", "feature", "add", "create", "ship", "fix", "refactor",
+        "api", "app", "application", "service", "endpoint", "migrate", "integrate", "deploy",
+        "prototype", "bug", "library", "website", "backend", "frontend", "cli", "database",
+    },
+    "write": {
+        "write", "draft", "document", "documentation", "report", "article", "blog", "post", "guide",
+        "proposal", "announcement", "newsletter", "essay", "tutorial", "readme", "summarise",
+        "summarize", "presentation", "email",
+    },
+}
+SHAPE_ORDER = ("research", "build", "write")  # ties go to the earlier shape
+
+# Words in an agent's name, role or capabilities that fit each kind of step.
+STEP_WORDS = {
+    "research": {"research", "researcher", "facts", "sources", "investigate", "analysis", "analyst", "questions"},
+    "design": {"design", "designs", "architect", "architecture", "system", "systems", "modelling", "modeling"},
+    "code": {"code", "coder", "developer", "python", "django", "sql", "implement", "engineer", "programming", "refactoring"},
+    "test": {"test", "tests", "tester", "pytest", "qa", "testing", "measurements", "instrumentation"},
+    "review": {"review", "reviews", "reviewer", "security", "consistency", "correctness", "audit"},
+    "write": {"write", "writes", "writer", "writing", "synthesis", "documents", "documentation", "editor"},
+}
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def choose_shape(goal: str) -> str:
+    words = _WORDS.findall(goal.lower())
+    scores = {shape: sum(word in SHAPE_WORDS[shape] for word in words) for shape in SHAPE_ORDER}
+    best = max(SHAPE_ORDER, key=lambda shape: (scores[shape], -SHAPE_ORDER.index(shape)))
+    return best if scores[best] else "research"
+
+
+class _Staffing:
+    """Picks the active agent that fits a kind of step best; round-robin when none fits."""
+
+    def __init__(self, agents: list[Agent]):
+        self.agents = agents
+        self.words = {agent.pk: self._words_of(agent) for agent in agents}
+        self.fallback = 0
+
+    @staticmethod
+    def _words_of(agent: Agent) -> set[str]:
+        text = " ".join([agent.name, agent.role or "", *(str(c) for c in agent.capabilities or [])])
+        return set(_WORDS.findall(text.lower().replace("_", " ").replace("-", " ")))
+
+    def agent_for(self, kind: str) -> str:
+        scores = [(len(self.words[agent.pk] & STEP_WORDS[kind]), agent) for agent in self.agents]
+        best_score = max(score for score, _ in scores)
+        if best_score:
+            return next(agent.name for score, agent in scores if score == best_score)
+        agent = self.agents[self.fallback % len(self.agents)]
+        self.fallback += 1
+        return agent.name
+
+
+def _step(
+    key: str, kind: str, title: str, instructions: str, depends_on: list[str], staff: _Staffing, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "agent": staff.agent_for(kind),
+        "title": title,
+        "instructions": instructions,
+        "depends_on": depends_on,
+        "estimate": {"input_tokens": extra.pop("input_tokens", 600), "output_tokens": extra.pop("output_tokens", 800)},
+        **extra,
+    }
+
+
+RESEARCH_ANGLES = (
+    ("background", "Background and current state", "what the situation is today and how it came to be"),
+    ("options", "Options and alternatives", "the realistic options, including doing nothing, and how they differ"),
+    ("risks", "Risks and constraints", "what could go wrong with each option and which constraints rule options out"),
+    ("costs", "Costs and effort", "what each option costs in money, time and people, with the evidence for the numbers"),
+)
+
+
+def research_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
+    """Fan-out / fan-in: frame the question, four angles side by side, one synthesis."""
+    angle_list = "; ".join(f"{title.lower()} ({what})" for _, title, what in RESEARCH_ANGLES)
+    steps = [
+        _step(
+            "scope", "research", "Frame the question",
+            "State the question behind the goal in one sentence, the assumptions you make, and for each of "
+            f"these angles the two or three questions it must answer: {angle_list}.",
+            [], staff, priority=10, output_tokens=500,
+        )
+    ]
+    for key, title, what in RESEARCH_ANGLES:
+        steps.append(
+            _step(
+                f"research_{key}", "research", title,
+                f"Using the frame from the scoping step, investigate {what}. Report each finding with its "
+                "evidence and say how certain it is.",
+                ["scope"], staff,
+            )
+        )
+    steps.append(
+        _step(
+            "synthesis", "write", "Bring the findings together",
+            "Merge the four investigations into one brief: the answer to the question, the reasons for it, "
+            "the open risks and a recommendation. Say where the investigations disagree.",
+            [f"research_{key}" for key, _, _ in RESEARCH_ANGLES], staff, input_tokens=3000, output_tokens=1000,
+        )
+    )
+    return steps
+
+
+def build_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
+    """A build pipeline: spec → design (reviewed by a person) → code ∥ tests → review."""
+    return [
+        _step(
+            "spec", "research", "Write the specification",
+            "Write a short specification for the goal: user stories, behaviour at the edges (errors, limits), "
+            "security requirements, and acceptance criteria a tester can check one by one.",
+            [], staff, priority=10,
+        ),
+        _step(
+            "design", "design", "Design the implementation",
+            "From the specification, design the implementation: components, data model, interfaces and the "
+            "trade-offs you chose. A person reviews this design before any code is written.",
+            ["spec"], staff, gate="after", priority=8, output_tokens=1000,
+        ),
+        _step(
+            "implement", "code", "Implement the approved design",
+            "Implement the approved design. Where it is silent, choose the simplest option and note it. Return "
+            "the code as files with their paths, then the list of deviations from the design.",
+            ["design"], staff, priority=5, input_tokens=2000, output_tokens=1000,
+        ),
+        _step(
+            "tests", "test", "Write the tests",
+            "From the acceptance criteria and the approved design, write tests that fail when the behaviour is "
+            "wrong, one or more per criterion, against the design's names.",
+            ["design"], staff, priority=5, input_tokens=2000, output_tokens=900,
+        ),
+        _step(
+            "review", "review", "Review implementation and tests",
+            "Review the implementation and the tests together against the specification: security first, then "
+            "correctness, then coverage of every acceptance criterion. List blocking issues and suggestions "
+            'separately, each with a concrete fix, and end with "approve" or "changes requested".',
+            ["implement", "tests"], staff, input_tokens=4000,
+        ),
+    ]
+
+
+WRITING_SECTIONS = (
+    ("context", "Context and motivation", "why the reader should care and what they need to know first"),
+    ("body", "Main content", "the substance: the facts, the argument or the steps, in a logical order"),
+    ("next_steps", "Conclusions and next steps", "what follows from the content and what the reader should do"),
+)
+
+
+def writing_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
+    """A writing pipeline: outline → sections side by side → one edited document."""
+    steps = [
+        _step(
+            "outline", "research", "Outline the document",
+            "Name the audience and the purpose, then outline the document: for each section "
+            f"({', '.join(title.lower() for _, title, _ in WRITING_SECTIONS)}) the points it must make.",
+            [], staff, priority=10, output_tokens=500,
+        )
+    ]
+    for key, title, what in WRITING_SECTIONS:
+        steps.append(
+            _step(
+                f"section_{key}", "write", f"Draft: {title.lower()}",
+                f"Following the outline, draft the section on {what}. Keep to the outline's points.",
+                ["outline"], staff,
+            )
+        )
+    steps.append(
+        _step(
+            "edit", "write", "Edit into one document",
+            "Merge the drafted sections into one consistent document: one voice, no repetition, transitions "
+            "between sections, and a title. Note any point of the outline that no section covered.",
+            [f"section_{key}" for key, _, _ in WRITING_SECTIONS], staff, input_tokens=3000, output_tokens=1200,
+        )
+    )
+    return steps
+
+
+SHAPES = {"research": research_plan, "build": build_plan, "write": writing_plan}
+
+
+def simulated_plan_data(goal: str, agents: list[Agent]) -> dict[str, Any]:
+    """The simulated planner's plan document for ``goal``: same goal and team, same plan."""
+    shape = choose_shape(goal)
+    return {"goal": goal, "subtasks": SHAPES[shape](goal, _Staffing(agents))}
+
+
+def _simulated_plan(goal: str, agents: list[Agent], created_by) -> PlannerResult:
+    data = simulated_plan_data(goal, agents)
+    attempt = PlannerAttempt.objects.create(
+        goal=goal,
+        model=SIMULATED_PLANNER,
+        simulated=True,
+        raw_answer=json.dumps(data, indent=2, ensure_ascii=False),
+        created_by=created_by,
+    )
+    try:
+        spec = plans.validate(data, agents={agent.name: agent for agent in agents})
+    except plans.PlanValidationError as error:  # a template that does not fit this team
+        report = error.report(SIMULATED_PLANNER)
+        _reject(attempt, report)
+        raise PlannerError(f"The simulated planner made an invalid plan:\n{report}", attempt=attempt) from None
+    return PlannerResult(plan=_save(spec, data, attempt, created_by), simulated=True, attempt=attempt)

@@ -1,0 +1,139 @@
+"""Preflight: validation, DAG layers, cost estimate and predicted duration, computed without saving."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from orchestrator import plans
+from orchestrator.engine import preflight, runs
+from orchestrator.models import Agent, Plan, ProviderLimit, Run
+from tests.conftest import ROOT, fast_latency
+
+pytestmark = pytest.mark.django_db
+
+FEATURE_PIPELINE = (ROOT / "examples" / "feature_pipeline.yaml").read_text()
+BUDGET = Decimal("0.50")
+
+
+def test_predicted_duration_is_the_larger_of_critical_path_and_work_over_cap():
+    assert preflight.predicted_duration_s(10.0, 12.0, 4) == 10.0
+    assert preflight.predicted_duration_s(10.0, 60.0, 4) == 15.0
+    assert preflight.predicted_duration_s(0.0, 0.0, 1) == 0.0
+    with pytest.raises(ValueError, match="cap must be at least 1, got 0"):
+        preflight.predicted_duration_s(1.0, 1.0, 0)
+
+
+def test_upload_size_limit_is_plans_max_plan_bytes():
+    assert preflight.upload_too_large("a.yaml", plans.MAX_PLAN_BYTES) is None
+    error = preflight.upload_too_large("a.yaml", plans.MAX_PLAN_BYTES + 1)
+    assert str(error) == (
+        f"a.yaml: the file is {plans.MAX_PLAN_BYTES + 1:,} bytes; a plan file may be at most "
+        f"{plans.MAX_PLAN_BYTES:,} bytes (5 MB)"
+    )
+
+
+def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
+    checked = preflight.check_document(FEATURE_PIPELINE, filename="feature_pipeline.yaml", cap=4, budget_usd=BUDGET)
+    assert checked.ok and checked.can_launch and not checked.over_budget
+    assert [[n.key for n in layer] for layer in checked.layers] == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
+    nodes = {n.key: n for layer in checked.layers for n in layer}
+    assert nodes["review"].depends_on == ("implement", "test_plan")
+    assert nodes["design"].gate == "after" and nodes["design"].agent == "architect"
+    assert [k for k, n in nodes.items() if n.on_critical_path] == ["spec", "design", "implement", "review"]
+    assert (checked.subtasks, checked.edges, checked.widest_layer, checked.checkpoints) == (5, 5, 2, 1)
+    assert checked.critical_path_s == pytest.approx(0.8) and checked.total_work_s == pytest.approx(1.0)
+    assert checked.predicted_duration_s == pytest.approx(0.8) and checked.duration_bound == "critical path"
+    # cap 1: the work, not the chain, sets the duration
+    serial = preflight.check_document(FEATURE_PIPELINE, cap=1, budget_usd=BUDGET)
+    assert serial.predicted_duration_s == pytest.approx(1.0) and serial.duration_bound == "total work / cap"
+    assert not checked.workers_running  # no qcluster in this test
+    assert Plan.objects.count() == 0
+
+
+def test_the_estimate_from_the_spec_equals_runs_estimate_cost_of_the_saved_plan(demo_agents, priced_limit):
+    Agent.objects.filter(name="coder").update(max_output_tokens=4000, provider="anthropic", model="claude-x")
+    ProviderLimit.objects.create(provider="anthropic", model="claude-x", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15"))
+    spec = preflight.parse_and_validate(FEATURE_PIPELINE)
+    from_spec = preflight.check_spec(spec, cap=4, budget_usd=BUDGET)
+    plan = plans.save_plan(spec)
+    assert from_spec.estimate_usd == runs.estimate_cost(plan) == preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET).estimate_usd
+    lines = {line.name: line for line in from_spec.agents}
+    assert lines["coder"].estimate_usd == Decimal("0.0666")  # 2,200 × $3 + 4,000 × $15, per million
+    assert sum(line.estimate_usd for line in lines.values()) == from_spec.estimate_usd
+
+
+def test_models_without_a_price_are_named_and_count_as_zero(demo_agents):
+    checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=BUDGET)
+    assert checked.estimate_usd == 0
+    assert checked.unpriced_models == ["simulated:sim-1"]
+    assert not any(line.priced for line in checked.agents)
+
+
+def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
+    checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=Decimal("0.1"))
+    assert checked.over_budget and not checked.can_launch
+    assert checked.budget_refusal == (
+        "The estimated cost $0.1071 is over the budget of $0.1000: raise the budget to at least $0.1071 or trim the plan."
+    )
+
+
+def test_every_validation_problem_is_kept(demo_agents):
+    text = "goal: x\nsubtasks:\n  - {key: a, agent: nobody, title: A, depends_on: [a]}\n"
+    checked = preflight.check_document(text, cap=4, budget_usd=BUDGET)
+    assert not checked.ok and not checked.can_launch and not checked.over_budget
+    assert [str(e) for e in checked.errors] == [
+        'subtasks[0] (key "a"): depends_on: depends on itself ("a")',
+        'subtasks[0] (key "a"): agent: no agent named "nobody"',
+    ]
+
+
+def test_the_goal_replaces_the_documents_goal(demo_agents):
+    checked = preflight.check_document(FEATURE_PIPELINE, goal="  Shorter goal ", cap=4, budget_usd=BUDGET)
+    assert checked.goal == "Shorter goal"
+
+
+def test_a_saved_plan_with_a_retired_agent_is_not_launchable(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])})
+    Agent.objects.filter(name="writer").update(status=Agent.Status.RETIRED)
+    checked = preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET)
+    assert not checked.can_launch
+    assert [str(e) for e in checked.errors] == ['subtask "b": agent: agent "writer" is retired; only active agents can run subtasks']
+
+
+def test_launch_document_saves_and_launches_together(demo_agents, priced_limit, django_user_model):
+    user = django_user_model.objects.create_user("u")
+    run = preflight.launch_document(
+        FEATURE_PIPELINE, filename="feature_pipeline.yaml", cap=2, budget_usd=BUDGET, launched_by=user,
+        failure_policy="fail_fast", require_plan_approval=True,
+    )
+    assert (run.cap, run.failure_policy, run.status, run.launched_by) == (2, "fail_fast", Run.Status.AWAITING_APPROVAL, user)
+    assert (run.plan.source_name, run.plan.document, run.plan.created_by) == ("feature_pipeline.yaml", FEATURE_PIPELINE, user)
+
+
+def test_launch_document_over_budget_saves_nothing(demo_agents, priced_limit):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1071 is over the budget of \$0.0100"):
+        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=Decimal("0.01"))
+    assert not Plan.objects.exists() and not Run.objects.exists()
+
+
+def test_launch_document_with_an_invalid_plan_saves_nothing(demo_agents):
+    Agent.objects.filter(name="tester").update(status=Agent.Status.RETIRED)
+    with pytest.raises(plans.PlanValidationError, match='agent "tester" is retired'):
+        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=BUDGET)
+    assert not Plan.objects.exists()
+
+
+def test_durations_follow_the_agents_latency_model(make_agent):
+    make_agent("slow", provider_options=fast_latency(3.0))
+    make_agent("fast", provider_options=fast_latency(1.0))
+    text = (
+        "goal: g\nsubtasks:\n"
+        "  - {key: a, agent: slow, title: A}\n"
+        "  - {key: b, agent: fast, title: B}\n"
+        "  - {key: c, agent: fast, title: C, depends_on: [a, b]}\n"
+    )
+    checked = preflight.check_document(text, cap=2, budget_usd=BUDGET)
+    assert checked.critical_path == ["a", "c"] and checked.critical_path_s == pytest.approx(4.0)
+    assert checked.total_work_s == pytest.approx(5.0) and checked.predicted_duration_s == pytest.approx(4.0)

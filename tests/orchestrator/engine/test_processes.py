@@ -1,0 +1,155 @@
+"""Claims about processes, proved with real qcluster processes against the test database.
+
+Caps are checked from what workers did (attempt start and finish times), not from the
+scheduler's own counters; crashes are real SIGKILLs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter, defaultdict
+
+import pytest
+
+from orchestrator.engine import runs
+from orchestrator.models import Attempt, Event, Run, TaskRun
+from tests.conftest import fast_latency, wait_for_run, wait_until
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+
+def peak_overlap(intervals) -> int:
+    """Most intervals open at one instant (an end before a start at the same instant)."""
+    points = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals], key=lambda p: (p[0], p[1]))
+    peak = current = 0
+    for _, step in points:
+        current += step
+        peak = max(peak, current)
+    return peak
+
+
+def attempt_intervals(run: Run, **filters):
+    rows = Attempt.objects.filter(task_run__run=run, started_at__isnull=False, **filters)
+    return [(a.started_at, a.finished_at or a.heartbeat_at) for a in rows]
+
+
+def assert_each_task_succeeded_exactly_once(run: Run) -> None:
+    succeeded = Counter(
+        Attempt.objects.filter(task_run__run=run, state=Attempt.State.SUCCEEDED).values_list("task_run_id", flat=True)
+    )
+    task_ids = list(run.tasks.values_list("pk", flat=True))
+    assert {t: succeeded[t] for t in task_ids} == {t: 1 for t in task_ids}
+    assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.SUCCEEDED}
+
+
+def no_task_ran_twice_at_once(run: Run) -> bool:
+    by_task = defaultdict(list)
+    for attempt in Attempt.objects.filter(task_run__run=run, started_at__isnull=False):
+        if attempt.state != Attempt.State.LOST:  # a lost attempt's worker is dead: it runs nothing
+            by_task[attempt.task_run_id].append((attempt.started_at, attempt.finished_at))
+    return all(peak_overlap(iv) <= 1 for iv in by_task.values())
+
+
+def fan_out_plan(make_plan, width: int, agents: list[str]):
+    tasks = {"scope": (agents[0], [])}
+    for i in range(width):
+        tasks[f"part_{i}"] = (agents[i % len(agents)], ["scope"])
+    tasks["synthesis"] = (agents[-1], [f"part_{i}" for i in range(width)])
+    return make_plan(tasks)
+
+
+def test_a_plan_runs_end_to_end_without_exceeding_any_cap(qcluster, make_agent, make_plan):
+    make_agent("researcher", max_concurrency=2, provider_options=fast_latency(0.4))
+    make_agent("writer", max_concurrency=3, provider_options=fast_latency(0.4))
+    plan = fan_out_plan(make_plan, 16, ["researcher", "writer"])
+    qcluster.workers = 6
+    qcluster.start()
+    run = wait_for_run(runs.launch(plan, cap=4), 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert 2 <= peak_overlap(attempt_intervals(run)) <= 4
+    assert peak_overlap(attempt_intervals(run, task_run__agent__name="researcher")) <= 2
+    assert peak_overlap(attempt_intervals(run, task_run__agent__name="writer")) <= 3
+    synthesis = run.tasks.get(subtask__key="synthesis")
+    assert synthesis.started_at >= max(run.tasks.exclude(pk=synthesis.pk).values_list("finished_at", flat=True))
+
+
+def test_sigkill_of_a_worker_mid_task_leads_to_a_new_attempt_and_the_run_succeeds(qcluster, make_agent, make_plan):
+    make_agent("researcher", provider_options=fast_latency(2.5))
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(4)})
+    qcluster.start()
+    run = runs.launch(plan, cap=2)
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").exists(), 60, "a running attempt")
+    victim = Attempt.objects.filter(task_run__run=run, state="running").first()
+    os.kill(int(victim.worker.rsplit(":", 1)[1]), signal.SIGKILL)
+    run = wait_for_run(run, 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    victim.refresh_from_db()
+    assert victim.state == Attempt.State.LOST
+    assert Event.objects.filter(run=run, type="attempt.lost", task_run=victim.task_run).exists()
+    assert no_task_ran_twice_at_once(run)
+
+
+def test_killing_a_whole_qcluster_then_starting_another_completes_the_run(qcluster, make_agent, make_plan, settings):
+    settings.GLASSBOX_QUEUED_GRACE_S = 5  # admissions made in this process
+    qcluster.env["GLASSBOX_QUEUED_GRACE_S"] = "5"
+    make_agent("researcher", provider_options=fast_latency(2.0))
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(6)})
+    first = qcluster.start()
+    run = runs.launch(plan, cap=3)
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() >= 2, 60, "running attempts")
+    qcluster.kill(first)
+    qcluster.start()
+    run = wait_for_run(run, 150, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).count() >= 2
+    assert Event.objects.filter(run=run, type="attempt.lost").count() >= 2
+
+
+def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, make_agent, make_plan):
+    make_agent("researcher", provider_options={"hang": True}, timeout_s=1, max_retries=2)
+    make_agent("writer", provider_options=fast_latency(0.2))
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "x": ("writer", []), "y": ("writer", ["x"])})
+    qcluster.start()
+    run = wait_for_run(runs.launch(plan), 120, qcluster)
+    states = dict(run.tasks.values_list("subtask__key", "state"))
+    assert states == {"a": "failed", "b": "skipped", "x": "succeeded", "y": "succeeded"}
+    attempts = list(Attempt.objects.filter(task_run__subtask__key="a", task_run__run=run).values_list("state", flat=True))
+    assert attempts == ["timed_out"] * 3
+    assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
+    assert run.status == "failed" and "a (timed out after 1 s (after 3 attempts))" in run.summary
+
+
+def test_a_rate_limit_storm_backs_off_and_the_run_completes(qcluster, make_agent, make_plan):
+    options = {**fast_latency(0.1), "server_limit": {"requests_per_minute": 8}}
+    make_agent("researcher", provider_options=options, max_concurrency=12, max_retries=0)
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(12)})
+    qcluster.workers = 6
+    qcluster.start()
+    run = wait_for_run(runs.launch(plan, cap=12), 240, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    limited = Attempt.objects.filter(task_run__run=run, state="failed", error__contains="429")
+    assert limited.count() >= 4  # 12 requests against 8 a minute: at least 4 answered 429
+    assert Event.objects.filter(run=run, type="provider.backoff").count() == limited.count()
+
+
+def test_two_qclusters_share_the_work_without_running_a_task_twice(qcluster, make_agent, make_plan):
+    make_agent("researcher", max_concurrency=3, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}})
+    make_agent("writer", max_concurrency=2, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}})
+    plan = make_plan({f"t{i}": ("researcher" if i % 2 else "writer", []) for i in range(60)})
+    qcluster.workers = 3
+    qcluster.start()
+    qcluster.start()
+    run = wait_for_run(runs.launch(plan, cap=5), 180, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert no_task_ran_twice_at_once(run)
+    assert peak_overlap(attempt_intervals(run)) <= 5
+    assert peak_overlap(attempt_intervals(run, task_run__agent__name="researcher")) <= 3
+    assert peak_overlap(attempt_intervals(run, task_run__agent__name="writer")) <= 2
+    workers = set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True))
+    assert len(workers) >= 2

@@ -1,0 +1,80 @@
+"""One typed serialiser per model, and the whole-run export (JSON and Markdown)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from orchestrator import events
+from orchestrator.engine import runs, scheduler
+from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
+from orchestrator.readmodels import records as serializers
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def run(make_plan, demo_agents, priced_limit, monkeypatch, admin_user):
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    plan = make_plan(
+        {"scope": ("researcher", [], {"instructions": "Frame it."}), "a": ("researcher", ["scope"]), "w": ("writer", ["a"])},
+        goal="Line one\nline two",
+    )
+    run = runs.launch(plan, budget_usd="2", launched_by=admin_user)
+    now = timezone.now()
+    scope = run.tasks.get(subtask__key="scope")
+    Attempt.objects.filter(task_run=scope).update(
+        state=Attempt.State.SUCCEEDED, worker="w:1", started_at=now, finished_at=now, input_tokens=10,
+        output_tokens=20, cost_usd=Decimal("0.000123"),
+    )
+    TaskRun.objects.filter(pk=scope.pk).update(
+        state=TaskRun.State.SUCCEEDED, output="Scope output.", cost_usd=Decimal("0.000123"), finished_at=now
+    )
+    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="w").pk).update(output="# Final\n\nDone.", state=TaskRun.State.SUCCEEDED)
+    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="a").pk).update(state=TaskRun.State.FAILED, error="boom")
+    return run
+
+
+def test_run_export_is_json_with_exact_money_and_times(run, admin_user):
+    data = serializers.run_export(run)
+    text = json.dumps(data)  # everything is JSON as it is
+    assert json.loads(text)["format"] == serializers.EXPORT_FORMAT
+    assert data["run"]["budget_usd"] == "2.0000"
+    assert data["run"]["launched_by"] == admin_user.username
+    assert data["plan"]["subtasks"][1]["depends_on"] == ["scope"]
+    assert data["plan"]["dependencies"] == [
+        {"upstream": "scope", "downstream": "a"},
+        {"upstream": "a", "downstream": "w"},
+    ]
+    assert data["final_tasks"] == ["w"]
+    scope = data["tasks"][0]
+    assert scope["key"] == "scope" and scope["cost_usd"] == "0.000123"
+    attempt = scope["attempts"][0]
+    assert (attempt["worker"], attempt["output_tokens"], attempt["duration_s"]) == ("w:1", 20, 0.0)
+    assert attempt["started_at"].endswith("+00:00")
+    assert {a["name"] for a in data["agents"]} == {"researcher", "writer"}
+
+
+def test_checkpoint_and_event_dicts(run, admin_user):
+    cp = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="w"), kind=Checkpoint.Kind.AFTER)
+    runs.decide(cp, approve=False, user=admin_user, comment="no")
+    cp.refresh_from_db()
+    assert serializers.checkpoint_to_dict(cp) == {
+        "id": cp.pk, "kind": "after", "task": "w", "status": "rejected", "created_at": cp.created_at.isoformat(),
+        "decided_by": admin_user.username, "decided_at": cp.decided_at.isoformat(), "comment": "no",
+    }
+    with transaction.atomic():
+        events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 3})
+    event = serializers.event_to_dict(Event.objects.filter(run=run).latest("seq"))
+    assert (event["type"], event["task"], event["agent"], event["payload"]) == ("task.progress", "a", "researcher", {"progress": 3})
+
+
+def test_markdown_puts_the_final_output_first(run):
+    text = serializers.run_markdown(run)
+    assert text.startswith(f"# Run {run.pk}: Line one line two\n")
+    assert text.index("## Result") < text.index("# Final") < text.index("## Every task") < text.index("Scope output.")
+    assert "_No output: boom_" in text
