@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-services migrate seed clean browser run-prod bench-live
+.PHONY: install run test test-services migrate seed clean browser run-prod bench-live lint format
 
 install: $(STAMP)
 
@@ -42,6 +42,17 @@ run-prod: install
 # The embedded suite: SQLite, the ORM broker, real qcluster processes; no server to install.
 test: install browser
 	$(BIN)/pytest -m "not services"
+
+# ruff (lint, then the format check) and mypy over glassbox/, orchestrator/ and dashboard/ (CI runs it).
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+# Rewrites the files ruff would change (imports sorted, code formatted).
+format: install
+	$(BIN)/ruff check --select I --fix .
+	$(BIN)/ruff format .
 
 # Debian's Chromium for the browser tests (marked `browser`): Playwright cannot download its own
 # browser here, so it drives /usr/bin/chromium. Installed with apt-get when it is missing.
