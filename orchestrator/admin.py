@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -295,10 +297,10 @@ class PlannerAttemptAdmin(ReadOnlyAdmin):
     list_filter = ["simulated", "model"]
     search_fields = ["goal", "error", "raw_answer"]
     list_select_related = ["plan", "created_by"]
-    fields = [
+    fields = (
         "goal", "model", "simulated", "round", "plan", "error", "raw_answer",
         "input_tokens", "output_tokens", "created_by", "created_at",
-    ]
+    )
     readonly_fields = fields
 
     @admin.display(description="error")
@@ -400,6 +402,7 @@ EXPORT_FORMATS = ("csv", "jsonl")
 
 def export_response(request, queryset, fmt: str) -> StreamingHttpResponse:
     """Stream events as CSV or JSON Lines: async rows under daphne (ASGI), sync rows under WSGI."""
+    content: Iterator[str] | AsyncIterator[str]
     if isinstance(request, ASGIRequest):
         content = audit_export.aiter_export(queryset, fmt)
     else:

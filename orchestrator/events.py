@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import F
 
@@ -30,7 +30,7 @@ def record(
     run: Run | int | None = None,
     task: TaskRun | None = None,
     agent: Agent | None = None,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     actor_name: str = "",
     message: str = "",
     payload: dict[str, Any] | None = None,
@@ -64,7 +64,7 @@ def record(
         message=message[:500],
         payload=payload or {},
     )
-    if run_id is not None:
+    if run_id is not None and seq is not None:
         transaction.on_commit(lambda: ring_doorbell(run_id, seq))
     return event
 
@@ -79,7 +79,7 @@ def silence_doorbell_if_unreachable() -> None:
     global doorbell_reaches_viewers
     from django.conf import settings
 
-    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    backend = str(settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", ""))
     doorbell_reaches_viewers = not backend.endswith("InMemoryChannelLayer")
 
 

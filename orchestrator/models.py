@@ -392,7 +392,7 @@ class Checkpoint(models.Model):
         permissions = [("decide_checkpoint", "Can approve or reject checkpoints")]
 
     def __str__(self) -> str:
-        target = self.task_run.key if self.task_run_id else "plan"
+        target = self.task_run.key if self.task_run else "plan"
         return f"{self.get_kind_display()} checkpoint {self.pk} ({target})"
 
 

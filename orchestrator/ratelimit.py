@@ -28,6 +28,7 @@ import functools
 import math
 import time
 from collections.abc import Callable
+from typing import cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
@@ -252,6 +253,11 @@ def seconds_until_free(window: SlidingWindow, limit: int, amount: int, expiry: i
     return until_window_ends + expiry * (1 - (limit - amount + 1) / current_count) + _HAIR_S
 
 
+def _sliding_windows(limiter) -> SlidingWindowCounterSupport:
+    """The limiter's storage, which keeps sliding windows (both storages we configure do)."""
+    return cast(SlidingWindowCounterSupport, limiter.storage)
+
+
 def acquire(key: str, amount: int, per_minute: int) -> float:
     """Take ``amount`` units from the per-minute budget ``key`` if they fit.
 
@@ -275,7 +281,7 @@ def acquire(key: str, amount: int, per_minute: int) -> float:
     limiter = _limiter()
     if limiter.hit(item, key, cost=charged):
         return 0.0
-    window = limiter.storage.get_sliding_window(key, item.get_expiry())
+    window = _sliding_windows(limiter).get_sliding_window(key, item.get_expiry())
     return max(MIN_WAIT_S, seconds_until_free(window, per_minute, charged, item.get_expiry()))
 
 
@@ -286,7 +292,7 @@ def peek(key: str, per_minute: int) -> tuple[int, float]:
     item = _PerMinuteBudget(per_minute)
     limiter = _limiter()
     remaining = limiter.get_window_stats(item, key).remaining
-    window = limiter.storage.get_sliding_window(key, item.get_expiry())
+    window = _sliding_windows(limiter).get_sliding_window(key, item.get_expiry())
     return remaining, seconds_until_free(window, per_minute, per_minute, item.get_expiry())
 
 

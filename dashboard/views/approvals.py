@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from orchestrator.engine import runs
-from orchestrator.models import Checkpoint, Run
+from orchestrator.models import Checkpoint, Run, TaskRun
 
 from ..formatting import format_duration
 from ..forms import DecisionForm
@@ -54,11 +54,18 @@ class Approval:
         ]
 
     @property
+    def task(self) -> TaskRun:
+        """The task of a gate or review checkpoint (a plan checkpoint has none)."""
+        if self.checkpoint.task_run is None:
+            raise ValueError(f"{self.checkpoint} belongs to no task")
+        return self.checkpoint.task_run
+
+    @property
     def ask(self) -> str:
         checkpoint = self.checkpoint
         if checkpoint.kind == Checkpoint.Kind.PLAN:
             return "Approve the plan before anything runs"
-        subtask = checkpoint.task_run.subtask
+        subtask = self.task.subtask
         if checkpoint.kind == Checkpoint.Kind.BEFORE:
             return f"May “{subtask.title}” start?"
         return f"Review the output of “{subtask.title}”"
@@ -74,9 +81,9 @@ class Approval:
         if checkpoint.kind == Checkpoint.Kind.PLAN:
             text = checkpoint.run.plan.goal
         elif checkpoint.kind == Checkpoint.Kind.BEFORE:
-            text = checkpoint.task_run.subtask.instructions
+            text = self.task.subtask.instructions
         else:
-            text = checkpoint.task_run.output or checkpoint.task_run.summary
+            text = self.task.output or self.task.summary
         text = text.strip()
         return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
 
@@ -133,7 +140,7 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
     form = DecisionForm(request.POST)
     error = ""
     if not form.is_valid():
-        error = " ".join(form.errors["comment"])
+        error = " ".join(str(message) for message in form.errors["comment"])
     else:
         try:
             checkpoint = runs.decide(checkpoint, approve=approve, user=request.user, comment=form.cleaned_data["comment"])

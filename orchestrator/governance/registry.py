@@ -138,7 +138,8 @@ def save_agent(agent: Agent, *, user=None) -> Agent:
                 payload={"agent": agent.name, "changes": changes},
             )
         if "status" in changes:
-            _record_status_change(agent, *changes["status"], user)
+            old_status, new_status = changes["status"]
+            _record_status_change(agent, old_status, new_status, user)
     return agent
 
 

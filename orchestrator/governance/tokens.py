@@ -44,7 +44,7 @@ def issue(user, name: str, *, by=None) -> tuple[ApiToken, str]:
     name = (name or "").strip()
     if not name:
         raise TokenError("a token needs a name saying what it is for, e.g. 'CI pipeline'")
-    max_name = ApiToken._meta.get_field("name").max_length
+    max_name = ApiToken._meta.get_field("name").max_length or 0
     if len(name) > max_name:
         raise TokenError(f"the token name is {len(name)} characters long; at most {max_name} are allowed")
     if not getattr(user, "is_active", False):

@@ -348,7 +348,7 @@ class Answer:
     cache_creation_tokens: int
 
     def usage(self, *, start: bool = False) -> dict[str, Any]:
-        usage = {
+        usage: dict[str, Any] = {
             "input_tokens": self.input_tokens,
             "cache_creation_input_tokens": self.cache_creation_tokens,
             "cache_read_input_tokens": self.cache_read_tokens,
@@ -415,14 +415,14 @@ def build_answer(reply: Reply, body: dict[str, Any]) -> Answer:
 def default_reply(body: dict[str, Any]) -> Reply:
     choice = body.get("tool_choice") or {}
     if isinstance(choice, dict) and choice.get("type") == "tool":
-        tool = next((t for t in body.get("tools") or [] if t.get("name") == choice.get("name")), {})
+        tool: dict[str, Any] = next((t for t in body.get("tools") or [] if t.get("name") == choice.get("name")), {})
         return Reply.tool_call(choice["name"], minimal_instance(tool.get("input_schema", {})))
     return Reply.text_answer()
 
 
 def stream_events(answer: Answer, reply: Reply) -> list[tuple[str, dict[str, Any], float]]:
     """The events of one streamed answer, each with the pause before it."""
-    message = {
+    message: dict[str, Any] = {
         "id": _new_id("msg"),
         "type": "message",
         "role": "assistant",
@@ -437,7 +437,7 @@ def stream_events(answer: Answer, reply: Reply) -> list[tuple[str, dict[str, Any
     ]
     for index, block in enumerate(answer.blocks):
         if block["type"] == "text":
-            start = {"type": "text", "text": ""}
+            start: dict[str, Any] = {"type": "text", "text": ""}
             words = block["words"]
             pieces = ["".join(words[i : i + WORDS_PER_DELTA]) for i in range(0, len(words), WORDS_PER_DELTA)]
             deltas = [{"type": "text_delta", "text": piece} for piece in pieces]
@@ -510,7 +510,7 @@ class FakeAnthropicServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> FakeAnthropicServer:
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-anthropic", daemon=True)
