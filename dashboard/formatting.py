@@ -1,12 +1,26 @@
-"""Formatting shared by views and template filters."""
+"""The one formatter of durations, token counts and money on the dashboard's pages.
+
+Views, template filters (templatetags/glassbox_run.py) and fragments render these strings on
+the server; the browser only places them (the run page's DAG reads a task row's
+`data-tokens-text`). The one exception is a clock that must tick in the browser (a run's elapsed
+time, its ETA, the Gantt's time axis): static/dashboard/run/format.js mirrors `format_duration`
+rule for rule, and tests/browser/test_formatting.py checks that the two agree.
+"""
 
 from __future__ import annotations
 
+from decimal import Decimal, InvalidOperation
+
+EM_DASH = "—"
+
 
 def format_duration(seconds: float | None) -> str:
-    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown."""
+    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown.
+
+    Rounding is Python's (half to even: 12.5 s shows as "12 s"); format.js does the same.
+    """
     if seconds is None:
-        return "—"
+        return EM_DASH
     if seconds < 10:
         return f"{max(0.0, seconds):.1f} s"
     seconds = int(round(seconds))
@@ -20,3 +34,22 @@ def format_duration(seconds: float | None) -> str:
         return f"{hours} h {minutes:02d} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def format_tokens(count: int | None) -> str:
+    """1,234 below ten thousand; 12.3k and 4.56M above."""
+    n = int(count or 0)
+    if n < 10_000:
+        return f"{n:,}"
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k"
+    return f"{n / 1_000_000:.2f}M"
+
+
+def format_usd(amount) -> str:
+    """$0.0123 under a dollar (four decimals), $12.34 above; an em dash when not a number."""
+    try:
+        value = Decimal(str(amount if amount is not None else 0))
+    except InvalidOperation:
+        return EM_DASH
+    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"

@@ -78,7 +78,7 @@ cat > "$SECTION" <<EOF
 
 The run page loads them in this order (deferred): \`cytoscape.min.js\`, \`dagre.min.js\`,
 \`cytoscape-dagre.js\` (which registers the \`dagre\` layout with the \`cytoscape\` global), then
-\`dashboard/run.js\`. Cytoscape would inject a one-rule \`<style>\` element (blocked by the CSP);
+the ES module \`dashboard/run/main.js\` (it reads those globals). Cytoscape would inject a one-rule \`<style>\` element (blocked by the CSP);
 the page's stylesheet link carries the id Cytoscape looks for, so it does not, and \`run.css\`
 holds the rule.
 

@@ -1,15 +1,16 @@
-"""Template filters of the run page: sanitised Markdown and compact numbers, money and times."""
+"""Template filters of the run page: sanitised Markdown, states, events and times.
+
+Durations, token counts and money are glassbox_format's filters (dashboard/formatting.py).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
 
 from django import template
 
 from orchestrator.readmodels.snapshots import STATE_LABELS, describe_event, display_state
 
-from ..formatting import format_duration
 from ..markdown import render_markdown
 
 register = template.Library()
@@ -22,35 +23,8 @@ def markdown(text):
 
 
 @register.filter
-def duration(seconds) -> str:
-    """0.4 s, 12 s, 3 min 05 s, 2 h 04 min; an em dash when unknown."""
-    return format_duration(None if seconds in (None, "") else float(seconds))
-
-
-@register.filter
-def usd(value) -> str:
-    """$0.0123 under a dollar (four decimals), $12.34 above."""
-    try:
-        amount = Decimal(str(value if value is not None else 0))
-    except InvalidOperation:
-        return "—"
-    return f"${amount:.4f}" if abs(amount) < 1 else f"${amount:,.2f}"
-
-
-@register.filter
-def tokens(value) -> str:
-    """1,234 below ten thousand; 12.3k and 4.56M above."""
-    n = int(value or 0)
-    if n < 10_000:
-        return f"{n:,}"
-    if n < 1_000_000:
-        return f"{n / 1000:.1f}k"
-    return f"{n / 1_000_000:.2f}M"
-
-
-@register.filter
 def epoch_ms(value: datetime | None) -> str:
-    """Milliseconds since the epoch, for data-* attributes that run.js reads; "" for None."""
+    """Milliseconds since the epoch, for data-* attributes that the run page's scripts read; "" for None."""
     return str(int(value.timestamp() * 1000)) if value else ""
 
 

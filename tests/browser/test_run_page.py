@@ -284,3 +284,32 @@ def test_untrusted_goal_titles_and_outputs_show_as_text_and_run_nothing(
     assert page.evaluate("document.querySelectorAll('img').length") == 0
     assert_not_reloaded(page)
     screenshot(page, "untrusted-text")
+
+
+def test_the_page_follows_changes_made_elsewhere_and_labels_nodes_with_the_servers_text(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    page = logged_in_page
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}, goal="Followed from elsewhere")
+    run = runs.launch(plan, budget_usd="1")  # no cluster: nothing runs; the changes come from here
+    write = run.tasks.get(subtask__key="write")
+    TaskRun.objects.filter(pk=write.pk).update(input_tokens=12_000, output_tokens=345)
+    open_run(page, run)
+
+    # The node's label places the row's server-formatted token count (12,345 → "12.3k").
+    expect(page.locator(f"#task-{write.pk}")).to_have_attribute("data-tokens-text", "12.3k")
+    label = page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).data('label')", write.pk)
+    assert label.endswith("· 12.3k tok"), label
+    seq_before = page.evaluate("window.glassboxRun.lastSeq()")
+
+    # Changes made through the engine (as the command line would) arrive over the websocket.
+    runs.skip_task(write, reason="not needed after all")
+    assert wait_for_node(page, write.pk, ("skipped",), timeout_s=30) == "skipped"
+    expect(page.locator(f"#task-{write.pk}")).to_have_attribute("data-state", "skipped")
+    runs.pause(run)
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "paused")
+    wait_caught_up(page, run)
+    assert page.evaluate("window.glassboxRun.lastSeq()") > seq_before
+    expect(page.locator(".event-row[data-type='task.skipped']")).to_have_count(1)
+    assert_not_reloaded(page)
+    screenshot(page, "followed")

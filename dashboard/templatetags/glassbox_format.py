@@ -1,0 +1,30 @@
+"""Template filters for durations, token counts and money: `{% load glassbox_format %}`.
+
+Thin wrappers over dashboard/formatting.py, the one formatter the views use too.
+"""
+
+from __future__ import annotations
+
+from django import template
+
+from ..formatting import format_duration, format_tokens, format_usd
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds) -> str:
+    """0.4 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown."""
+    return format_duration(None if seconds in (None, "") else float(seconds))
+
+
+@register.filter
+def usd(value) -> str:
+    """$0.0123 under a dollar (four decimals), $12.34 above."""
+    return format_usd(value)
+
+
+@register.filter
+def tokens(value) -> str:
+    """1,234 below ten thousand; 12.3k and 4.56M above."""
+    return format_tokens(value)

@@ -1,0 +1,31 @@
+/* The run page's clocks: the server's time (skew), the elapsed time and the ETA, ticking. */
+
+import { formatDuration } from "./format.js";
+
+var skew = 0;
+var nowSeen = null;
+
+/** Now in the server's clock (milliseconds), from #run-totals' data-now. */
+export function now() {
+  return Date.now() + skew;
+}
+
+export function readSkew() {
+  var totals = document.getElementById("run-totals");
+  if (totals && totals.dataset.now && totals.dataset.now !== nowSeen) {
+    nowSeen = totals.dataset.now;
+    skew = Number(totals.dataset.now) - Date.now();
+  }
+}
+
+export function tickClocks() {
+  var elapsed = document.querySelector(".js-elapsed");
+  if (elapsed && elapsed.dataset.started && !elapsed.dataset.finished) {
+    elapsed.textContent = formatDuration((now() - Number(elapsed.dataset.started)) / 1000);
+  }
+  var eta = document.querySelector(".js-eta");
+  if (eta && eta.dataset.etaAt && !eta.dataset.paused) {
+    var left = (Number(eta.dataset.etaAt) - now()) / 1000;
+    eta.textContent = left > 0.5 ? formatDuration(left) : "any moment";
+  }
+}

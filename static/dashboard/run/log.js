@@ -1,0 +1,35 @@
+/* The event log: the filter form (task, event type) applied to the rows, and a cap on rows kept. */
+
+var MAX_LOG_ROWS = 500;
+
+// No filter hides the progress ticks; "all" shows everything; "task" a family, "task.failed" one type.
+function matchesType(type, filter) {
+  if (filter === "all") {
+    return true;
+  }
+  if (!filter) {
+    return type !== "task.progress";
+  }
+  if (filter.indexOf(".") >= 0) {
+    return type === filter;
+  }
+  return type.indexOf(filter + ".") === 0;
+}
+
+export function filterLog() {
+  var rows = document.getElementById("event-log-rows");
+  if (!rows) {
+    return;
+  }
+  var form = document.getElementById("event-filter");
+  var task = form ? form.elements.task.value : "";
+  var type = form ? form.elements.type.value : "";
+  var all = rows.querySelectorAll(".event-row");
+  all.forEach(function (row) {
+    var show = (!task || row.dataset.task === task) && matchesType(row.dataset.type, type);
+    row.classList.toggle("is-filtered", !show);
+  });
+  for (var i = all.length - 1; i >= MAX_LOG_ROWS; i--) {
+    all[i].remove();
+  }
+}

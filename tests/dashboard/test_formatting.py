@@ -1,0 +1,73 @@
+"""dashboard/formatting.py: the one formatter of durations, token counts and money, and the
+template filters (glassbox_format) that wrap it."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from django.template import Context, Template
+
+from dashboard.formatting import format_duration, format_tokens, format_usd
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (-4, "0.0 s"),
+        (0, "0.0 s"),
+        (0.84, "0.8 s"),
+        (0.25, "0.2 s"),  # Python's rounding: ties to even (format.js does the same)
+        (9.96, "10.0 s"),
+        (12.5, "12 s"),
+        (42, "42 s"),
+        (185, "3 min 05 s"),
+        (3600, "1 h 00 min"),
+        (7440, "2 h 04 min"),
+        (47 * 3600 + 59 * 60, "47 h 59 min"),
+        (48 * 3600, "2 d 0 h"),
+        (3 * 86400 + 7200, "3 d 2 h"),
+    ],
+)
+def test_format_duration(seconds, text):
+    assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("count", "text"),
+    [
+        (None, "0"),
+        (0, "0"),
+        (999, "999"),
+        (9_999, "9,999"),
+        (10_000, "10.0k"),
+        (123_456, "123.5k"),
+        (4_560_000, "4.56M"),
+    ],
+)
+def test_format_tokens(count, text):
+    assert format_tokens(count) == text
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [
+        (None, "$0.0000"),
+        (Decimal("0.0123"), "$0.0123"),
+        ("0.5", "$0.5000"),
+        (Decimal("12.3456"), "$12.35"),
+        (Decimal("1234.5"), "$1,234.50"),
+        ("n/a", "—"),
+    ],
+)
+def test_format_usd(amount, text):
+    assert format_usd(amount) == text
+
+
+def test_the_template_filters_render_the_same_text():
+    template = Template(
+        "{% load glassbox_format %}{{ s|duration }} · {{ n|tokens }} · {{ usd|usd }} · {{ none|duration }}"
+    )
+    text = template.render(Context({"s": 3 * 86400 + 7200, "n": 12_345, "usd": Decimal("0.0042"), "none": ""}))
+    assert text == "3 d 2 h · 12.3k · $0.0042 · —"
