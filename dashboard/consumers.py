@@ -16,7 +16,7 @@ frame starts with `<div id="live-seq" data-from=A data-to=B data-tasks=...>`: th
 events A..B. Then come the parts those events changed, rendered from the same partial
 templates as the page (`#run-header`, `#run-totals`, `#run-checkpoints`, `#agent-lanes`,
 `#run-gantt`, `#run-result`, one `#task-<pk>` row per task touched — the row's data-*
-attributes are also what run.js reads to colour the DAG's nodes — `#dag-graph` when the
+attributes are also what static/dashboard/run/graph.js reads to colour the DAG's nodes — `#dag-graph` when the
 plan's structure changed), and the log rows of the events themselves (prepended to
 `#event-log-rows`). A client far behind gets every part and the log afresh (`data-full="1"`).
 
