@@ -7,7 +7,8 @@ from decimal import Decimal, InvalidOperation
 
 from django import template
 
-from orchestrator.readmodels.snapshots import STATE_LABELS, describe_event, display_state
+from orchestrator.readmodels.log import describe_event
+from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
 from ..formatting import format_duration
 from ..markdown import render_markdown
