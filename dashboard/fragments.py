@@ -156,7 +156,8 @@ class PlanRow:
 def plan_review_rows(run: Run) -> list[PlanRow]:
     subtasks = list(run.plan.subtasks.select_related("agent").order_by("position"))
     ups: dict[int, list[str]] = {s.pk: [] for s in subtasks}
-    for down, up_key in run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key"):
+    edges = run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key")
+    for down, up_key in edges:
         ups.setdefault(down, []).append(up_key)
     return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
@@ -190,7 +191,12 @@ def compact_graph(graph: run_graph.Graph) -> dict:
         "nodes": [[n["task"], n["group"]] for n in graph.nodes],
         "edges": [[int(e["source"][1:]), int(e["target"][1:])] for e in graph.edges],
         "groups": [
-            {"id": g["id"], "label": g["label"], "members": [int(m[1:]) for m in g["members"]], "collapsed": g["collapsed"]}
+            {
+                "id": g["id"],
+                "label": g["label"],
+                "members": [int(m[1:]) for m in g["members"]],
+                "collapsed": g["collapsed"],
+            }
             for g in graph.groups
         ],
     }
@@ -384,13 +390,15 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
         return None
     run = Run.objects.select_related("plan").get(pk=run_id)
     meta = list(
-        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).values_list("seq", "type", "task_run_id")
+        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
+        .values_list("seq", "type", "task_run_id")
     )
     types = {t for _, t, _ in meta}
     task_ids = list(dict.fromkeys(task for _, _, task in meta if task))
     full = len(meta) > run_log.LOG_LIMIT
     ctx = base_context(run, viewer, oob=True)
-    html = [render("seq", {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True})]
+    seq = {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True}
+    html = [render("seq", seq)]
     if full:
         parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table"}
         if "plan" in {t.split(".", 1)[0] for t in types}:

@@ -155,7 +155,8 @@ def run_download_markdown(request, run_id: int):
 def run_download_json(request, run_id: int):
     run = _run(run_id)
     body = json.dumps(run_export(run), indent=2, ensure_ascii=False)
-    return _attachment(HttpResponse(body, content_type="application/json; charset=utf-8"), f"glassbox-run-{run.pk}.json")
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    return _attachment(response, f"glassbox-run-{run.pk}.json")
 
 
 # --- Run controls -------------------------------------------------------------------------------
