@@ -4,9 +4,6 @@
 the API and the JSON download give) plus what the page shows besides: the display state, the
 tokens streaming now, the agent's id for the lanes, the gate. The task rows, the lanes, the
 task panel and the websocket frames all render it, so a task is described once.
-
-A ready task that a cap or a retry delay holds back is shown as `waiting` (the engine's
-`throttled` state is the other kind of holding back: by the provider's rate budget or backoff).
 """
 
 from __future__ import annotations
@@ -20,6 +17,7 @@ from .records import TaskRecord
 
 State = TaskRun.State
 
+# A ready task held back by a cap or a retry delay (the engine's `throttled` state is the
 # other kind of holding back: by the provider's rate budget or backoff).
 WAITING = "waiting"
 
@@ -54,11 +52,9 @@ STATE_LABELS = {
 }
 
 
-
 def display_state(state: str, wait_reason: str = "") -> str:
     """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state."""
     return WAITING if state == State.READY and wait_reason else state
-
 
 
 class TaskView(TaskRecord):
@@ -119,7 +115,6 @@ def live_output_tokens(tasks: Iterable[TaskRun]) -> dict[int, int]:
         if payload:
             live[task.pk] = int(payload.get("output_tokens") or 0)
     return live
-
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
