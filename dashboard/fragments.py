@@ -25,7 +25,13 @@ from django.utils import timezone
 
 from orchestrator.engine import context as agent_context
 from orchestrator.models import Checkpoint, Event, Run, TaskRun
-from orchestrator.readmodels import snapshots
+from orchestrator.readmodels import checkpoints as run_checkpoints
+from orchestrator.readmodels import gantt as run_gantt
+from orchestrator.readmodels import graph as run_graph
+from orchestrator.readmodels import lanes as run_lanes
+from orchestrator.readmodels import log as run_log
+from orchestrator.readmodels import tasks as run_tasks
+from orchestrator.readmodels import totals as run_totals
 
 from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT
 
@@ -123,15 +129,15 @@ def header_context(run: Run) -> dict:
 
 def totals_context(run: Run, views=None, now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    totals = snapshots.totals(run, views, now=now)
+    totals = run_totals.totals(run, views, now=now)
     eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None else None
     return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
 
 
 def checkpoints_context(run: Run) -> dict:
-    pending = snapshots.pending_checkpoints(run)
+    pending = run_checkpoints.pending_checkpoints(run)
     plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
-    ctx = {"pending": pending, "plan_checkpoint": plan_checkpoint, "decisions": snapshots.recent_decisions(run)}
+    ctx = {"pending": pending, "plan_checkpoint": plan_checkpoint, "decisions": run_checkpoints.recent_decisions(run)}
     if plan_checkpoint is not None:
         ctx["plan_subtasks"] = plan_review_rows(run)
     return ctx
@@ -150,31 +156,32 @@ class PlanRow:
 def plan_review_rows(run: Run) -> list[PlanRow]:
     subtasks = list(run.plan.subtasks.select_related("agent").order_by("position"))
     ups: dict[int, list[str]] = {s.pk: [] for s in subtasks}
-    for down, up_key in run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key"):
+    edges = run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key")
+    for down, up_key in edges:
         ups.setdefault(down, []).append(up_key)
     return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
 
 def lanes_context(run: Run, views=None) -> dict:
-    return {"lanes": snapshots.lanes(run, views)}
+    return {"lanes": run_lanes.lanes(run, views)}
 
 
 def gantt_context(run: Run) -> dict:
-    return {"gantt": snapshots.gantt(run)}
+    return {"gantt": run_gantt.gantt(run)}
 
 
 def result_context(run: Run) -> dict:
-    finals = snapshots.final_tasks(run)
+    finals = run_graph.final_tasks(run)
     final_ids = {t.pk for t in finals}
-    others = [t for t in snapshots.tasks_query(run.pk) if t.pk not in final_ids]
+    others = [t for t in run_tasks.tasks_query(run.pk) if t.pk not in final_ids]
     return {"final_tasks": finals, "other_tasks": others}
 
 
 def result_final_context(run: Run) -> dict:
-    return {"final_tasks": snapshots.final_tasks(run)}
+    return {"final_tasks": run_graph.final_tasks(run)}
 
 
-def compact_graph(graph: snapshots.Graph) -> dict:
+def compact_graph(graph: run_graph.Graph) -> dict:
     """The page's copy of the graph: task ids only (titles and agents are on the task rows).
 
     `nodes`: [[task pk, group id or null], ...]; `edges`: [[upstream pk, downstream pk], ...];
@@ -184,35 +191,40 @@ def compact_graph(graph: snapshots.Graph) -> dict:
         "nodes": [[n["task"], n["group"]] for n in graph.nodes],
         "edges": [[int(e["source"][1:]), int(e["target"][1:])] for e in graph.edges],
         "groups": [
-            {"id": g["id"], "label": g["label"], "members": [int(m[1:]) for m in g["members"]], "collapsed": g["collapsed"]}
+            {
+                "id": g["id"],
+                "label": g["label"],
+                "members": [int(m[1:]) for m in g["members"]],
+                "collapsed": g["collapsed"],
+            }
             for g in graph.groups
         ],
     }
 
 
 def graph_context(run: Run) -> dict:
-    return {"graph_json": json.dumps(compact_graph(snapshots.graph(run)), separators=(",", ":"))}
+    return {"graph_json": json.dumps(compact_graph(run_graph.graph(run)), separators=(",", ":"))}
 
 
 def task_table_context(run: Run, views=None) -> dict:
-    return {"tasks": views if views is not None else snapshots.task_views(run)}
+    return {"tasks": views if views is not None else run_tasks.task_views(run)}
 
 
 def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
     return {
-        "events": snapshots.event_log(run, task_id=task_id, type_filter=type_filter),
-        "event_types": snapshots.event_types(run),
-        "event_families": snapshots.EVENT_FAMILIES,
-        "log_limit": snapshots.LOG_LIMIT,
+        "events": run_log.event_log(run, task_id=task_id, type_filter=type_filter),
+        "event_types": run_log.event_types(run),
+        "event_families": run_log.EVENT_FAMILIES,
+        "log_limit": run_log.LOG_LIMIT,
     }
 
 
 def panel_context(task: TaskRun) -> dict:
     task = TaskRun.objects.select_related("run__plan", "subtask", "agent").get(pk=task.pk)
-    upstreams = snapshots.upstream_tasks(task)
+    upstreams = run_graph.upstream_tasks(task)
     return {
         "task": task,
-        "view": snapshots.task_view(task),
+        "view": run_tasks.task_view(task),
         "upstreams": upstreams,
         "fan_in": agent_context.is_fan_in(task, upstreams),
         "attempts": list(task.attempts.order_by("number")),
@@ -237,7 +249,7 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
     now = timezone.now()
     seq = Run.objects.filter(pk=run.pk).values_list("last_event_seq", flat=True).get()
     run.refresh_from_db()
-    views = snapshots.task_views(run)
+    views = run_tasks.task_views(run)
     ctx = base_context(run, viewer)
     ctx.update(header_context(run))
     ctx.update(totals_context(run, views, now))
@@ -248,7 +260,7 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
     ctx.update(graph_context(run))
     ctx.update(task_table_context(run, views))
     ctx.update(log_context(run))
-    ctx["state_legend"] = [(s, snapshots.STATE_LABELS[s]) for s in snapshots.DISPLAY_ORDER]
+    ctx["state_legend"] = [(s, run_tasks.STATE_LABELS[s]) for s in run_tasks.DISPLAY_ORDER]
     # The page shows the state after event `seq` (read first: anything later is sent live).
     ctx["seq"] = seq
     if selected is not None:
@@ -266,7 +278,7 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     ctx = base_context(run, viewer, oob=oob)
     views = None
     if parts & {"totals", "lanes", "task_table"}:
-        views = snapshots.task_views(run)
+        views = run_tasks.task_views(run)
     html = []
     builders = {
         "header": lambda: header_context(run),
@@ -288,12 +300,12 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
             html.append(render(part, {**ctx, **builders[part]()}))
     task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
-        for view in snapshots.task_views(run, task_ids):
+        for view in run_tasks.task_views(run, task_ids):
             html.append(render("task_row", {**ctx, "view": view}))
     if task_ids and "gantt_bars" in parts:
         # The bars of these tasks' attempts, each replacing its old self or joining its lane.
-        for attempt in snapshots.started_attempts(run.pk, task_ids):
-            html.append(render("gantt_bar", {**ctx, "bar": snapshots.gantt_bar(attempt)}))
+        for attempt in run_gantt.started_attempts(run.pk, task_ids):
+            html.append(render("gantt_bar", {**ctx, "bar": run_gantt.gantt_bar(attempt)}))
     return "".join(html)
 
 
@@ -330,7 +342,7 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
     """
     parts: set[str] = set()
     families = {t.split(".", 1)[0] for t in types}
-    if types - set(snapshots.NOISY_TYPES):
+    if types - set(run_log.NOISY_TYPES):
         parts.add("totals")
     if "run" in families or "checkpoint" in families:
         parts |= {"header", "checkpoints", "result_final"}
@@ -378,21 +390,23 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
         return None
     run = Run.objects.select_related("plan").get(pk=run_id)
     meta = list(
-        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).values_list("seq", "type", "task_run_id")
+        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
+        .values_list("seq", "type", "task_run_id")
     )
     types = {t for _, t, _ in meta}
     task_ids = list(dict.fromkeys(task for _, _, task in meta if task))
-    full = len(meta) > snapshots.LOG_LIMIT
+    full = len(meta) > run_log.LOG_LIMIT
     ctx = base_context(run, viewer, oob=True)
-    html = [render("seq", {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True})]
+    seq = {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True}
+    html = [render("seq", seq)]
     if full:
         parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table"}
         if "plan" in {t.split(".", 1)[0] for t in types}:
             parts.add("graph")
         html.append(render_parts(run, viewer, parts))
-        html.append(render("event_rows", {**ctx, "events": snapshots.event_log(run, type_filter="all"), "replace": True}))
+        html.append(render("event_rows", {**ctx, "events": run_log.event_log(run, type_filter="all"), "replace": True}))
     else:
-        finals = snapshots.final_task_ids(run)
+        finals = run_graph.final_task_ids(run)
         parts = parts_for(types, touches_final=bool(finals & set(task_ids)))
         html.append(render_parts(run, viewer, parts, tasks=task_ids))
         events = list(

@@ -18,7 +18,8 @@ from dashboard.permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VI
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
-from orchestrator.readmodels import records as serializers
+from orchestrator.readmodels.records import AgentRecord, CheckpointRecord, EventRecord, RunRecord, TaskRunRecord
+from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
 
 from .auth import require
 from .errors import ApiError, not_found
@@ -28,9 +29,9 @@ from .schemas import (
     AgentPage,
     AgentProvider,
     AgentStatus,
-    CheckpointOut,
     CheckpointPage,
     CheckpointStatus,
+    CheckpointWithRun,
     CommentIn,
     ErrorOut,
     EventPage,
@@ -40,7 +41,6 @@ from .schemas import (
     RunPage,
     RunStatus,
     SkipIn,
-    TaskOut,
 )
 
 VIEW_AGENT = "orchestrator.view_agent"
@@ -76,24 +76,20 @@ def run_detail(run: Run) -> dict:
         "throttled", "waiting", "pending", "elapsed_s", "input_tokens", "output_tokens",
     )}
     totals["cost_usd"] = format(progress.cost_usd, "f")
-    checkpoints = run.checkpoints.select_related("task_run__subtask", "decided_by").order_by("created_at", "pk")
     return {
-        "run": serializers.run_to_dict(run),
+        "run": RunRecord.of(run),
         "totals": totals,
-        "tasks": [
-            serializers.task_run_to_dict(task, sorted(task.attempts.all(), key=lambda a: a.number))
-            for task in serializers.run_tasks(run)
-        ],
-        "checkpoints": [serializers.checkpoint_to_dict(c) for c in checkpoints],
+        "tasks": task_run_records(run_tasks(run)),
+        "checkpoints": checkpoint_records(run),
     }
 
 
-def page(queryset, to_dict, limit: int, offset: int) -> dict:
+def page(queryset, record, limit: int, offset: int) -> dict:
     return {
         "count": queryset.count(),
         "limit": limit,
         "offset": offset,
-        "items": [to_dict(obj) for obj in queryset[offset : offset + limit]],
+        "items": [record(obj) for obj in queryset[offset : offset + limit]],
     }
 
 
@@ -118,7 +114,7 @@ def list_runs(
         queryset = queryset.filter(plan_id=plan)
     if launched_by:
         queryset = queryset.filter(**{f"launched_by__{get_user_model().USERNAME_FIELD}": launched_by})
-    return page(queryset, serializers.run_to_dict, limit, offset)
+    return page(queryset, RunRecord.of, limit, offset)
 
 
 @router.post("/runs", response={201: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
@@ -198,7 +194,7 @@ def run_events(
     has_more = len(events) > limit
     events = events[:limit]
     return {
-        "items": [serializers.event_to_dict(e) for e in events],
+        "items": [EventRecord.of(e) for e in events],
         "next_after": events[-1].seq if events else after,
         "has_more": has_more,
     }
@@ -211,19 +207,19 @@ def _task(task_id: int) -> TaskRun:
     return _get(TaskRun.objects.select_related("run", "subtask", "agent"), task_id, "task")
 
 
-def _task_out(task: TaskRun) -> dict:
+def _task_out(task: TaskRun) -> TaskRunRecord:
     task = TaskRun.objects.select_related("subtask", "agent").get(pk=task.pk)
-    return serializers.task_run_to_dict(task)
+    return TaskRunRecord.of(task)
 
 
-@router.post("/tasks/{task_id}/retry", response={200: TaskOut, **WRITE_ERRORS}, tags=["tasks"])
+@router.post("/tasks/{task_id}/retry", response={200: TaskRunRecord, **WRITE_ERRORS}, tags=["tasks"])
 def retry_task(request, task_id: PathId):
     """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
     user = require(request, CONTROL_RUN)
     return _task_out(runs.retry_task(_task(task_id), user=user))
 
 
-@router.post("/tasks/{task_id}/skip", response={200: TaskOut, **WRITE_ERRORS}, tags=["tasks"])
+@router.post("/tasks/{task_id}/skip", response={200: TaskRunRecord, **WRITE_ERRORS}, tags=["tasks"])
 def skip_task(request, task_id: PathId, body: SkipIn | None = None):
     """Skip a task: downstream tasks go on without it. The body (a reason) is optional."""
     user = require(request, CONTROL_RUN)
@@ -232,10 +228,6 @@ def skip_task(request, task_id: PathId, body: SkipIn | None = None):
 
 
 # --- Checkpoints ---------------------------------------------------------------------------------
-
-
-def _checkpoint_with_run(checkpoint: Checkpoint) -> dict:
-    return {**serializers.checkpoint_to_dict(checkpoint), "run": checkpoint.run_id}
 
 
 @router.get("/checkpoints", response={200: CheckpointPage, **READ_ERRORS}, tags=["checkpoints"])
@@ -253,18 +245,20 @@ def list_checkpoints(
         queryset = queryset.filter(status=status)
     if run:
         queryset = queryset.filter(run_id=run)
-    return page(queryset, _checkpoint_with_run, limit, offset)
+    return page(queryset, CheckpointWithRun.of, limit, offset)
 
 
-def _decide(request, checkpoint_id: int, *, approve: bool, comment: str) -> dict:
+def _decide(request, checkpoint_id: int, *, approve: bool, comment: str) -> CheckpointRecord:
     user = require(request, DECIDE_CHECKPOINT)
     checkpoint = _get(Checkpoint.objects.all(), checkpoint_id, "checkpoint")
     decided = runs.decide(checkpoint, approve=approve, user=user, comment=comment)
     decided = Checkpoint.objects.select_related("task_run__subtask", "decided_by").get(pk=decided.pk)
-    return serializers.checkpoint_to_dict(decided)
+    return CheckpointRecord.of(decided)
 
 
-@router.post("/checkpoints/{checkpoint_id}/approve", response={200: CheckpointOut, **WRITE_ERRORS}, tags=["checkpoints"])
+@router.post(
+    "/checkpoints/{checkpoint_id}/approve", response={200: CheckpointRecord, **WRITE_ERRORS}, tags=["checkpoints"]
+)
 def approve_checkpoint(request, checkpoint_id: PathId, body: CommentIn | None = None):
     """Approve a pending checkpoint (the plan, a gate before a task, a review after it).
 
@@ -274,7 +268,9 @@ def approve_checkpoint(request, checkpoint_id: PathId, body: CommentIn | None = 
     return _decide(request, checkpoint_id, approve=True, comment=body.comment if body is not None else "")
 
 
-@router.post("/checkpoints/{checkpoint_id}/reject", response={200: CheckpointOut, **WRITE_ERRORS}, tags=["checkpoints"])
+@router.post(
+    "/checkpoints/{checkpoint_id}/reject", response={200: CheckpointRecord, **WRITE_ERRORS}, tags=["checkpoints"]
+)
 def reject_checkpoint(request, checkpoint_id: PathId, body: RejectIn):
     """Reject a pending checkpoint; the comment saying why is required."""
     return _decide(request, checkpoint_id, approve=False, comment=body.comment)
@@ -298,7 +294,7 @@ def list_agents(
         queryset = queryset.filter(status=status)
     if provider:
         queryset = queryset.filter(provider=provider)
-    return page(queryset, serializers.agent_to_dict, limit, offset)
+    return page(queryset, AgentRecord.of, limit, offset)
 
 
 # --- Anything else under /api/ -------------------------------------------------------------------

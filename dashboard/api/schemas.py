@@ -1,20 +1,28 @@
 """The API's request and response schemas.
 
-Responses are built by orchestrator/serializers.py (one `to_dict` per model, shared with the
-JSON download); the output schemas here mirror its TypedDicts field for field, so that the
-OpenAPI document describes exactly what is sent (tests/dashboard/test_api.py checks that the
-two stay in step). Money is a decimal string ("0.001234"), times are ISO 8601 strings.
+A response carries the records of orchestrator/readmodels/records.py (the same models as the
+JSON download and the audit export), so the OpenAPI document describes exactly what is sent;
+this module adds only the API's own envelopes: pages, run detail, totals, errors. Money is a
+decimal string ("0.001234"), times are ISO 8601 strings.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from ninja import Schema
 from pydantic import Field, field_validator, model_validator
 
 from orchestrator.models import Agent, Checkpoint, Run
+from orchestrator.readmodels.records import (
+    AgentRecord,
+    CheckpointRecord,
+    EventRecord,
+    Money,
+    RunRecord,
+    TaskRunRecord,
+)
 
 # Ids fit a signed 64-bit column; larger numbers are refused as invalid, not looked up.
 MAX_ID = 2**63 - 1
@@ -22,8 +30,6 @@ MAX_OFFSET = 1_000_000_000
 MAX_COMMENT_CHARS = 5000
 
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
-Money = Annotated[str, Field(description="US dollars as a decimal string, e.g. \"0.001234\"", pattern=r"^-?\d+(\.\d+)?$")]
-Time = Annotated[str | None, Field(description="ISO 8601 time in UTC, or null", json_schema_extra={"format": "date-time"})]
 
 RunStatus = Literal[tuple(Run.Status.values)]  # type: ignore[valid-type]
 CheckpointStatus = Literal[tuple(Checkpoint.Status.values)]  # type: ignore[valid-type]
@@ -57,106 +63,17 @@ class ErrorOut(Schema):
     error: ErrorInfo
 
 
-# --- Output, mirroring orchestrator/serializers.py ----------------------------------------------
+# --- Output: the records of orchestrator/readmodels/records.py, in envelopes ----------------------
 
 
-class AgentOut(Schema):
-    name: str
-    role: str
-    capabilities: list[Any]
-    provider: str
-    model: str
-    status: str
-    max_concurrency: int
-    timeout_s: int
-    max_retries: int
-    max_output_tokens: int
+class CheckpointWithRun(CheckpointRecord):
+    """A checkpoint with its run's id, for the list of checkpoints across runs."""
 
-
-class RunOut(Schema):
-    id: int
-    plan: int
-    goal: str
-    status: str
-    summary: str
-    cap: int
-    budget_usd: Money
-    failure_policy: str
-    launched_by: str | None
-    created_at: Time
-    started_at: Time
-    finished_at: Time
-    input_tokens: int
-    output_tokens: int
-    cost_usd: Money
-    reserved_usd: Money
-    peak_running: int
-    last_event_seq: int
-
-
-class AttemptOut(Schema):
-    number: int
-    state: str
-    worker: str
-    queued_at: Time
-    started_at: Time
-    finished_at: Time
-    duration_s: float | None
-    input_tokens: int
-    output_tokens: int
-    cost_usd: Money
-    error: str
-    late_result_discarded: bool
-
-
-class TaskOut(Schema):
-    id: int
-    key: str
-    title: str
-    agent: str
-    state: str
-    wait_reason: str
-    progress: int
-    output: str
-    summary: str
-    error: str
-    input_tokens: int
-    output_tokens: int
-    cost_usd: Money
-    attempt_count: int
-    ready_at: Time
-    started_at: Time
-    finished_at: Time
-    attempts: list[AttemptOut]
-
-
-class CheckpointOut(Schema):
-    id: int
-    kind: str
-    task: str | None
-    status: str
-    created_at: Time
-    decided_by: str | None
-    decided_at: Time
-    comment: str
-
-
-class CheckpointWithRunOut(CheckpointOut):
     run: int
 
-
-class EventOut(Schema):
-    id: int
-    run: int | None
-    seq: int | None
-    type: str
-    actor_kind: str
-    actor: str
-    task: str | None
-    agent: str | None
-    message: str
-    payload: dict[str, Any]
-    created_at: Time
+    @classmethod
+    def of(cls, checkpoint: Checkpoint) -> CheckpointWithRun:
+        return super().of(checkpoint, run=checkpoint.run_id)
 
 
 class TotalsOut(Schema):
@@ -181,10 +98,10 @@ class TotalsOut(Schema):
 
 
 class RunDetailOut(Schema):
-    run: RunOut
+    run: RunRecord
     totals: TotalsOut
-    tasks: list[TaskOut]
-    checkpoints: list[CheckpointOut]
+    tasks: list[TaskRunRecord]
+    checkpoints: list[CheckpointRecord]
 
 
 class Page(Schema):
@@ -194,19 +111,19 @@ class Page(Schema):
 
 
 class RunPage(Page):
-    items: list[RunOut]
+    items: list[RunRecord]
 
 
 class AgentPage(Page):
-    items: list[AgentOut]
+    items: list[AgentRecord]
 
 
 class CheckpointPage(Page):
-    items: list[CheckpointWithRunOut]
+    items: list[CheckpointWithRun]
 
 
 class EventPage(Schema):
-    items: list[EventOut]
+    items: list[EventRecord]
     next_after: int = Field(description="Pass as ?after= to get the events that follow")
     has_more: bool
 

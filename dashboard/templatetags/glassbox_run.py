@@ -9,7 +9,8 @@ from datetime import datetime
 
 from django import template
 
-from orchestrator.readmodels.snapshots import STATE_LABELS, describe_event, display_state
+from orchestrator.readmodels.log import describe_event
+from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
 from ..markdown import render_markdown
 

@@ -21,8 +21,9 @@ from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator.engine import plan_edits, runs
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels import records as serializers
-from orchestrator.readmodels import snapshots
+from orchestrator.readmodels.graph import graph
+from orchestrator.readmodels.log import event_log
+from orchestrator.readmodels.run_export import run_export, run_markdown
 
 from .. import fragments
 from ..markdown import render_markdown
@@ -120,7 +121,7 @@ def run_events(request, run_id: int):
     type_filter = request.GET.get("type", "").strip()[:64]
     ctx = {
         **fragments.base_context(run, _viewer(request)),
-        "events": snapshots.event_log(run, task_id=task_id, type_filter=type_filter),
+        "events": event_log(run, task_id=task_id, type_filter=type_filter),
         "replace": True,
     }
     return render(request, fragments.TEMPLATES["event_rows"], ctx)
@@ -130,7 +131,7 @@ def run_events(request, run_id: int):
 @permission_required(VIEW_RUN)
 def run_graph(request, run_id: int):
     """The DAG's structure as JSON: nodes, dependency edges and fan-out groups."""
-    return JsonResponse(snapshots.graph(_run(run_id)).as_dict())
+    return JsonResponse(graph(_run(run_id)).as_dict())
 
 
 # --- Downloads ----------------------------------------------------------------------------------
@@ -145,7 +146,7 @@ def _attachment(response: HttpResponse, filename: str) -> HttpResponse:
 @permission_required(VIEW_RUN)
 def run_download_markdown(request, run_id: int):
     run = _run(run_id)
-    response = HttpResponse(serializers.run_markdown(run), content_type="text/markdown; charset=utf-8")
+    response = HttpResponse(run_markdown(run), content_type="text/markdown; charset=utf-8")
     return _attachment(response, f"glassbox-run-{run.pk}.md")
 
 
@@ -153,8 +154,9 @@ def run_download_markdown(request, run_id: int):
 @permission_required(VIEW_RUN)
 def run_download_json(request, run_id: int):
     run = _run(run_id)
-    body = json.dumps(serializers.run_export(run), indent=2, ensure_ascii=False)
-    return _attachment(HttpResponse(body, content_type="application/json; charset=utf-8"), f"glassbox-run-{run.pk}.json")
+    body = json.dumps(run_export(run), indent=2, ensure_ascii=False)
+    response = HttpResponse(body, content_type="application/json; charset=utf-8")
+    return _attachment(response, f"glassbox-run-{run.pk}.json")
 
 
 # --- Run controls -------------------------------------------------------------------------------

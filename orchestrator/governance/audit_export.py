@@ -1,12 +1,13 @@
 """The audit log as CSV or JSON Lines, streamed row by row so that any size fits in memory.
 
-Both formats have the same columns (COLUMNS). JSON Lines is the faithful one: one JSON object
-per event, the payload as a nested object. CSV is for spreadsheets: the payload is a JSON text
+Both formats have the same columns (COLUMNS): the fields of the Event record that the
+API sends (orchestrator/readmodels/records.py), plus the acting user's id. JSON Lines is the
+faithful one: one JSON object per event, the payload as a nested object. CSV is for spreadsheets: the payload is a JSON text
 in one cell, and a text cell that a spreadsheet would run as a formula (starting with =, +, -,
 @, tab or carriage return) gets a leading apostrophe, because messages and comments are
 written by people and agents.
 
-Rows are read in chunks with `iterator()` (sync, for WSGI) or `aiterator()` (async, for daphne:
+Events are read in chunks with `iterator()` (sync, for WSGI) or `aiterator()` (async, for daphne:
 an ASGI server would otherwise read a sync iterator whole before sending it).
 """
 
@@ -21,36 +22,23 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 
+from orchestrator.models import Event
+from orchestrator.readmodels.records import EventRecord
+
 CHUNK_SIZE = 2000
-COLUMNS = (
-    "id",
-    "created_at",
-    "run",
-    "seq",
-    "type",
-    "actor_kind",
-    "actor",
-    "actor_user_id",
-    "task",
-    "agent",
-    "message",
-    "payload",
-)
-# Database columns behind COLUMNS, read with values() in one query per chunk.
-_VALUES = {
-    "id": "id",
-    "created_at": "created_at",
-    "run": "run_id",
-    "seq": "seq",
-    "type": "type",
-    "actor_kind": "actor_kind",
-    "actor": "actor_name",
-    "actor_user_id": "actor_user_id",
-    "task": "task_run__subtask__key",
-    "agent": "agent__name",
-    "message": "message",
-    "payload": "payload",
-}
+
+
+class AuditRecord(EventRecord):
+    """An event as the audit export writes it: the Event record plus the acting user's id."""
+
+    actor_user_id: int | None
+
+    @classmethod
+    def of(cls, event: Event) -> AuditRecord:
+        return super().of(event, actor_user_id=event.actor_user_id)
+
+
+COLUMNS = tuple(AuditRecord.model_fields)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
@@ -60,18 +48,15 @@ class ExportError(Exception):
 
 
 def _rows_query(queryset: QuerySet) -> QuerySet:
-    return queryset.order_by("id").values(*_VALUES.values())
+    return queryset.order_by("id").select_related("task_run__subtask", "agent")
 
 
-def _record(values: dict[str, Any]) -> dict[str, Any]:
-    record = {column: values[source] for column, source in _VALUES.items()}
-    created = record["created_at"]
-    record["created_at"] = created.isoformat() if created is not None else None
-    return record
+def _record(event: Event) -> dict[str, Any]:
+    return AuditRecord.of(event).model_dump(mode="json")
 
 
-def to_json_line(values: dict[str, Any]) -> str:
-    return json.dumps(_record(values), cls=DjangoJSONEncoder, ensure_ascii=False, separators=(",", ":")) + "\n"
+def to_json_line(event: Event) -> str:
+    return json.dumps(_record(event), ensure_ascii=False, separators=(",", ":")) + "\n"
 
 
 def _csv_cell(value: Any) -> Any:
@@ -94,8 +79,8 @@ def csv_header() -> str:
     return _csv_line(COLUMNS)
 
 
-def to_csv_line(values: dict[str, Any]) -> str:
-    record = _record(values)
+def to_csv_line(event: Event) -> str:
+    record = _record(event)
     return _csv_line(_csv_cell(record[column]) for column in COLUMNS)
 
 
@@ -113,8 +98,8 @@ def iter_export(queryset: QuerySet, fmt: str) -> Iterator[str]:
     line = _LINE[fmt]
     if fmt == "csv":
         yield csv_header()
-    for values in _rows_query(queryset).iterator(chunk_size=CHUNK_SIZE):
-        yield line(values)
+    for event in _rows_query(queryset).iterator(chunk_size=CHUNK_SIZE):
+        yield line(event)
 
 
 async def aiter_export(queryset: QuerySet, fmt: str) -> AsyncIterator[str]:
@@ -123,5 +108,5 @@ async def aiter_export(queryset: QuerySet, fmt: str) -> AsyncIterator[str]:
     line = _LINE[fmt]
     if fmt == "csv":
         yield csv_header()
-    async for values in _rows_query(queryset).aiterator(chunk_size=CHUNK_SIZE):
-        yield line(values)
+    async for event in _rows_query(queryset).aiterator(chunk_size=CHUNK_SIZE):
+        yield line(event)

@@ -453,9 +453,9 @@ def test_plan_events_bring_the_graph_and_the_task_table(transactional_db, make_p
 
 
 def test_a_client_far_behind_gets_everything_afresh(run, monkeypatch):
-    from orchestrator.readmodels import snapshots
+    from orchestrator.readmodels import log
 
-    monkeypatch.setattr(snapshots, "LOG_LIMIT", 3)
+    monkeypatch.setattr(log, "LOG_LIMIT", 3)
     html = batch_after(run, 0)
     assert 'data-full="1"' in html
     assert 'hx-swap-oob="innerHTML"' in html  # the log is replaced, not prepended to

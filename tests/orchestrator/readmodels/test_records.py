@@ -1,4 +1,4 @@
-"""One typed serialiser per model, and the whole-run export (JSON and Markdown)."""
+"""One record model per database model, and the whole-run export (JSON and Markdown)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from django.utils import timezone
 from orchestrator import events
 from orchestrator.engine import runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
-from orchestrator.readmodels import records as serializers
+from orchestrator.readmodels.records import CheckpointRecord, EventRecord
+from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +22,11 @@ pytestmark = pytest.mark.django_db
 def run(make_plan, demo_agents, priced_limit, monkeypatch, admin_user):
     monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan(
-        {"scope": ("researcher", [], {"instructions": "Frame it."}), "a": ("researcher", ["scope"]), "w": ("writer", ["a"])},
+        {
+            "scope": ("researcher", [], {"instructions": "Frame it."}),
+            "a": ("researcher", ["scope"]),
+            "w": ("writer", ["a"]),
+        },
         goal="Line one\nline two",
     )
     run = runs.launch(plan, budget_usd="2", launched_by=admin_user)
@@ -34,15 +39,17 @@ def run(make_plan, demo_agents, priced_limit, monkeypatch, admin_user):
     TaskRun.objects.filter(pk=scope.pk).update(
         state=TaskRun.State.SUCCEEDED, output="Scope output.", cost_usd=Decimal("0.000123"), finished_at=now
     )
-    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="w").pk).update(output="# Final\n\nDone.", state=TaskRun.State.SUCCEEDED)
+    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="w").pk).update(
+        output="# Final\n\nDone.", state=TaskRun.State.SUCCEEDED
+    )
     TaskRun.objects.filter(pk=run.tasks.get(subtask__key="a").pk).update(state=TaskRun.State.FAILED, error="boom")
     return run
 
 
 def test_run_export_is_json_with_exact_money_and_times(run, admin_user):
-    data = serializers.run_export(run)
+    data = run_export(run)
     text = json.dumps(data)  # everything is JSON as it is
-    assert json.loads(text)["format"] == serializers.EXPORT_FORMAT
+    assert json.loads(text)["format"] == EXPORT_FORMAT
     assert data["run"]["budget_usd"] == "2.0000"
     assert data["run"]["launched_by"] == admin_user.username
     assert data["plan"]["subtasks"][1]["depends_on"] == ["scope"]
@@ -59,22 +66,23 @@ def test_run_export_is_json_with_exact_money_and_times(run, admin_user):
     assert {a["name"] for a in data["agents"]} == {"researcher", "writer"}
 
 
-def test_checkpoint_and_event_dicts(run, admin_user):
+def test_checkpoint_and_event_records(run, admin_user):
     cp = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="w"), kind=Checkpoint.Kind.AFTER)
     runs.decide(cp, approve=False, user=admin_user, comment="no")
     cp.refresh_from_db()
-    assert serializers.checkpoint_to_dict(cp) == {
+    assert CheckpointRecord.of(cp).model_dump(mode="json") == {
         "id": cp.pk, "kind": "after", "task": "w", "status": "rejected", "created_at": cp.created_at.isoformat(),
         "decided_by": admin_user.username, "decided_at": cp.decided_at.isoformat(), "comment": "no",
     }
     with transaction.atomic():
         events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 3})
-    event = serializers.event_to_dict(Event.objects.filter(run=run).latest("seq"))
-    assert (event["type"], event["task"], event["agent"], event["payload"]) == ("task.progress", "a", "researcher", {"progress": 3})
+    event = EventRecord.of(Event.objects.filter(run=run).latest("seq")).model_dump(mode="json")
+    assert (event["type"], event["task"], event["agent"]) == ("task.progress", "a", "researcher")
+    assert event["payload"] == {"progress": 3}
 
 
 def test_markdown_puts_the_final_output_first(run):
-    text = serializers.run_markdown(run)
+    text = run_markdown(run)
     assert text.startswith(f"# Run {run.pk}: Line one line two\n")
     assert text.index("## Result") < text.index("# Final") < text.index("## Every task") < text.index("Scope output.")
     assert "_No output: boom_" in text

@@ -1,0 +1,131 @@
+"""The run page's timeline: every attempt as a bar on its agent's lane, overlaps on separate tracks.
+
+`assign_tracks` takes plain intervals and is tested without a database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from orchestrator.models import Attempt, Run
+
+from .tasks import tasks_query
+
+
+def assign_tracks(intervals: Sequence[tuple[float, float | None]]) -> list[int]:
+    """A track number per interval so that intervals on one track never overlap.
+
+    Greedy interval partitioning by start time: the fewest tracks possible. An interval whose
+    end is None is still open (runs until now) and keeps its track.
+    """
+    order = sorted(range(len(intervals)), key=lambda i: (intervals[i][0], i))
+    track_end: list[float] = []
+    result = [0] * len(intervals)
+    for i in order:
+        start, end = intervals[i]
+        end = math.inf if end is None else end
+        for track, busy_until in enumerate(track_end):
+            if busy_until <= start:
+                track_end[track] = end
+                result[i] = track
+                break
+        else:
+            track_end.append(end)
+            result[i] = len(track_end) - 1
+    return result
+
+
+def _ms(value: datetime | None) -> int | None:
+    return int(value.timestamp() * 1000) if value is not None else None
+
+
+@dataclass
+class GanttBar:
+    attempt: int  # Attempt pk
+    task: int  # TaskRun pk
+    agent_id: int
+    key: str
+    title: str
+    number: int
+    state: str
+    worker: str
+    error: str
+    start_ms: int
+    end_ms: int | None  # None while the attempt runs
+    input_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class GanttLane:
+    agent: str
+    agent_id: int
+    tracks: list[list[GanttBar]]
+
+    @property
+    def bars(self) -> list[tuple[int, GanttBar]]:
+        """(track, bar) for every bar of the lane."""
+        return [(number, bar) for number, track in enumerate(self.tracks) for bar in track]
+
+
+@dataclass
+class Gantt:
+    start_ms: int | None
+    end_ms: int | None  # None while the run goes on: the timeline ends "now"
+    lanes: list[GanttLane] = field(default_factory=list)
+
+    @property
+    def bars(self) -> int:
+        return sum(len(track) for lane in self.lanes for track in lane.tracks)
+
+
+def gantt_bar(attempt: Attempt) -> GanttBar:
+    """One attempt as a bar (the Attempt with task_run, its subtask and agent selected)."""
+    return GanttBar(
+        attempt=attempt.pk,
+        task=attempt.task_run_id,
+        agent_id=attempt.task_run.agent_id,
+        key=attempt.task_run.subtask.key,
+        title=attempt.task_run.subtask.title,
+        number=attempt.number,
+        state=attempt.state,
+        worker=attempt.worker,
+        error=attempt.error,
+        start_ms=_ms(attempt.started_at),
+        end_ms=_ms(attempt.finished_at),
+        input_tokens=attempt.input_tokens,
+        output_tokens=attempt.output_tokens,
+    )
+
+
+def started_attempts(run_id: int, task_ids: Iterable[int] | None = None):
+    attempts = Attempt.objects.filter(task_run__run_id=run_id, started_at__isnull=False)
+    if task_ids is not None:
+        attempts = attempts.filter(task_run_id__in=list(task_ids))
+    return attempts.select_related("task_run__subtask", "task_run__agent").order_by("started_at", "pk")
+
+
+def gantt(run: Run) -> Gantt:
+    """Every attempt that started, as a bar on its agent's lane; overlapping ones on separate tracks.
+
+    Every agent of the plan has a lane, in plan order, even before its first attempt.
+    """
+    attempts = list(started_attempts(run.pk))
+    lane_agents = dict(tasks_query(run.pk).values_list("agent__name", "agent_id"))
+    per_agent: dict[str, list[GanttBar]] = {name: [] for name in lane_agents}
+    for attempt in attempts:
+        name = attempt.task_run.agent.name
+        lane_agents.setdefault(name, attempt.task_run.agent_id)
+        per_agent.setdefault(name, []).append(gantt_bar(attempt))
+    result_lanes = []
+    for agent, bars in per_agent.items():
+        tracks_of = assign_tracks([(b.start_ms, b.end_ms) for b in bars])
+        tracks: list[list[GanttBar]] = [[] for _ in range(max(tracks_of, default=0) + 1)]
+        for bar, track in zip(bars, tracks_of, strict=True):
+            tracks[track].append(bar)
+        result_lanes.append(GanttLane(agent=agent, agent_id=lane_agents[agent], tracks=tracks))
+    start = run.started_at or (attempts[0].started_at if attempts else None)
+    return Gantt(start_ms=_ms(start), end_ms=_ms(run.finished_at), lanes=result_lanes)

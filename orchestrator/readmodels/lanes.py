@@ -1,0 +1,72 @@
+"""The run page's agent lanes: per agent, what it runs now, its slots in use, queued work, burn."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.db.models import Count
+
+from orchestrator.models import Agent, Run, TaskRun
+
+from .tasks import State, TaskView, task_views
+
+
+@dataclass
+class Lane:
+    agent: Agent
+    running: list[TaskView]
+    queued: int
+    waiting: int  # ready, held back or throttled
+    upcoming: int  # pending or at a gate
+    done: int
+    total: int
+    slots_used: int  # this agent's queued + running tasks across every run
+    cap: int  # the agent's max_concurrency
+    tokens: int
+    cost_usd: Decimal
+
+    @property
+    def slots_free(self) -> int:
+        return max(0, self.cap - self.slots_used)
+
+    @property
+    def slot_marks(self) -> list[bool]:
+        """One mark per slot (True = in use), at most 16 shown."""
+        return [i < self.slots_used for i in range(min(self.cap, 16))]
+
+
+def lanes(run: Run, views: Sequence[TaskView] | None = None) -> list[Lane]:
+    """One lane per agent of the plan, in order of first appearance."""
+    views = list(views) if views is not None else task_views(run)
+    by_agent: dict[int, list[TaskView]] = defaultdict(list)
+    for view in views:
+        by_agent[view.agent_id].append(view)
+    agents = Agent.objects.in_bulk(list(by_agent))
+    busy = dict(
+        TaskRun.objects.filter(agent_id__in=list(by_agent), state__in=TaskRun.ACTIVE)
+        .order_by()
+        .values_list("agent_id")
+        .annotate(n=Count("pk"))
+    )
+    result = []
+    for agent_id, items in by_agent.items():
+        states = Counter(v.state for v in items)
+        result.append(
+            Lane(
+                agent=agents[agent_id],
+                running=[v for v in items if v.state == State.RUNNING],
+                queued=states[State.QUEUED],
+                waiting=states[State.READY] + states[State.THROTTLED],
+                upcoming=states[State.PENDING] + states[State.WAITING_GATE],
+                done=sum(states[s] for s in TaskRun.TERMINAL),
+                total=len(items),
+                slots_used=busy.get(agent_id, 0),
+                cap=agents[agent_id].max_concurrency,
+                tokens=sum(v.tokens for v in items),
+                cost_usd=sum((v.cost_usd for v in items), Decimal("0")),
+            )
+        )
+    return result

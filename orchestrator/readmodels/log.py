@@ -1,0 +1,83 @@
+"""The run page's event log: the newest events first, filtered by task and type, in words."""
+
+from __future__ import annotations
+
+from orchestrator.models import Event, Run
+
+# Rows the event log shows at once.
+LOG_LIMIT = 200
+# Event families the log can be filtered by (the part of the type before the dot).
+EVENT_FAMILIES = ("run", "task", "checkpoint", "plan", "provider", "attempt", "access")
+# The log hides the streamed-progress heartbeat unless asked ("all") or filtered to it.
+NOISY_TYPES = ("task.progress",)
+
+
+def event_log(
+    run: Run | int,
+    *,
+    task_id: int | None = None,
+    type_filter: str = "",
+    after_seq: int | None = None,
+    limit: int = LOG_LIMIT,
+) -> list[Event]:
+    """Events of the run, newest first.
+
+    `type_filter`: "" (everything but the streamed-progress heartbeat), "all", a family such as
+    "task" or "checkpoint" (every type that starts with it), or one exact type like "task.failed".
+    `after_seq` keeps only events newer than that sequence number.
+    """
+    run_id = run.pk if isinstance(run, Run) else run
+    events = Event.objects.filter(run_id=run_id).select_related("task_run__subtask", "agent")
+    if task_id:
+        events = events.filter(task_run_id=task_id)
+    events = filter_types(events, type_filter)
+    if after_seq is not None:
+        events = events.filter(seq__gt=after_seq)
+    return list(events.order_by("-seq")[:limit])
+
+
+def filter_types(events, type_filter: str):
+    if type_filter == "all":
+        return events
+    if not type_filter:
+        return events.exclude(type__in=NOISY_TYPES)
+    if "." in type_filter:
+        return events.filter(type=type_filter)
+    return events.filter(type__startswith=f"{type_filter}.")
+
+
+def matches_type_filter(event_type: str, type_filter: str) -> bool:
+    """The same rule as `filter_types`, for one event type (the live view filters as it appends)."""
+    if type_filter == "all":
+        return True
+    if not type_filter:
+        return event_type not in NOISY_TYPES
+    if "." in type_filter:
+        return event_type == type_filter
+    return event_type.startswith(f"{type_filter}.")
+
+
+def describe_event(event: Event) -> str:
+    """The event's message, or a short account of its payload when it has none."""
+    if event.message:
+        return event.message
+    payload = event.payload or {}
+    parts = []
+    for name in ("attempt", "worker", "progress", "output_tokens", "input_tokens", "cost_usd", "latency_ms", "reason"):
+        value = payload.get(name)
+        if value in (None, ""):
+            continue
+        if name == "progress":
+            parts.append(f"{value}%")
+        elif name == "latency_ms":
+            parts.append(f"waited {value} ms")
+        elif name == "cost_usd":
+            parts.append(f"${value}")
+        else:
+            parts.append(f"{name.replace('_', ' ')} {value}")
+    return " · ".join(parts)
+
+
+def event_types(run: Run) -> list[str]:
+    """The distinct event types this run has written, sorted."""
+    return sorted(set(Event.objects.filter(run_id=run.pk).values_list("type", flat=True).distinct()))

@@ -1,0 +1,133 @@
+"""The run page's tasks: each task's display state, its label and its live token burn.
+
+`TaskView` is the task's record (orchestrator/readmodels/records.py: `TaskRecord`, the shape
+the API and the JSON download give) plus what the page shows besides: the display state, the
+tokens streaming now, the agent's id for the lanes, the gate. The task rows, the lanes, the
+task panel and the websocket frames all render it, so a task is described once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Self
+
+from orchestrator.models import Event, Run, TaskRun
+
+from .records import TaskRecord
+
+State = TaskRun.State
+
+# A ready task held back by a cap or a retry delay (the engine's `throttled` state is the
+# other kind of holding back: by the provider's rate budget or backoff).
+WAITING = "waiting"
+
+# Display states in the order a legend or a count lists them (active work first).
+DISPLAY_ORDER = (
+    State.RUNNING,
+    State.QUEUED,
+    State.THROTTLED,
+    WAITING,
+    State.READY,
+    State.WAITING_GATE,
+    State.AWAITING_REVIEW,
+    State.PENDING,
+    State.SUCCEEDED,
+    State.FAILED,
+    State.SKIPPED,
+    State.CANCELLED,
+)
+STATE_LABELS = {
+    State.PENDING: "pending",
+    State.WAITING_GATE: "needs approval",
+    State.READY: "ready",
+    WAITING: "held back",
+    State.THROTTLED: "throttled",
+    State.QUEUED: "queued",
+    State.RUNNING: "running",
+    State.AWAITING_REVIEW: "in review",
+    State.SUCCEEDED: "succeeded",
+    State.FAILED: "failed",
+    State.SKIPPED: "skipped",
+    State.CANCELLED: "cancelled",
+}
+
+
+def display_state(state: str, wait_reason: str = "") -> str:
+    """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state."""
+    return WAITING if state == State.READY and wait_reason else state
+
+
+class TaskView(TaskRecord):
+    """A task as the run page shows it: its record plus display state and live token burn.
+
+    `progress` is 100 for a succeeded task whatever its last streamed value was.
+    """
+
+    agent_id: int
+    display_state: str
+    live_output_tokens: int  # streamed so far by the attempt running now (not yet settled)
+    gate: str
+
+    @classmethod
+    def of(cls, task: TaskRun, live_output_tokens: int = 0) -> Self:
+        """The view of a TaskRun with subtask and agent selected."""
+        return super().of(
+            task,
+            progress=100 if task.state == State.SUCCEEDED else task.progress,
+            agent_id=task.agent_id,
+            display_state=display_state(task.state, task.wait_reason),
+            live_output_tokens=live_output_tokens,
+            gate=task.subtask.gate,
+        )
+
+    @property
+    def pk(self) -> int:
+        return self.id
+
+    @property
+    def state_label(self) -> str:
+        return STATE_LABELS.get(self.display_state, self.display_state)
+
+    @property
+    def tokens(self) -> int:
+        """The task's token burn: settled input + output tokens plus what is streaming now."""
+        return self.input_tokens + self.output_tokens + self.live_output_tokens
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TaskRun.TERMINAL
+
+
+def tasks_query(run_id: int):
+    return TaskRun.objects.filter(run_id=run_id).select_related("subtask", "agent").order_by("subtask__position", "pk")
+
+
+def live_output_tokens(tasks: Iterable[TaskRun]) -> dict[int, int]:
+    """Output tokens streamed so far by each running task's current attempt (from its progress events)."""
+    live: dict[int, int] = {}
+    for task in tasks:
+        if task.state != State.RUNNING:
+            continue
+        events = Event.objects.filter(task_run_id=task.pk, type="task.progress")
+        if task.started_at:
+            events = events.filter(created_at__gte=task.started_at)
+        payload = events.order_by("-id").values_list("payload", flat=True).first()
+        if payload:
+            live[task.pk] = int(payload.get("output_tokens") or 0)
+    return live
+
+
+def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
+    """Every task of the run in plan order (or only `task_ids`), with live token burn."""
+    run_id = run.pk if isinstance(run, Run) else run
+    query = tasks_query(run_id)
+    if task_ids is not None:
+        query = query.filter(pk__in=list(task_ids))
+    tasks = list(query)
+    live = live_output_tokens(tasks)
+    return [TaskView.of(t, live.get(t.pk, 0)) for t in tasks]
+
+
+def task_view(task: TaskRun) -> TaskView:
+    task = tasks_query(task.run_id).get(pk=task.pk)
+    return TaskView.of(task, live_output_tokens([task]).get(task.pk, 0))

@@ -1,0 +1,176 @@
+"""The run page's totals: elapsed time, ETA, tasks by state, cost against budget, effective cap.
+
+`remaining_seconds` and `pace` take plain data and are tested without a database.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.utils import timezone
+
+from orchestrator import plans
+from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
+from orchestrator.plans import dag
+
+from .tasks import DISPLAY_ORDER, STATE_LABELS, State, TaskView, task_views
+
+
+def remaining_seconds(
+    keys: Sequence[str], edges: Iterable[tuple[str, str]], remaining: Mapping[str, float], cap: int
+) -> float:
+    """Lower bound on the time left: max(remaining critical path, remaining work / cap).
+
+    `remaining` gives each task's seconds of work left (0 for finished tasks). The makespan of
+    a DAG under a concurrency cap can be no shorter than its longest chain, nor than its total
+    work spread over every slot; a good scheduler stays close to the larger of the two.
+    """
+    if not keys:
+        return 0.0
+    lengths = dag.remaining_path_lengths(keys, edges, remaining)
+    critical = max(lengths.values(), default=0.0)
+    work = sum(remaining.get(k, 0.0) for k in keys)
+    return max(critical, work / max(1, cap))
+
+
+def pace(tasks: Iterable[TaskRun | TaskView], estimates: Mapping[str, float]) -> float:
+    """How much longer than estimated this run's tasks take: median of actual / estimated.
+
+    1.0 until a task has finished; kept within 0.2 .. 5 so that one odd task cannot swing it.
+    """
+    ratios = [
+        (t.finished_at - t.started_at).total_seconds() / estimates[t.key]
+        for t in tasks
+        if t.state == State.SUCCEEDED
+        and t.started_at
+        and t.finished_at
+        and estimates.get(t.key, 0) > 0
+    ]
+    if not ratios:
+        return 1.0
+    return min(5.0, max(0.2, statistics.median(ratios)))
+
+
+@dataclass
+class EffectiveCap:
+    value: int
+    limited_by: str  # "run cap", "agent limits" or "provider in-flight limit"
+
+
+def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> EffectiveCap:
+    """How many of this run's tasks can run at once now: the tightest of the run's cap, the
+    summed limits of the agents that still have work, and the providers' in-flight caps in force
+    (which adaptive concurrency lowers after 429 answers)."""
+    if agent_ids is None:
+        agent_ids = (
+            run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
+        )
+    agents = list(Agent.objects.filter(pk__in=list(agent_ids)))
+    candidates = [(run.cap, "run cap")]
+    if agents:
+        candidates.append((sum(a.max_concurrency for a in agents), "agent limits"))
+        pairs = {(a.provider, a.model) for a in agents}
+        limits = [
+            pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs
+        ]
+        limited = [pl.effective_in_flight or pl.max_in_flight for pl in limits]
+        if limits and len(limits) == len(pairs) and all(limited):
+            candidates.append((sum(limited), "provider in-flight limit"))
+    value, why = min(candidates, key=lambda c: c[0])
+    return EffectiveCap(max(0, value), why)
+
+
+@dataclass
+class StateCount:
+    state: str
+    label: str
+    count: int
+
+
+@dataclass
+class Totals:
+    status: str
+    status_label: str
+    summary: str
+    elapsed_s: float
+    eta_s: float | None
+    total: int
+    done: int
+    running: int
+    counts: list[StateCount]
+    cost_usd: Decimal
+    reserved_usd: Decimal
+    budget_usd: Decimal
+    input_tokens: int
+    output_tokens: int
+    cap: int
+    effective_cap: EffectiveCap
+    peak_running: int
+    pending_checkpoints: int
+
+    @property
+    def cost_percent(self) -> int:
+        if self.budget_usd <= 0:
+            return 100
+        return min(100, int(100 * self.cost_usd / self.budget_usd))
+
+    @property
+    def done_percent(self) -> int:
+        return int(100 * self.done / self.total) if self.total else 0
+
+
+def totals(run: Run, views: Sequence[TaskView] | None = None, *, now: datetime | None = None) -> Totals:
+    now = now or timezone.now()
+    run.refresh_from_db()
+    views = list(views) if views is not None else task_views(run)
+    counts = Counter(v.display_state for v in views)
+    end = run.finished_at or now
+    elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
+    eta = None
+    unfinished = [v for v in views if not v.is_terminal]
+    if not run.is_finished and unfinished:
+        estimates = plans.plan_weights(run.plan)
+        speed = pace(views, estimates)
+        remaining = {}
+        for v in views:
+            guess = estimates.get(v.key, plans.MIN_ESTIMATED_DURATION_S) * speed
+            if v.is_terminal:
+                remaining[v.key] = 0.0
+            elif v.state == State.RUNNING and v.started_at:
+                # A running task needs its estimate less what it already ran, at least a tenth
+                # of it (streamed progress is no guide: answers rarely reach max_tokens).
+                ran = (now - v.started_at).total_seconds()
+                remaining[v.key] = max(guess - ran, 0.1 * guess)
+            else:
+                remaining[v.key] = guess
+        keys, edges = plans.plan_graph(run.plan)
+        cap_now = effective_cap(run, {t.agent_id for t in unfinished})
+        eta = remaining_seconds(keys, edges, remaining, max(1, cap_now.value))
+        cap = cap_now
+    else:
+        cap = effective_cap(run)
+    return Totals(
+        status=run.status,
+        status_label=run.get_status_display(),
+        summary=run.summary,
+        elapsed_s=max(0.0, elapsed),
+        eta_s=eta,
+        total=len(views),
+        done=sum(counts[s] for s in TaskRun.TERMINAL),
+        running=counts[State.RUNNING],
+        counts=[StateCount(s, STATE_LABELS[s], counts[s]) for s in DISPLAY_ORDER if counts[s]],
+        cost_usd=run.cost_usd,
+        reserved_usd=run.reserved_usd,
+        budget_usd=run.budget_usd,
+        input_tokens=run.input_tokens,
+        output_tokens=run.output_tokens,
+        cap=run.cap,
+        effective_cap=cap,
+        peak_running=run.peak_running,
+        pending_checkpoints=run.checkpoints.filter(status=Checkpoint.Status.PENDING).count(),
+    )

@@ -1,0 +1,33 @@
+"""The run page's event log."""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from orchestrator import events
+from orchestrator.readmodels.log import event_log, event_types, matches_type_filter
+
+
+def test_matches_type_filter_agrees_with_the_query(transactional_db, run_with_events):
+    run = run_with_events
+    types = event_types(run)
+    for type_filter in ("", "all", "task", "run", "task.progress", "checkpoint.created", "plan"):
+        expected = {t for t in types if matches_type_filter(t, type_filter)}
+        got = {e.type for e in event_log(run, type_filter=type_filter, limit=10_000)}
+        assert got == expected, type_filter
+
+
+def test_event_log_is_newest_first_and_filterable(launched):
+    run = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    a = run.tasks.get(subtask__key="a")
+    with transaction.atomic():
+        events.record("task.progress", run=run, task=a, payload={"progress": 1})
+    newest_first = event_log(run)
+    seqs = [e.seq for e in newest_first]
+    assert seqs == sorted(seqs, reverse=True)
+    assert all(e.type != "task.progress" for e in newest_first)
+    assert any(e.type == "task.progress" for e in event_log(run, type_filter="all"))
+    assert {e.task_run_id for e in event_log(run, task_id=a.pk)} == {a.pk}
+    newest = seqs[0]
+    assert event_log(run, after_seq=newest) == []
+    assert len(event_log(run, type_filter="all", limit=2)) == 2
