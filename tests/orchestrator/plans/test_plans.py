@@ -5,9 +5,8 @@ import pytest
 import yaml
 
 from orchestrator import plans
-from orchestrator.plans import parsing
 from orchestrator.models import Agent, Dependency, Plan, Subtask
-from orchestrator.plans import dag
+from orchestrator.plans import dag, parsing
 
 pytestmark = pytest.mark.django_db
 
@@ -558,7 +557,8 @@ def test_failure_while_saving_dependencies_rolls_back_everything(agents, monkeyp
 
 def test_large_plan_is_saved_in_bulk(agents, django_assert_max_num_queries):
     keys = [f"t{i}" for i in range(plans.MAX_SUBTASKS)]
-    data = plan_data(subtask(keys[0]), *(subtask(key, depends_on=[previous]) for previous, key in zip(keys, keys[1:])))
+    chain = (subtask(key, depends_on=[previous]) for previous, key in zip(keys, keys[1:], strict=False))
+    data = plan_data(subtask(keys[0]), *chain)
     spec = plans.validate(data)
 
     with django_assert_max_num_queries(40):
