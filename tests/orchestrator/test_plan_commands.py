@@ -31,9 +31,9 @@ subtasks:
 """
 
 BAD_PLAN_PROBLEMS = [
-    'subtasks[0] (key "a"): depends_on: cycle: a → b → c → a',
-    'subtasks[1] (key "b"): agent: no agent named "ghost"',
-    'subtasks[2] (key "c"): timeout_s: must be an integer between 1 and 3600, got "abc"',
+    'line 3: subtasks[0] (key "a"): depends_on: cycle: a → b → c → a',
+    'line 4: subtasks[1] (key "b"): agent: no agent named "ghost"',
+    'line 5: subtasks[2] (key "c"): timeout_s: must be an integer between 1 and 3600, got "abc"',
 ]
 
 SYNTAX_ERROR_PLAN = "goal: g\nsubtasks:\n  - key: a\n    title: T: x\n"

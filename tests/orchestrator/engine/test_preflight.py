@@ -55,7 +55,7 @@ def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
 def test_the_estimate_from_the_spec_equals_runs_estimate_cost_of_the_saved_plan(demo_agents, priced_limit):
     Agent.objects.filter(name="coder").update(max_output_tokens=4000, provider="anthropic", model="claude-x")
     ProviderLimit.objects.create(provider="anthropic", model="claude-x", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15"))
-    spec = preflight.parse_and_validate(FEATURE_PIPELINE)
+    spec = plans.validate_document(FEATURE_PIPELINE)
     from_spec = preflight.check_spec(spec, cap=4, budget_usd=BUDGET)
     plan = plans.save_plan(spec)
     assert from_spec.estimate_usd == runs.estimate_cost(plan) == preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET).estimate_usd
@@ -84,8 +84,8 @@ def test_every_validation_problem_is_kept(demo_agents):
     checked = preflight.check_document(text, cap=4, budget_usd=BUDGET)
     assert not checked.ok and not checked.can_launch and not checked.over_budget
     assert [str(e) for e in checked.errors] == [
-        'subtasks[0] (key "a"): depends_on: depends on itself ("a")',
-        'subtasks[0] (key "a"): agent: no agent named "nobody"',
+        'line 3: subtasks[0] (key "a"): depends_on: depends on itself ("a")',
+        'line 3: subtasks[0] (key "a"): agent: no agent named "nobody"',
     ]
 
 
@@ -100,29 +100,6 @@ def test_a_saved_plan_with_a_retired_agent_is_not_launchable(demo_agents, make_p
     checked = preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET)
     assert not checked.can_launch
     assert [str(e) for e in checked.errors] == ['subtask "b": agent: agent "writer" is retired; only active agents can run subtasks']
-
-
-def test_launch_document_saves_and_launches_together(demo_agents, priced_limit, django_user_model):
-    user = django_user_model.objects.create_user("u")
-    run = preflight.launch_document(
-        FEATURE_PIPELINE, filename="feature_pipeline.yaml", cap=2, budget_usd=BUDGET, launched_by=user,
-        failure_policy="fail_fast", require_plan_approval=True,
-    )
-    assert (run.cap, run.failure_policy, run.status, run.launched_by) == (2, "fail_fast", Run.Status.AWAITING_APPROVAL, user)
-    assert (run.plan.source_name, run.plan.document, run.plan.created_by) == ("feature_pipeline.yaml", FEATURE_PIPELINE, user)
-
-
-def test_launch_document_over_budget_saves_nothing(demo_agents, priced_limit):
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1071 is over the budget of \$0.0100"):
-        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=Decimal("0.01"))
-    assert not Plan.objects.exists() and not Run.objects.exists()
-
-
-def test_launch_document_with_an_invalid_plan_saves_nothing(demo_agents):
-    Agent.objects.filter(name="tester").update(status=Agent.Status.RETIRED)
-    with pytest.raises(plans.PlanValidationError, match='agent "tester" is retired'):
-        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=BUDGET)
-    assert not Plan.objects.exists()
 
 
 def test_durations_follow_the_agents_latency_model(make_agent):
