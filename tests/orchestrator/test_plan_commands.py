@@ -112,7 +112,7 @@ def test_validate_plan_abbreviates_a_long_critical_path(researcher, tmp_path):
     lines = ["goal: A long chain", "subtasks:", f"  - {{key: {keys[0]}, agent: researcher, title: T}}"]
     lines += [
         f"  - {{key: {key}, agent: researcher, title: T, depends_on: [{previous}]}}"
-        for previous, key in zip(keys, keys[1:])
+        for previous, key in zip(keys, keys[1:], strict=False)
     ]
     path = write(tmp_path, "chain.yaml", "\n".join(lines))
 

@@ -25,8 +25,9 @@ def test_launch_document_saves_and_launches_together(demo_agents, priced_limit, 
 
     run = launch_document(FEATURE_PIPELINE, filename="feature_pipeline.yaml", settings=settings, launched_by=user)
 
-    assert (run.cap, run.failure_policy, run.status, run.launched_by) == (2, "fail_fast", Run.Status.AWAITING_APPROVAL, user)
-    assert (run.plan.source_name, run.plan.document, run.plan.created_by) == ("feature_pipeline.yaml", FEATURE_PIPELINE, user)
+    assert (run.cap, run.failure_policy, run.status) == (2, "fail_fast", Run.Status.AWAITING_APPROVAL)
+    assert run.launched_by == run.plan.created_by == user
+    assert (run.plan.source_name, run.plan.document) == ("feature_pipeline.yaml", FEATURE_PIPELINE)
 
 
 def test_the_saved_plan_can_name_another_source_and_take_a_new_goal(demo_agents):
@@ -52,4 +53,6 @@ def test_problems_in_the_document_name_their_line(demo_agents):
     with pytest.raises(plans.PlanValidationError) as invalid:
         launch_document("goal: g\nsubtasks:\n  - key: a\n    agent: researcher\n    title: A\n    gate: maybe\n",
                         settings=SETTINGS)
-    assert str(invalid.value.errors[0]) == 'line 6: subtasks[0] (key "a"): gate: must be one of none, before, after, got "maybe"'
+    assert str(invalid.value.errors[0]) == (
+        'line 6: subtasks[0] (key "a"): gate: must be one of none, before, after, got "maybe"'
+    )

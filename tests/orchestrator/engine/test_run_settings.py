@@ -7,7 +7,14 @@ from decimal import Decimal
 import pytest
 
 from orchestrator.engine import runs
-from orchestrator.engine.run_settings import MAX_BUDGET_USD, MAX_CAP, InvalidRunSetting, RunSettings, parse_budget, parse_cap
+from orchestrator.engine.run_settings import (
+    MAX_BUDGET_USD,
+    MAX_CAP,
+    InvalidRunSetting,
+    RunSettings,
+    parse_budget,
+    parse_cap,
+)
 
 
 def test_defaults_come_from_the_django_settings(settings):
