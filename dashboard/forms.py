@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
-from decimal import Decimal
 
 from django import forms
-from django.conf import settings
 
 from orchestrator import plans
-from orchestrator.engine import preflight
+from orchestrator.engine import preflight, run_settings
+from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Plan, Run
 
 SOURCE_FILE = "file"
@@ -30,19 +29,19 @@ def source_choices() -> list[tuple[str, str]]:
 
 
 class RunSettingsForm(forms.Form):
-    """How a plan runs: concurrency cap, budget, failure policy, plan approval."""
+    """How a plan runs: concurrency cap, budget, failure policy, plan approval (`RunSettings`).
+
+    The limits and their messages are the run settings' own, as on the command line and in the API.
+    """
 
     cap = forms.IntegerField(
         label="Concurrency cap",
-        min_value=1,
-        max_value=1000,
+        widget=forms.NumberInput(attrs={"min": run_settings.MIN_CAP, "max": run_settings.MAX_CAP}),
         help_text="Tasks of this run at once (each agent's own limit applies too).",
     )
     budget_usd = forms.DecimalField(
         label="Budget (USD)",
-        min_value=Decimal("0.0001"),
-        max_digits=12,
-        decimal_places=4,
+        widget=forms.NumberInput(attrs={"min": run_settings.MIN_BUDGET_USD, "step": run_settings.MIN_BUDGET_USD}),
         help_text="The run is refused if its estimated cost is above this, and stops admitting work at it.",
     )
     failure_policy = forms.ChoiceField(
@@ -59,31 +58,40 @@ class RunSettingsForm(forms.Form):
     )
 
     def __init__(self, *args, **kwargs):
-        kwargs.setdefault(
-            "initial",
-            {
-                "cap": settings.GLASSBOX_DEFAULT_CAP,
-                "budget_usd": Decimal(str(settings.GLASSBOX_DEFAULT_BUDGET_USD)),
-                "failure_policy": Run.FailurePolicy.CONTINUE,
-            },
-        )
+        kwargs.setdefault("initial", RunSettings.defaults().as_dict())
         super().__init__(*args, **kwargs)
 
-    def run_settings(self) -> dict:
-        """The cleaned settings as runs.launch's keyword arguments (JSON-friendly budget)."""
+    def clean_cap(self):
+        return _run_setting(run_settings.parse_cap, self.cleaned_data["cap"])
+
+    def clean_budget_usd(self):
+        return _run_setting(run_settings.parse_budget, self.cleaned_data["budget_usd"])
+
+    def run_settings(self) -> RunSettings:
+        """The cleaned settings."""
         data = self.cleaned_data
-        return {
-            "cap": data["cap"],
-            "budget_usd": str(data["budget_usd"]),
-            "failure_policy": data["failure_policy"],
-            "require_plan_approval": bool(data["require_plan_approval"]),
-        }
+        return RunSettings(
+            cap=data["cap"],
+            budget_usd=data["budget_usd"],
+            failure_policy=data["failure_policy"],
+            require_plan_approval=bool(data["require_plan_approval"]),
+        )
+
+
+def _run_setting(parse, value):
+    try:
+        return parse(value)
+    except run_settings.InvalidRunSetting as error:
+        message = str(error)
+        raise forms.ValidationError(f"{message[:1].upper()}{message[1:]}.") from None
 
 
 class NewRunForm(RunSettingsForm):
     """Goal, plan source and run settings. The plan itself is checked by the preflight."""
 
-    field_order = ["goal", "source", "plan_file", "saved_plan", "cap", "budget_usd", "failure_policy", "require_plan_approval"]
+    field_order = [
+        "goal", "source", "plan_file", "saved_plan", "cap", "budget_usd", "failure_policy", "require_plan_approval",
+    ]
 
     goal = forms.CharField(
         label="Goal",
@@ -136,7 +144,8 @@ class NewRunForm(RunSettingsForm):
             elif plan is not None and goal and goal != plan.goal.strip():
                 self.add_error(
                     "goal",
-                    "A saved plan keeps its own goal: clear this field, or upload the plan as a file with the new goal.",
+                    "A saved plan keeps its own goal: clear this field, or upload the plan as a file with the new "
+                    "goal.",
                 )
         if source == SOURCE_PLANNER and not goal:
             self.add_error("goal", "The planner needs a goal to plan for.")

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from django.contrib.auth import get_user_model
-from django.db import transaction
 from ninja import Path, Query, Router, Status
 
 from dashboard.permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN
-from orchestrator import plans
 from orchestrator.engine import runs
+from orchestrator.engine.launching import launch_document
+from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
 from orchestrator.readmodels.records import AgentRecord, CheckpointRecord, EventRecord, RunRecord, TaskRunRecord
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
@@ -125,21 +125,18 @@ def create_run(request, body: RunCreateIn):
     lists every problem in `details` (422 invalid_plan).
     """
     user = require(request, LAUNCH_RUN)
-    with transaction.atomic():
-        if body.plan_id is not None:
-            plan = _get(Plan.objects.all(), body.plan_id, "plan")
-        else:
-            spec = plans.validate(plans.parse_document(body.document, filename=body.filename))
-            plan = plans.save_plan(
-                spec, document=body.document, source=Plan.Source.FILE, source_name=body.filename or "api", created_by=user
-            )
-        run = runs.launch(
-            plan,
-            cap=body.cap,
-            budget_usd=body.budget_usd,
-            failure_policy=body.failure_policy,
+    settings = RunSettings.of(
+        cap=body.cap,
+        budget_usd=body.budget_usd,
+        failure_policy=body.failure_policy,
+        require_plan_approval=body.require_plan_approval,
+    )
+    if body.plan_id is not None:
+        run = runs.launch(_get(Plan.objects.all(), body.plan_id, "plan"), launched_by=user, **settings.as_dict())
+    else:
+        run = launch_document(
+            body.document, filename=body.filename, source_name=body.filename or "api", settings=settings,
             launched_by=user,
-            require_plan_approval=body.require_plan_approval,
         )
     return Status(201, run_detail(run))
 

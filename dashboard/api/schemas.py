@@ -12,8 +12,9 @@ from decimal import Decimal
 from typing import Annotated, Literal
 
 from ninja import Schema
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from orchestrator.engine import run_settings
 from orchestrator.models import Agent, Checkpoint, Run
 from orchestrator.readmodels.records import (
     AgentRecord,
@@ -131,6 +132,21 @@ class EventPage(Schema):
 # --- Input ---------------------------------------------------------------------------------------
 
 
+def _run_setting(parse):
+    """A validator that checks a run setting as every launch does (`RunSettings`), None passing."""
+
+    def check(value):
+        if value is None:
+            return None
+        try:
+            return parse(value)
+        except run_settings.InvalidRunSetting as error:
+            raise ValueError(error.problem) from None
+
+    return check
+
+
+
 class RunCreateIn(Schema):
     """Launch a run of a saved plan (`plan_id`) or of a plan document (`document`), not both."""
 
@@ -139,9 +155,15 @@ class RunCreateIn(Schema):
         None, description="A plan document, YAML or JSON text (the format of examples/*.yaml), at most 5 MB"
     )
     filename: str = Field("", max_length=255, description="The document's file name; '.json' forces JSON")
-    cap: int | None = Field(None, ge=1, le=1000, description="Most tasks of this run at once (default: setting)")
-    budget_usd: Decimal | None = Field(
-        None, gt=0, max_digits=12, decimal_places=4, description="Budget in US dollars (default: setting)"
+    cap: Annotated[int | None, AfterValidator(_run_setting(run_settings.parse_cap))] = Field(
+        None,
+        description="Most tasks of this run at once (default: setting)",
+        json_schema_extra={"minimum": run_settings.MIN_CAP, "maximum": run_settings.MAX_CAP},
+    )
+    budget_usd: Annotated[Decimal | None, AfterValidator(_run_setting(run_settings.parse_budget))] = Field(
+        None,
+        description=f"Budget in US dollars, {run_settings.MIN_BUDGET_USD} to {run_settings.MAX_BUDGET_USD} "
+        "(default: setting)",
     )
     failure_policy: FailurePolicy = "continue"
     require_plan_approval: bool = Field(False, description="Open a plan checkpoint that an approver must approve first")

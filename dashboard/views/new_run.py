@@ -18,6 +18,8 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
 from orchestrator.engine import preflight, runs
+from orchestrator.engine.launching import launch_document
+from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Plan
 from orchestrator.plans import PlanError, PlanValidationError
 
@@ -45,8 +47,8 @@ def _load_draft(user, token: str) -> dict | None:
     return cache.get(_draft_key(user, token))
 
 
-def _draft_preflight(draft: dict, settings: dict) -> preflight.Preflight:
-    cap, budget = settings["cap"], Decimal(settings["budget_usd"])
+def _draft_preflight(draft: dict, settings: RunSettings) -> preflight.Preflight:
+    cap, budget = settings.cap, settings.budget_usd
     if draft["source"] == SOURCE_FILE:
         return preflight.check_document(
             draft["document"], filename=draft["filename"], goal=draft["goal"], cap=cap, budget_usd=budget
@@ -80,7 +82,7 @@ def _draft_from_form(form: NewRunForm, user) -> tuple[dict, preflight.Preflight]
     return _planner_draft(goal, user, settings)
 
 
-def _planner_draft(goal: str, user, settings: dict) -> tuple[dict, preflight.Preflight]:
+def _planner_draft(goal: str, user, settings: RunSettings) -> tuple[dict, preflight.Preflight]:
     """Ask the planner for a plan (it saves the plan it proposes, validated like any plan file)."""
     planner = importlib.import_module("orchestrator.plans.planner")  # offered only when it is installed
     draft = {"source": SOURCE_PLANNER, "filename": "", "goal": goal, "document": "", "plan_id": None}
@@ -88,9 +90,7 @@ def _planner_draft(goal: str, user, settings: dict) -> tuple[dict, preflight.Pre
         result = planner.propose_plan(goal, created_by=user)
     except (PlanValidationError, planner.PlannerError) as error:
         errors = error.errors if isinstance(error, PlanValidationError) else [PlanError("planner", str(error))]
-        return draft, preflight.Preflight(
-            cap=settings["cap"], budget_usd=Decimal(settings["budget_usd"]), goal=goal, errors=errors
-        )
+        return draft, preflight.Preflight(cap=settings.cap, budget_usd=settings.budget_usd, goal=goal, errors=errors)
     draft.update(plan_id=result.plan.pk, filename=result.plan.source_name, simulated=result.simulated)
     return draft, _draft_preflight(draft, settings)
 
@@ -141,7 +141,7 @@ def preflight_view(request, token: str):
             else:
                 refusal = checked.budget_refusal or "The plan has problems: fix them first."
     else:
-        form = RunSettingsForm(initial=draft["settings"])
+        form = RunSettingsForm(initial=draft["settings"].as_dict())
     settings = form.run_settings() if form.is_bound and form.is_valid() else draft["settings"]
     checked = _draft_preflight(draft, settings)
     context = {
@@ -154,7 +154,7 @@ def preflight_view(request, token: str):
         "critical_path": format_duration(checked.critical_path_s),
         "total_work": format_duration(checked.total_work_s),
         "budget_percent": _percent(checked.estimate_usd, checked.budget_usd),
-        "checkpoints": checked.checkpoints + int(bool(settings["require_plan_approval"])),
+        "checkpoints": checked.checkpoints + int(settings.require_plan_approval),
     }
     # A refusal is the page again with the reason on top (200, like a form with errors).
     return render(request, "dashboard/preflight.html", context)
@@ -178,20 +178,14 @@ def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]
         if launched := cache.get(key + ":run"):
             return redirect(run_url(launched)), ""
         settings = draft["settings"]
-        options = {
-            "cap": settings["cap"],
-            "budget_usd": Decimal(settings["budget_usd"]),
-            "failure_policy": settings["failure_policy"],
-            "launched_by": request.user,
-            "require_plan_approval": settings["require_plan_approval"],
-        }
         try:
             if draft["source"] == SOURCE_FILE:
-                run = preflight.launch_document(
-                    draft["document"], filename=draft["filename"], goal=draft["goal"], **options
+                run = launch_document(
+                    draft["document"], filename=draft["filename"], goal=draft["goal"], settings=settings,
+                    launched_by=request.user,
                 )
             else:
-                run = runs.launch(Plan.objects.get(pk=draft["plan_id"]), **options)
+                run = runs.launch(Plan.objects.get(pk=draft["plan_id"]), launched_by=request.user, **settings.as_dict())
         except PlanValidationError as error:
             return None, "The plan is no longer valid: " + "; ".join(str(e) for e in error.errors)
         except Plan.DoesNotExist:

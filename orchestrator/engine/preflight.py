@@ -2,7 +2,7 @@
 
 The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
 
-- every validation problem, in words (`plans.parse_document` + `plans.validate`, exactly what
+- every validation problem, in words and with its line (`plans.validate_document`, exactly what
   `manage.py validate_plan` reports);
 - the DAG as layers (topological generations), each subtask with its agent, gate, dependencies,
   estimated duration and whether it is on the critical path;
@@ -12,8 +12,8 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
 - the predicted duration: the lower bound max(critical path, total work / cap), with
   `plans.estimated_duration_s` weights. Time spent waiting for people at checkpoints comes on top.
 
-Nothing is written until `launch_document` (or `runs.launch` for a saved plan), which saves the
-plan and starts the run in one transaction: a refused launch leaves no plan behind.
+Nothing is written until `launching.launch_document` (or `runs.launch` for a saved plan), which
+saves the plan and starts the run in one transaction: a refused launch leaves no plan behind.
 """
 
 from __future__ import annotations
@@ -23,12 +23,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
-
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.engine.cluster import cluster_is_running
-from orchestrator.models import Agent, Plan, ProviderLimit, Run, Subtask
+from orchestrator.models import Agent, Plan, ProviderLimit, Subtask
 from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag
 
 
@@ -144,23 +142,12 @@ def upload_too_large(filename: str, size: int) -> PlanError | None:
 # --- Checks --------------------------------------------------------------------------------------
 
 
-def parse_and_validate(document: str | bytes, *, filename: str = "", goal: str = "") -> PlanSpec:
-    """The validated spec of a plan document; `goal`, when given, replaces the document's goal.
-
-    Raises PlanValidationError listing every problem (syntax, size, schema, agents, cycles).
-    """
-    data = plans.parse_document(document, filename=filename)
-    if goal.strip() and isinstance(data, dict):
-        data = {**data, "goal": goal.strip()}
-    return plans.validate(data)
-
-
 def check_document(
     document: str | bytes, *, filename: str = "", goal: str = "", cap: int, budget_usd: Decimal
 ) -> Preflight:
     """Preflight of an unsaved plan document (an upload or planner output)."""
     try:
-        spec = parse_and_validate(document, filename=filename, goal=goal)
+        spec = plans.validate_document(document, filename=filename, goal=goal)
     except PlanValidationError as error:
         return Preflight(cap=cap, budget_usd=Decimal(budget_usd), goal=goal.strip(), errors=error.errors)
     return check_spec(spec, cap=cap, budget_usd=budget_usd)
@@ -304,37 +291,3 @@ def _agent_lines(
         )
         for name, (count, cost, priced) in sorted(totals.items())
     ]
-
-
-# --- Launch --------------------------------------------------------------------------------------
-
-
-def launch_document(
-    document: str,
-    *,
-    filename: str = "",
-    goal: str = "",
-    cap: int,
-    budget_usd: Decimal,
-    failure_policy: str = Run.FailurePolicy.CONTINUE,
-    launched_by=None,
-    require_plan_approval: bool = False,
-) -> Run:
-    """Validate, save and launch a plan document in one transaction.
-
-    Raises PlanValidationError (an agent retired since the preflight, say) or runs.LaunchRefused
-    (over budget, bad settings); either way nothing is saved.
-    """
-    spec = parse_and_validate(document, filename=filename, goal=goal)
-    with transaction.atomic():
-        plan = plans.save_plan(
-            spec, document=document, source=Plan.Source.FILE, source_name=filename, created_by=launched_by
-        )
-        return runs.launch(
-            plan,
-            cap=cap,
-            budget_usd=budget_usd,
-            failure_policy=failure_policy,
-            launched_by=launched_by,
-            require_plan_approval=require_plan_approval,
-        )

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from orchestrator import events, plans
 from orchestrator.engine import scheduler
+from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.models import Checkpoint, Dependency, Plan, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
 
@@ -62,14 +63,17 @@ def launch(
     launched_by=None,
     require_plan_approval: bool = False,
 ) -> Run:
-    cap = cap if cap is not None else settings.GLASSBOX_DEFAULT_CAP
-    budget = Decimal(str(budget_usd if budget_usd is not None else settings.GLASSBOX_DEFAULT_BUDGET_USD))
-    if cap < 1:
-        raise LaunchRefused(f"cap must be at least 1, got {cap}")
-    if budget <= 0:
-        raise LaunchRefused(f"budget must be more than $0, got ${budget}")
-    if failure_policy not in Run.FailurePolicy.values:
-        raise LaunchRefused(f"unknown failure policy {failure_policy!r}: use continue or fail_fast")
+    """Start a run of a saved plan (or open its plan checkpoint first), or raise LaunchRefused.
+
+    Settings not given are the defaults (`RunSettings`); a run over its budget is refused.
+    """
+    try:
+        chosen = RunSettings.of(
+            cap=cap, budget_usd=budget_usd, failure_policy=failure_policy, require_plan_approval=require_plan_approval
+        )
+    except InvalidRunSetting as error:
+        raise LaunchRefused(str(error)) from None
+    cap, budget, failure_policy = chosen.cap, chosen.budget_usd, chosen.failure_policy
     estimate = estimate_cost(plan)
     if estimate > budget:
         raise LaunchRefused(

@@ -10,7 +10,7 @@ import argparse
 import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import IO, Any
 
 from django.core.management.base import CommandError
@@ -18,6 +18,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from orchestrator.engine import runs
+from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run
 
 MANAGE = "python manage.py"
@@ -102,7 +103,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     widths = [max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)]
 
     def line(values: Sequence[str]) -> str:
-        return "  ".join(value.ljust(width) for value, width in zip(values, widths)).rstrip()
+        return "  ".join(value.ljust(width) for value, width in zip(values, widths, strict=False)).rstrip()
 
     return "\n".join([line(headers), line(["-" * width for width in widths]), *(line(row) for row in cells)])
 
@@ -222,14 +223,21 @@ def write_line(stream: IO[str], text: str, bar: tqdm | None = None) -> None:
 # --- Argument types shared by the commands ------------------------------------------------------
 
 
+def cap_argument(value: str) -> int:
+    """--cap: a whole number within the run settings' limits."""
+    return _run_setting(parse_cap, value)
+
+
 def budget_argument(value: str) -> Decimal:
+    """--budget: an amount in USD within the run settings' limits."""
+    return _run_setting(parse_budget, value)
+
+
+def _run_setting(parse: Callable[[str], Any], value: str) -> Any:
     try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"must be an amount in USD such as 0.50, got {value!r}") from None
-    if not amount.is_finite() or amount <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {value}")
-    return amount
+        return parse(value)
+    except InvalidRunSetting as error:
+        raise argparse.ArgumentTypeError(error.problem) from None
 
 
 def positive_int(value: str) -> int:

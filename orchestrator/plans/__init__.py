@@ -1,4 +1,5 @@
-"""Plan documents: parse (parsing), check whole (validation), save (storage), estimate (estimates).
+"""Plan documents: schema (document), parse (parsing), check whole (validation), save (storage),
+estimate (estimates).
 
 The names below are the package's public interface, so callers write `plans.validate(data)`;
 each lives in the module named beside it. `dag` holds the pure graph functions and `planner`
@@ -7,10 +8,17 @@ turns a goal into a plan document.
 
 from orchestrator.plans.errors import PlanError, PlanValidationError
 from orchestrator.plans.estimates import MIN_ESTIMATED_DURATION_S, estimated_duration_s, plan_weights
-from orchestrator.plans.parsing import MAX_PLAN_BYTES, load_file, parse_document
+from orchestrator.plans.parsing import MAX_PLAN_BYTES, parse_document, read_document
 from orchestrator.plans.spec import PlanSpec, SubtaskSpec
 from orchestrator.plans.storage import plan_graph, save_plan
-from orchestrator.plans.validation import MAX_INSTRUCTIONS_CHARS, MAX_SUBTASKS, MAX_TITLE_CHARS, validate
+from orchestrator.plans.validation import (
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_SUBTASKS,
+    MAX_TITLE_CHARS,
+    load_file,
+    validate,
+    validate_document,
+)
 
 __all__ = [
     "MAX_INSTRUCTIONS_CHARS",
@@ -27,6 +35,8 @@ __all__ = [
     "parse_document",
     "plan_graph",
     "plan_weights",
+    "read_document",
     "save_plan",
     "validate",
+    "validate_document",
 ]

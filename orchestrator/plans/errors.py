@@ -10,17 +10,24 @@ from dataclasses import dataclass
 class PlanError:
     """One problem in a plan: where it is (a subtask, a top-level field, the file) and what.
 
-    `field` is the subtask field at fault, when there is one; it is part of the message shown.
+    `field` is the subtask field at fault, when there is one; `line` the document's line, when
+    known. Both are part of the message shown.
     """
 
     where: str
     message: str
     field: str = ""
+    line: int | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the problem is, as shown before its message: `line 14: subtasks[3] (key "a")`."""
+        return f"line {self.line}: {self.where}" if self.line else self.where
 
     def __str__(self) -> str:
         if self.field:
-            return f"{self.where}: {self.field}: {self.message}"
-        return f"{self.where}: {self.message}"
+            return f"{self.location}: {self.field}: {self.message}"
+        return f"{self.location}: {self.message}"
 
 
 class PlanValidationError(Exception):

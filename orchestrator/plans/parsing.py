@@ -1,22 +1,27 @@
 """Plan documents as text: YAML or JSON (one schema), size and encoding checks, files.
 
 Syntax errors name the line and column; a document over MAX_PLAN_BYTES is refused before it
-is parsed, and a file before it is read.
+is parsed, and a file before it is read. `read_document` also keeps where each part of the
+document is (a LineMap), so that validation problems can name their line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from orchestrator.plans.errors import PlanError, PlanValidationError
-from orchestrator.plans.spec import PlanSpec
 
 MAX_PLAN_BYTES = 5 * 1024 * 1024
+# Deep enough for the schema's longest path: ("subtasks", 3, "depends_on", 0).
+MAX_LINE_MAP_DEPTH = 5
 
 
 class _PlanYamlLoader(yaml.SafeLoader):
@@ -44,12 +49,68 @@ class _PlanYamlLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+class LineMap:
+    """The line where each part of a document starts, by key path: ("subtasks", 3, "timeout_s") → 14.
+
+    Built on first use from the YAML node tree (JSON is read as YAML for this), so a valid
+    document pays nothing for it.
+    """
+
+    def __init__(self, compose: Callable[[], yaml.Node | None]):
+        self._compose = compose
+
+    @cached_property
+    def _lines(self) -> dict[tuple[Any, ...], int]:
+        try:
+            root = self._compose()
+        except yaml.YAMLError:
+            return {}
+        lines: dict[tuple[Any, ...], int] = {}
+        pending: list[tuple[yaml.Node | None, tuple[Any, ...]]] = [(root, ())]
+        while pending:
+            node, path = pending.pop()
+            if len(path) >= MAX_LINE_MAP_DEPTH:
+                continue
+            if isinstance(node, yaml.MappingNode):
+                children = [(key.value, key, value) for key, value in node.value if isinstance(key, yaml.ScalarNode)]
+            elif isinstance(node, yaml.SequenceNode):
+                children = [(index, item, item) for index, item in enumerate(node.value)]
+            else:
+                continue
+            for name, start, child in children:
+                lines.setdefault((*path, name), start.start_mark.line + 1)
+                pending.append((child, (*path, name)))
+        return lines
+
+    def line(self, path: tuple[Any, ...]) -> int | None:
+        """The line of `path`, or of its nearest part the document has (a missing field: its mapping)."""
+        lines = self._lines
+        for end in range(len(path), 0, -1):
+            if (line := lines.get(tuple(path[:end]))) is not None:
+                return line
+        return None
+
+
+NO_LINES = LineMap(lambda: None)
+
+
+@dataclass(frozen=True)
+class ParsedDocument:
+    data: Any
+    lines: LineMap
+
+
 def parse_document(text: str | bytes, *, filename: str = "") -> Any:
     """The data in a plan document: JSON for `.json` files or text starting with `{`, else YAML.
 
     Accepts text or raw bytes (which must be UTF-8). Raises PlanValidationError for a document
     over MAX_PLAN_BYTES, bytes that are not UTF-8, and syntax errors (naming line and column).
     """
+    return read_document(text, filename=filename).data
+
+
+def read_document(text: str | bytes, *, filename: str = "") -> ParsedDocument:
+    """The document's data (as parse_document) and the line of each of its parts."""
     size = len(text) if isinstance(text, bytes) else _utf8_size(text)
     if size > MAX_PLAN_BYTES:
         raise PlanValidationError([_too_large_error(size)])
@@ -57,7 +118,7 @@ def parse_document(text: str | bytes, *, filename: str = "") -> Any:
         text = _decode_utf8(text)
     text = text.removeprefix("\ufeff")
     if filename.lower().endswith(".json") or text.lstrip().startswith("{"):
-        return _parse_json(text)
+        return ParsedDocument(_parse_json(text), LineMap(lambda: yaml.compose(text, Loader=yaml.SafeLoader)))
     return _parse_yaml(text)
 
 
@@ -115,9 +176,11 @@ def _json_object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, A
     return result
 
 
-def _parse_yaml(text: str) -> Any:
+def _parse_yaml(text: str) -> ParsedDocument:
+    loader = _PlanYamlLoader(text)
     try:
-        return yaml.load(text, Loader=_PlanYamlLoader)  # noqa: S506 - a SafeLoader subclass
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         raise PlanValidationError([PlanError("YAML syntax", _describe_yaml_error(exc))]) from None
     except yaml.reader.ReaderError as exc:
@@ -127,6 +190,9 @@ def _parse_yaml(text: str) -> Any:
         ) from None
     except yaml.YAMLError as exc:
         raise PlanValidationError([PlanError("YAML syntax", str(exc))]) from None
+    finally:
+        loader.dispose()
+    return ParsedDocument(data, LineMap(lambda: root))
 
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
@@ -138,8 +204,8 @@ def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
 
 
 
-def load_file(path: str | os.PathLike) -> tuple[PlanSpec, str]:
-    """The validated plan in a file, and the file's text. Size is checked before reading."""
+def read_file(path: str | os.PathLike) -> str:
+    """The text of a plan file (UTF-8, without a byte-order mark). Size is checked before reading."""
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -154,8 +220,4 @@ def load_file(path: str | os.PathLike) -> tuple[PlanSpec, str]:
         raise PlanValidationError([PlanError("file", f"permission denied: {path}")]) from None
     except OSError as exc:
         raise PlanValidationError([PlanError("file", f"cannot read {path}: {exc.strerror or exc}")]) from None
-    text = _decode_utf8(data).removeprefix("\ufeff")
-    from orchestrator.plans.validation import validate
-
-    return validate(parse_document(text, filename=path.name)), text
-
+    return _decode_utf8(data).removeprefix("\ufeff")

@@ -31,6 +31,7 @@ from django.db import transaction
 
 from orchestrator import plans
 from orchestrator.models import Agent, Plan, PlannerAttempt
+from orchestrator.plans.document import PlanDocument
 from orchestrator.providers import anthropic as claude
 from orchestrator.providers.base import ProviderError, redact_secrets
 
@@ -120,6 +121,12 @@ SYSTEM_PROMPT = (
 )
 
 
+# What the planner leaves to people: the goal is theirs, timeouts and retries are the agents'.
+PLANNER_OMITS = {"plan": ("goal", "defaults"), "subtask": ("timeout_s", "max_retries")}
+# What a planner's subtask must say besides what every plan file must.
+PLANNER_REQUIRES = ("instructions", "depends_on")
+
+
 def plan_tool(agents: list[Agent]) -> dict[str, Any]:
     """The tool whose input schema is the plan schema, with the team's names as the only agents."""
     return {
@@ -128,53 +135,49 @@ def plan_tool(agents: list[Agent]) -> dict[str, Any]:
             "Submit the plan: its subtasks, each with the agent that does it and the keys of the "
             "subtasks it depends on. The plan is checked whole; if it is rejected you are told why."
         ),
-        "input_schema": {
-            "type": "object",
-            "properties": {
-                "subtasks": {
-                    "type": "array",
-                    "minItems": 1,
-                    "maxItems": MAX_PLANNER_SUBTASKS,
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "key": {
-                                "type": "string",
-                                "pattern": "^[A-Za-z0-9_-]{1,100}$",
-                                "description": "Short unique name, e.g. research_costs",
-                            },
-                            "agent": {"type": "string", "enum": [agent.name for agent in agents]},
-                            "title": {"type": "string", "maxLength": plans.MAX_TITLE_CHARS},
-                            "instructions": {
-                                "type": "string",
-                                "description": "What to do and what to hand over, understandable on its own",
-                            },
-                            "depends_on": {
-                                "type": "array",
-                                "items": {"type": "string"},
-                                "description": "Keys of the subtasks whose results this one needs",
-                            },
-                            "gate": {
-                                "type": "string",
-                                "enum": ["none", "before", "after"],
-                                "description": "after: a person reviews the output before anything downstream starts",
-                            },
-                            "priority": {"type": "integer", "minimum": -1000, "maximum": 1000},
-                            "estimate": {
-                                "type": "object",
-                                "properties": {
-                                    "input_tokens": {"type": "integer", "minimum": 0},
-                                    "output_tokens": {"type": "integer", "minimum": 0},
-                                },
-                            },
-                        },
-                        "required": ["key", "agent", "title", "instructions", "depends_on"],
-                    },
-                }
-            },
-            "required": ["subtasks"],
-        },
+        "input_schema": plan_input_schema([agent.name for agent in agents]),
     }
+
+
+def plan_input_schema(agent_names: list[str]) -> dict[str, Any]:
+    """`plans.document.PlanDocument`'s JSON schema, inlined, with the planner's limits layered on:
+    the team's names as the only agents, at most MAX_PLANNER_SUBTASKS subtasks, instructions and
+    dependencies required, and without the fields the planner leaves to people."""
+    schema = _inline(PlanDocument.model_json_schema())
+    _omit(schema, PLANNER_OMITS["plan"])
+    subtasks = schema["properties"]["subtasks"]
+    subtasks["maxItems"] = MAX_PLANNER_SUBTASKS
+    subtask = subtasks["items"]
+    _omit(subtask, PLANNER_OMITS["subtask"])
+    subtask["properties"]["agent"]["enum"] = agent_names
+    subtask["required"] = [*subtask["required"], *PLANNER_REQUIRES]
+    return schema
+
+
+def _omit(schema: dict[str, Any], names: tuple[str, ...]) -> None:
+    for name in names:
+        schema["properties"].pop(name, None)
+    schema["required"] = [name for name in schema.get("required", []) if name not in names]
+
+
+def _inline(schema: dict[str, Any]) -> dict[str, Any]:
+    """The schema with every `$ref` replaced by its definition and pydantic's titles left out."""
+    definitions = schema.pop("$defs", {})
+
+    def resolve(node: Any) -> Any:
+        if isinstance(node, list):
+            return [resolve(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            referred = definitions[node["$ref"].rsplit("/", 1)[-1]]
+            return resolve({**referred, **{key: value for key, value in node.items() if key != "$ref"}})
+        resolved = {key: resolve(value) for key, value in node.items() if key not in ("title", "properties")}
+        if "properties" in node:
+            resolved["properties"] = {name: resolve(value) for name, value in node["properties"].items()}
+        return resolved
+
+    return resolve(schema)
 
 
 def planner_prompt(goal: str, agents: list[Agent]) -> str:
@@ -270,7 +273,8 @@ def interpret(answer: _Answer, goal: str, agents: list[Agent]) -> tuple[plans.Pl
         said = " ".join(answer.raw.split())[:200]
         raise _Rejected([f"the answer did not call the {PLAN_TOOL} tool" + (f' (it said: "{said}")' if said else "")])
     if not isinstance(answer.tool_input, dict):
-        raise _Rejected([f"the {PLAN_TOOL} input must be an object with subtasks, got {type(answer.tool_input).__name__}"])
+        kind = type(answer.tool_input).__name__
+        raise _Rejected([f"the {PLAN_TOOL} input must be an object with subtasks, got {kind}"])
     if len(answer.raw.encode()) > plans.MAX_PLAN_BYTES:
         size = len(answer.raw.encode())
         raise _Rejected([f"the answer is {size:,} bytes; a plan may have at most {plans.MAX_PLAN_BYTES:,}"])
@@ -379,7 +383,9 @@ SHAPE_ORDER = ("research", "build", "write")  # ties go to the earlier shape
 STEP_WORDS = {
     "research": {"research", "researcher", "facts", "sources", "investigate", "analysis", "analyst", "questions"},
     "design": {"design", "designs", "architect", "architecture", "system", "systems", "modelling", "modeling"},
-    "code": {"code", "coder", "developer", "python", "django", "sql", "implement", "engineer", "programming", "refactoring"},
+    "code": {
+        "code", "coder", "developer", "python", "django", "sql", "implement", "engineer", "programming", "refactoring",
+    },
     "test": {"test", "tests", "tester", "pytest", "qa", "testing", "measurements", "instrumentation"},
     "review": {"review", "reviews", "reviewer", "security", "consistency", "correctness", "audit"},
     "write": {"write", "writes", "writer", "writing", "synthesis", "documents", "documentation", "editor"},
@@ -435,7 +441,10 @@ RESEARCH_ANGLES = (
     ("background", "Background and current state", "what the situation is today and how it came to be"),
     ("options", "Options and alternatives", "the realistic options, including doing nothing, and how they differ"),
     ("risks", "Risks and constraints", "what could go wrong with each option and which constraints rule options out"),
-    ("costs", "Costs and effort", "what each option costs in money, time and people, with the evidence for the numbers"),
+    (
+        "costs", "Costs and effort",
+        "what each option costs in money, time and people, with the evidence for the numbers",
+    ),
 )
 
 

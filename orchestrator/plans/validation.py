@@ -1,8 +1,13 @@
 """Plan validation: the parsed document checked whole, every problem named at once.
 
 A plan is validated whole before anything is saved (DESIGN §2). `validate` never stops at the
-first problem: it collects every one, each naming the subtask and the field, in words meant
-for the person who wrote the file, and raises them together in a PlanValidationError.
+first problem: it collects every one, each naming the subtask, the field and (for a YAML or JSON
+document) the line, in words meant for the person who wrote the file, and raises them together
+in a PlanValidationError.
+
+The per-field rules are the pydantic model in `plans.document`; this module words its errors
+(`_FieldProblem`) and adds the rules that need the whole plan: unique keys, known dependencies,
+no cycles, active agents, and the defaults applied to each subtask.
 
     goal: Compare three vector databases
     defaults: {timeout_s: 60, max_retries: 3}
@@ -21,263 +26,122 @@ for the person who wrote the file, and raises them together in a PlanValidationE
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import json
-import re
+import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn, get_args
 
-from django.conf import settings
+from annotated_types import Ge, Le
+from pydantic import BaseModel, ValidationError
 
-from orchestrator.models import Agent, Subtask
+from orchestrator.models import Agent
 from orchestrator.plans import dag
+from orchestrator.plans.document import (
+    MAX_INSTRUCTIONS_CHARS,
+    MAX_KEY_CHARS,
+    MAX_SUBTASKS,
+    MAX_TITLE_CHARS,
+    DefaultsDocument,
+    EstimateDocument,
+    PlanDocument,
+    SubtaskDocument,
+)
 from orchestrator.plans.errors import PlanError, PlanValidationError
+from orchestrator.plans.parsing import LineMap, read_document, read_file
 from orchestrator.plans.spec import PlanSpec, SubtaskSpec
 
-MAX_SUBTASKS = 2_000
-MAX_INSTRUCTIONS_CHARS = 20_000
-MAX_TITLE_CHARS = 200
-MAX_KEY_CHARS = 100
-PRIORITY_RANGE = (-1000, 1000)
-MAX_RETRIES_RANGE = (0, 20)
-# Estimated tokens land in PositiveIntegerField columns: keep them within a 32-bit integer.
-MAX_ESTIMATED_TOKENS = 2_147_483_647
+__all__ = ["MAX_INSTRUCTIONS_CHARS", "MAX_SUBTASKS", "MAX_TITLE_CHARS", "load_file", "validate", "validate_document"]
 
-KEY_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,%d}" % MAX_KEY_CHARS)
-TOP_LEVEL_FIELDS = ("goal", "defaults", "subtasks")
-DEFAULTS_FIELDS = ("timeout_s", "max_retries")
-SUBTASK_FIELDS = (
-    "key",
-    "agent",
-    "title",
-    "instructions",
-    "depends_on",
-    "gate",
-    "priority",
-    "timeout_s",
-    "max_retries",
-    "estimate",
-)
-ESTIMATE_FIELDS = ("input_tokens", "output_tokens")
-GATES = tuple(Subtask.Gate.values)
+Path_ = tuple[Any, ...]  # a key path into the document, e.g. ("subtasks", 3, "timeout_s")
 
 
-def validate(data: Any, *, agents: Mapping[str, Agent] | None = None) -> PlanSpec:
+def validate(data: Any, *, agents: Mapping[str, Agent] | None = None, lines: LineMap | None = None) -> PlanSpec:
     """A PlanSpec for `data` (parsed plan document), or PlanValidationError listing every problem.
 
-    `agents` maps agent names to Agents; by default they are looked up in one query.
+    `agents` maps agent names to Agents; by default they are looked up in one query. `lines`
+    (from `parsing.read_document`) puts the line of each problem in its message.
     """
-    return _PlanValidator(agents).validate(data)
+    return _PlanValidator(agents, lines).validate(data)
+
+
+def validate_document(
+    text: str | bytes, *, filename: str = "", goal: str = "", agents: Mapping[str, Agent] | None = None
+) -> PlanSpec:
+    """The validated plan in a YAML or JSON document, problems named with their lines.
+
+    `goal`, when given, replaces the document's goal.
+    """
+    parsed = read_document(text, filename=filename)
+    data = parsed.data
+    if goal.strip() and isinstance(data, dict):
+        data = {**data, "goal": goal.strip()}
+    return validate(data, agents=agents, lines=parsed.lines)
+
+
+def load_file(path: str | os.PathLike) -> tuple[PlanSpec, str]:
+    """The validated plan in a file, and the file's text. Size is checked before reading."""
+    text = read_file(path)
+    return validate_document(text, filename=Path(path).name), text
 
 
 class _PlanValidator:
-    def __init__(self, agents: Mapping[str, Agent] | None):
+    def __init__(self, agents: Mapping[str, Agent] | None, lines: LineMap | None):
         self.given_agents = agents
-        self.errors: list[PlanError] = []
+        self.lines = lines
+        self.problems: list[tuple[Path_, PlanError]] = []
+        self.model_errors: list[dict[str, Any]] = []
 
-    def error(self, where: str, message: str, field: str = "") -> None:
-        self.errors.append(PlanError(where, message, field))
+    def error(self, path: Path_, where: str, message: str, field: str = "") -> None:
+        self.problems.append((path, PlanError(where, message, field)))
+
+    def subtask_error(self, spec: SubtaskSpec, field: str, message: str) -> None:
+        self.error(("subtasks", spec.position, field), _where(spec), message, field)
 
     def validate(self, data: Any) -> PlanSpec:
+        try:
+            document = PlanDocument.model_validate(data)
+        except ValidationError as invalid:
+            document = None
+            self.word_model_errors(data, invalid.errors())
         if not isinstance(data, dict):
-            self.error("plan", f"the document must be a mapping with goal and subtasks, got {_describe(data)}")
-            raise PlanValidationError(self.errors)
-        self.check_unknown_fields("plan", data, TOP_LEVEL_FIELDS)
-        goal = self.check_goal(data.get("goal"))
-        defaults = self.check_defaults(data.get("defaults"))
-        entries = self.check_subtask_list(data.get("subtasks"))
-        subtasks = [spec for index, entry in enumerate(entries) if (spec := self.check_subtask(index, entry, defaults))]
+            self.fail()
+        subtasks = _subtask_specs(document) if document else _salvaged_specs(data, self.invalid_fields())
         self.check_keys_unique(subtasks)
         edges = self.check_dependencies(subtasks)
         agents = self.check_agents(subtasks)
-        if self.errors:
-            raise PlanValidationError(sorted(self.errors, key=_file_order))
-        return PlanSpec(goal=goal, subtasks=subtasks, edges=edges, defaults=defaults, agents=agents)
+        if self.problems or document is None:
+            self.fail()
+        defaults = document.defaults.model_dump(exclude_none=True)
+        return PlanSpec(goal=document.goal, subtasks=subtasks, edges=edges, defaults=defaults, agents=agents)
 
-    # Top level
+    def fail(self) -> NoReturn:
+        ordered = sorted(self.problems, key=lambda problem: _subtask_index(problem[0]))
+        raise PlanValidationError([self.with_line(path, error) for path, error in ordered])
 
-    def check_unknown_fields(self, where: str, mapping: dict, allowed: tuple[str, ...]) -> None:
-        for name in mapping:
-            if name not in allowed:
-                hint = _did_you_mean(name, allowed)
-                self.error(where, f"unknown field{hint}; allowed fields: {', '.join(allowed)}", _field_name(name))
+    def with_line(self, path: Path_, error: PlanError) -> PlanError:
+        line = self.lines.line(path) if self.lines is not None else None
+        return dataclasses.replace(error, line=line) if line else error
 
-    def check_goal(self, goal: Any) -> str:
-        if goal is None:
-            self.error("goal", "is required: a sentence saying what the plan is for")
-        elif not isinstance(goal, str):
-            self.error("goal", f"must be a string, got {_describe(goal)}")
-        elif not goal.strip():
-            self.error("goal", "must not be empty")
-        else:
-            return goal.strip()
-        return ""
+    # The model's errors, in words
 
-    def check_defaults(self, defaults: Any) -> dict[str, int]:
-        if defaults is None:
-            return {}
-        if not isinstance(defaults, dict):
-            self.error("defaults", f"must be a mapping of timeout_s and max_retries, got {_describe(defaults)}")
-            return {}
-        self.check_unknown_fields("defaults", defaults, DEFAULTS_FIELDS)
-        checked = {}
-        for name, bounds in (("timeout_s", _timeout_range()), ("max_retries", MAX_RETRIES_RANGE)):
-            value = self.check_integer("defaults", name, defaults.get(name), bounds)
-            if value is not None:
-                checked[name] = value
-        return checked
+    def word_model_errors(self, data: Any, errors: list[dict[str, Any]]) -> None:
+        self.model_errors = errors
+        keys = _valid_keys(data, self.invalid_fields())
+        for error in sorted(errors, key=_model_error_order):
+            problem = _FieldProblem(error, keys)
+            for message in problem.messages():
+                self.error(problem.path, problem.where, message, problem.field)
 
-    def check_subtask_list(self, entries: Any) -> list[Any]:
-        if entries is None:
-            self.error("subtasks", "is required: a list of subtasks, each with key, agent and title")
-            return []
-        if not isinstance(entries, list):
-            self.error("subtasks", f"must be a list of subtasks, got {_describe(entries)}")
-            return []
-        if not entries:
-            self.error("subtasks", "must hold at least one subtask")
-        if len(entries) > MAX_SUBTASKS:
-            self.error("subtasks", f"a plan may hold at most {MAX_SUBTASKS:,} subtasks, got {len(entries):,}")
-        return entries
-
-    # One subtask
-
-    def check_subtask(self, index: int, entry: Any, defaults: dict[str, int]) -> SubtaskSpec | None:
-        if not isinstance(entry, dict):
-            self.error(f"subtasks[{index}]", f"must be a mapping with key, agent and title, got {_describe(entry)}")
-            return None
-        key = self.check_key(index, entry.get("key"))
-        where = f'subtasks[{index}] (key "{key}")' if key else f"subtasks[{index}]"
-        self.check_unknown_fields(where, entry, SUBTASK_FIELDS)
-        spec = SubtaskSpec(
-            key=key or "",
-            agent=self.check_agent_name(where, entry.get("agent")),
-            title=self.check_title(where, entry.get("title")),
-            instructions=self.check_instructions(where, entry.get("instructions")),
-            depends_on=self.check_depends_on(where, entry.get("depends_on")),
-            gate=self.check_gate(where, entry.get("gate")),
-            priority=self.check_integer(where, "priority", entry.get("priority"), PRIORITY_RANGE) or 0,
-            timeout_s=_first_given(
-                self.check_integer(where, "timeout_s", entry.get("timeout_s"), _timeout_range()),
-                defaults.get("timeout_s"),
-            ),
-            max_retries=_first_given(
-                self.check_integer(where, "max_retries", entry.get("max_retries"), MAX_RETRIES_RANGE),
-                defaults.get("max_retries"),
-            ),
-            position=index,
-        )
-        spec.estimated_input_tokens, spec.estimated_output_tokens = self.check_estimate(where, entry.get("estimate"))
-        # A subtask with other problems still counts as a known key, so that its dependents
-        # are not told that it does not exist.
-        return spec if key else None
-
-    def check_key(self, index: int, key: Any) -> str | None:
-        where = f"subtasks[{index}]"
-        if key is None:
-            self.error(where, "is required: a short unique name such as research_a", "key")
-        elif not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
-            self.error(
-                where,
-                f'must be 1 to {MAX_KEY_CHARS} letters, digits, "_" or "-", got {_describe(key)}',
-                "key",
-            )
-        else:
-            return key
-        return None
-
-    def check_agent_name(self, where: str, name: Any) -> str:
-        if name is None:
-            self.error(where, "is required: the name of an active agent", "agent")
-        elif not isinstance(name, str) or not name.strip():
-            self.error(where, f"must be the name of an agent, got {_describe(name)}", "agent")
-        else:
-            return name.strip()
-        return ""
-
-    def check_title(self, where: str, title: Any) -> str:
-        if title is None:
-            self.error(where, "is required: a short human-readable title", "title")
-        elif not isinstance(title, str):
-            self.error(where, f"must be a string, got {_describe(title)}", "title")
-        elif not title.strip():
-            self.error(where, "must not be empty", "title")
-        elif len(title.strip()) > MAX_TITLE_CHARS:
-            self.error(where, f"must be at most {MAX_TITLE_CHARS} characters, got {len(title.strip()):,}", "title")
-        else:
-            return title.strip()
-        return ""
-
-    def check_instructions(self, where: str, instructions: Any) -> str:
-        if instructions is None:
-            return ""
-        if not isinstance(instructions, str):
-            self.error(where, f"must be a string, got {_describe(instructions)}", "instructions")
-        elif len(instructions) > MAX_INSTRUCTIONS_CHARS:
-            self.error(
-                where,
-                f"must be at most {MAX_INSTRUCTIONS_CHARS:,} characters, got {len(instructions):,}",
-                "instructions",
-            )
-        else:
-            return instructions
-        return ""
-
-    def check_depends_on(self, where: str, depends_on: Any) -> list[str]:
-        if depends_on is None:
-            return []
-        if not isinstance(depends_on, list):
-            self.error(where, f"must be a list of subtask keys, got {_describe(depends_on)}", "depends_on")
-            return []
-        keys: list[str] = []
-        for position, upstream in enumerate(depends_on):
-            if not isinstance(upstream, str):
-                self.error(
-                    where, f"entry {position} must be a subtask key, got {_describe(upstream)}", "depends_on"
-                )
-            elif upstream in keys:
-                self.error(where, f'lists "{upstream}" more than once', "depends_on")
-            else:
-                keys.append(upstream)
-        return keys
-
-    def check_gate(self, where: str, gate: Any) -> str:
-        if gate is None:
-            return Subtask.Gate.NONE.value
-        if gate not in GATES or not isinstance(gate, str):
-            self.error(where, f"must be one of {', '.join(GATES)}, got {_describe(gate)}", "gate")
-            return Subtask.Gate.NONE.value
-        return gate
-
-    def check_integer(self, where: str, name: str, value: Any, bounds: tuple[int, int]) -> int | None:
-        """`value` if it is an integer within `bounds`, None when absent or wrong (wrong is reported)."""
-        if value is None:
-            return None
-        low, high = bounds
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            self.error(where, f"must be an integer between {low} and {high}, got {_describe(value)}", name)
-            return None
-        return value
-
-    def check_estimate(self, where: str, estimate: Any) -> tuple[int, int]:
-        if estimate is None:
-            return 0, 0
-        if not isinstance(estimate, dict):
-            self.error(
-                where, f"must be a mapping of input_tokens and output_tokens, got {_describe(estimate)}", "estimate"
-            )
-            return 0, 0
-        for name in estimate:
-            if name not in ESTIMATE_FIELDS:
-                hint = _did_you_mean(name, ESTIMATE_FIELDS)
-                self.error(
-                    where,
-                    f"unknown field{hint}; allowed fields: {', '.join(ESTIMATE_FIELDS)}",
-                    f"estimate.{_field_name(name)}",
-                )
-        bounds = (0, MAX_ESTIMATED_TOKENS)
-        tokens = [self.check_integer(where, f"estimate.{name}", estimate.get(name), bounds) for name in ESTIMATE_FIELDS]
-        return tokens[0] or 0, tokens[1] or 0
+    def invalid_fields(self) -> set[tuple[int, str]]:
+        """(subtask index, field) for every subtask field the model refused."""
+        return {
+            (loc[1], loc[2])
+            for loc in (tuple(error["loc"]) for error in self.model_errors)
+            if len(loc) >= 3 and loc[0] == "subtasks"
+        }
 
     # The plan as a whole
 
@@ -285,11 +149,8 @@ class _PlanValidator:
         first_index: dict[str, int] = {}
         for spec in list(subtasks):
             if spec.key in first_index:
-                self.error(
-                    _where(spec),
-                    f'"{spec.key}" is already the key of subtasks[{first_index[spec.key]}]; keys must be unique',
-                    "key",
-                )
+                taken = f'"{spec.key}" is already the key of subtasks[{first_index[spec.key]}]'
+                self.subtask_error(spec, "key", f"{taken}; keys must be unique")
                 subtasks.remove(spec)
             else:
                 first_index[spec.key] = spec.position
@@ -301,15 +162,15 @@ class _PlanValidator:
         for spec in subtasks:
             for upstream in spec.depends_on:
                 if upstream == spec.key:
-                    self.error(_where(spec), f'depends on itself ("{upstream}")', "depends_on")
+                    self.subtask_error(spec, "depends_on", f'depends on itself ("{upstream}")')
                 elif upstream not in known:
                     hint = _did_you_mean(upstream, keys)
-                    self.error(_where(spec), f'unknown subtask "{upstream}"{hint}', "depends_on")
+                    self.subtask_error(spec, "depends_on", f'unknown subtask "{upstream}"{hint}')
                 else:
                     edges.append((upstream, spec.key))
         by_key = {spec.key: spec for spec in subtasks}
         for cycle in dag.find_cycles(keys, edges):
-            self.error(_where(by_key[cycle[0]]), "cycle: " + " → ".join([*cycle, cycle[0]]), "depends_on")
+            self.subtask_error(by_key[cycle[0]], "depends_on", "cycle: " + " → ".join([*cycle, cycle[0]]))
         return edges
 
     def check_agents(self, subtasks: list[SubtaskSpec]) -> dict[str, Agent]:
@@ -325,8 +186,181 @@ class _PlanValidator:
         for spec in subtasks:
             if spec.agent:
                 for problem in _agent_problems(spec.agent, agents, suggestions):
-                    self.error(_where(spec), problem, "agent")
+                    self.subtask_error(spec, "agent", problem)
         return {name: agents[name] for name in names if name in agents}
+
+
+# --- Subtask specs -------------------------------------------------------------------------------
+
+
+def _subtask_specs(document: PlanDocument) -> list[SubtaskSpec]:
+    defaults = document.defaults
+    return [
+        SubtaskSpec(
+            key=subtask.key,
+            agent=subtask.agent,
+            title=subtask.title,
+            instructions=subtask.instructions,
+            depends_on=list(subtask.depends_on),
+            gate=subtask.gate,
+            priority=subtask.priority,
+            timeout_s=_first_given(subtask.timeout_s, defaults.timeout_s),
+            max_retries=_first_given(subtask.max_retries, defaults.max_retries),
+            estimated_input_tokens=subtask.estimate.input_tokens,
+            estimated_output_tokens=subtask.estimate.output_tokens,
+            position=index,
+        )
+        for index, subtask in enumerate(document.subtasks)
+    ]
+
+
+def _valid_keys(data: Any, invalid: set[tuple[int, str]]) -> dict[int, str]:
+    """Subtask index → key, for the subtasks whose key the model accepted."""
+    entries = data.get("subtasks") if isinstance(data, dict) else None
+    if not isinstance(entries, list):
+        return {}
+    return {
+        index: entry["key"]
+        for index, entry in enumerate(entries)
+        if isinstance(entry, dict) and isinstance(entry.get("key"), str) and (index, "key") not in invalid
+    }
+
+
+def _salvaged_specs(data: dict, invalid: set[tuple[int, str]]) -> list[SubtaskSpec]:
+    """What the whole-plan rules need (key, agent, dependencies) from an invalid document.
+
+    A subtask with other problems still counts as a known key, so that its dependents are not
+    told that it does not exist; a field the model refused is left out.
+    """
+    entries = data.get("subtasks")
+    specs = []
+    for index, key in _valid_keys(data, invalid).items():
+        entry = entries[index]
+        agent = entry.get("agent") if (index, "agent") not in invalid else ""
+        depends_on = entry.get("depends_on") or []
+        if not isinstance(depends_on, list):
+            depends_on = []
+        upstream = list(dict.fromkeys(item for item in depends_on if isinstance(item, str)))
+        specs.append(SubtaskSpec(key=key, agent=(agent or "").strip(), title="", depends_on=upstream, position=index))
+    return specs
+
+
+# --- Wording the model's errors ------------------------------------------------------------------
+
+
+TOP_LEVEL_ORDER = tuple(PlanDocument.model_fields)
+
+
+def _model_error_order(error: dict[str, Any]) -> tuple[int, int, int]:
+    """File order: a subtask's problems after the plan's; each mapping's unknown fields first."""
+    loc = tuple(error["loc"])
+    mapping_depth = {"subtasks": 3, "defaults": 2}.get(loc[0], 1) if loc else 0
+    unknown_here = error["type"] == "extra_forbidden" and len(loc) == mapping_depth
+    section = TOP_LEVEL_ORDER.index(loc[0]) if loc and loc[0] in TOP_LEVEL_ORDER else -1
+    return _subtask_index(loc), section, 0 if unknown_here else 1
+
+
+class _FieldProblem:
+    """One pydantic error as the plan's author reads it: where, which field, what is wrong."""
+
+    def __init__(self, error: dict[str, Any], keys: Mapping[int, str]):
+        self.kind: str = error["type"]
+        self.value: Any = error["input"]
+        self.context: dict[str, Any] = error.get("ctx") or {}
+        self.path: Path_ = tuple(error["loc"])
+        self.model, self.name, self.entry, self.where, self.field = _locate(self.path, keys, self.kind)
+
+    def messages(self) -> list[str]:
+        if self.kind == "duplicate_entries":
+            return [f'lists "{key}" more than once' for key in self.context["duplicates"]]
+        return [self.message()]
+
+    def message(self) -> str:
+        got = f"got {_describe(self.value)}"
+        if self.kind == "extra_forbidden":
+            allowed = tuple(self.model.model_fields)
+            return f"unknown field{_did_you_mean(self.name, allowed)}; allowed fields: {', '.join(allowed)}"
+        if self.name is None:  # the whole document, or one subtask, is not a mapping
+            prefix = "the document must" if self.model is PlanDocument else "must"
+            return f"{prefix} be a mapping {_mapping_fields(self.model)}, {got}"
+        field = self.model.model_fields[self.name]
+        if self.kind == "missing":
+            return f"is required: {field.description}"
+        if self.kind == "model_type":
+            return f"must be a mapping {_mapping_fields(_submodel(field.annotation))}, {got}"
+        if self.name == "subtasks":
+            return self.subtask_list_message(got)
+        if self.name == "depends_on":
+            if self.entry is not None:
+                return f"entry {self.entry} must be a subtask key, {got}"
+            return f"must be a list of subtask keys, {got}"
+        if self.name == "key":
+            return f'must be 1 to {MAX_KEY_CHARS} letters, digits, "_" or "-", {got}'
+        if self.name == "agent":
+            return f"must be the name of an agent, {got}"
+        if self.kind == "literal_error":
+            return f"must be one of {', '.join(get_args(field.annotation))}, {got}"
+        if field.annotation in (int, int | None):
+            low, high = _bounds(field.metadata)
+            return f"must be an integer between {low} and {high}, {got}"
+        return self.text_message(got)
+
+    def subtask_list_message(self, got: str) -> str:
+        if self.kind == "too_short":
+            return "must hold at least one subtask"
+        if self.kind == "too_long":
+            return f"a plan may hold at most {MAX_SUBTASKS:,} subtasks, got {self.context['actual_length']:,}"
+        return f"must be a list of subtasks, {got}"
+
+    def text_message(self, got: str) -> str:
+        if self.kind == "string_too_short":
+            return "must not be empty"
+        if self.kind == "string_too_long":
+            length = len(self.value.strip()) if self.name in ("title", "goal") else len(self.value)
+            return f"must be at most {self.context['max_length']:,} characters, got {length:,}"
+        return f"must be a string, {got}"
+
+
+def _locate(path: Path_, keys: Mapping[int, str], kind: str):
+    """(owning model, field name, list entry, where, field label) of an error at `path`."""
+    if not path:
+        return PlanDocument, None, None, "plan", ""
+    if path[0] == "subtasks" and len(path) >= 2:
+        index = path[1]
+        where = f'subtasks[{index}] (key "{keys[index]}")' if index in keys else f"subtasks[{index}]"
+        rest = path[2:]
+        if not rest:
+            return SubtaskDocument, None, None, where, ""
+        if rest[0] == "estimate" and len(rest) >= 2:
+            return EstimateDocument, rest[1], None, where, f"estimate.{_field_name(rest[1])}"
+        entry = rest[1] if len(rest) >= 2 else None
+        return SubtaskDocument, rest[0], entry, where, _field_name(rest[0])
+    if path[0] == "defaults" and len(path) >= 2:
+        return DefaultsDocument, path[1], None, "defaults", _field_name(path[1])
+    if kind == "extra_forbidden":
+        return PlanDocument, path[0], None, "plan", _field_name(path[0])
+    return PlanDocument, path[0], None, path[0], ""
+
+
+def _submodel(annotation: Any) -> type[BaseModel]:
+    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else SubtaskDocument
+
+
+def _mapping_fields(model: type[BaseModel]) -> str:
+    """ "with key, agent and title" (the required fields), or "of a and b" when none is required."""
+    required = [name for name, field in model.model_fields.items() if field.is_required()]
+    names = required or list(model.model_fields)
+    listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+    return f"with {listed}" if required else f"of {listed}"
+
+
+def _bounds(metadata: Iterable[Any]) -> tuple[int, int]:
+    low = next(item.ge for item in metadata if isinstance(item, Ge))
+    high = next(item.le for item in metadata if isinstance(item, Le))
+    return low, high
+
+
+# --- Helpers -------------------------------------------------------------------------------------
 
 
 class _LazyNames:
@@ -359,13 +393,10 @@ def _agent_problems(name: str, agents: Mapping[str, Agent], suggestions: Iterabl
     return []
 
 
-_SUBTASK_INDEX = re.compile(r"subtasks\[(\d+)\]")
 
-
-def _file_order(error: PlanError) -> int:
+def _subtask_index(path: Path_) -> int:
     """Sort key: plan-level problems first, then each subtask's problems in file order."""
-    match = _SUBTASK_INDEX.match(error.where)
-    return int(match.group(1)) if match else -1
+    return path[1] if len(path) >= 2 and path[0] == "subtasks" and isinstance(path[1], int) else -1
 
 
 def _where(spec: SubtaskSpec) -> str:
@@ -374,10 +405,6 @@ def _where(spec: SubtaskSpec) -> str:
 
 def _first_given(*values: int | None) -> int | None:
     return next((value for value in values if value is not None), None)
-
-
-def _timeout_range() -> tuple[int, int]:
-    return 1, settings.GLASSBOX_MAX_TASK_TIMEOUT_S
 
 
 def _did_you_mean(word: Any, candidates: Iterable[str]) -> str:

@@ -57,7 +57,10 @@ def nothing_saved() -> bool:
 # --- Permissions ---------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("method", "url"), [("get", "/runs/new/"), ("post", "/runs/new/"), ("get", "/runs/new/abc/"), ("post", "/runs/new/abc/")])
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [("get", "/runs/new/"), ("post", "/runs/new/"), ("get", "/runs/new/abc/"), ("post", "/runs/new/abc/")],
+)
 def test_anonymous_is_sent_to_the_login_page(client, method, url):
     response = getattr(client, method)(url)
     assert response.status_code == 302
@@ -103,7 +106,8 @@ def test_the_form_offers_the_sources_and_run_settings_with_defaults(launcher_cli
     response = launcher_client.get("/runs/new/")
     assert response.status_code == 200
     html = response.text
-    for text in ('name="goal"', 'name="plan_file"', 'name="saved_plan"', 'name="cap" value="4"', 'name="budget_usd" value="0.50"',
+    for text in ('name="goal"', 'name="plan_file"', 'name="saved_plan"', 'name="cap" value="4"',
+                 'name="budget_usd" value="0.50"',
                  'value="fail_fast"', 'name="require_plan_approval"', 'enctype="multipart/form-data"'):
         assert text in html
     assert 'value="planner"' in html  # orchestrator/planner.py exists in this build
@@ -124,8 +128,9 @@ def test_the_planner_option_is_hidden_when_the_planner_module_is_absent(launcher
         ({}, "plan_file", "Choose a plan file to upload."),
         ({"source": "saved"}, "saved_plan", "Choose one of the saved plans."),
         ({"source": "planner"}, "goal", "The planner needs a goal to plan for."),
-        ({"cap": "0"}, "cap", "greater than or equal to 1"),
-        ({"budget_usd": "0"}, "budget_usd", "greater than or equal to 0.0001"),
+        ({"cap": "0"}, "cap", "Cap must be a whole number from 1 to 1000, got 0."),
+        ({"cap": "1001"}, "cap", "Cap must be a whole number from 1 to 1000, got 1001."),
+        ({"budget_usd": "0"}, "budget_usd", "Budget must be from $0.0001 to $99,999,999.9999, got $0."),
         ({"failure_policy": "sometimes"}, "failure_policy", "Select a valid choice"),
     ],
 )
@@ -149,11 +154,12 @@ def test_an_invalid_plan_lists_every_problem_and_saves_nothing(launcher_client):
     assert response.status_code == 200
     expected = plans.PlanValidationError
     with pytest.raises(expected) as raised:
-        plans.validate(plans.parse_document(text))
+        plans.validate_document(text)
     shown = response.context["preflight"].errors
     assert shown == raised.value.errors and len(shown) == 3
     html = response.text
     assert "3 problems in broken.yaml" in html
+    assert "line 4: subtasks[1] (key &quot;b&quot;)" in html  # each problem with its line
     assert "cycle: a → b → a" in html
     assert "no agent named &quot;reseacher&quot; (did you mean &quot;researcher&quot;?)" in html
     assert "must be one of none, before, after, got &quot;sometimes&quot;" in html
@@ -162,7 +168,8 @@ def test_an_invalid_plan_lists_every_problem_and_saves_nothing(launcher_client):
 
 
 def test_a_yaml_syntax_error_names_line_and_column(launcher_client):
-    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": upload("goal: [unclosed\nsubtasks: []\n")})
+    broken = upload("goal: [unclosed\nsubtasks: []\n")
+    response = launcher_client.post("/runs/new/", {**form_data(), "plan_file": broken})
     (error,) = response.context["preflight"].errors
     assert error.where == "YAML syntax" and "line 2" in error.message
     assert nothing_saved()
@@ -198,7 +205,8 @@ def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client
     assert response.status_code == 200
     checked = response.context["preflight"]
     assert checked.ok and checked.can_launch
-    assert [[node.key for node in layer] for layer in checked.layers] == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
+    layers = [[node.key for node in layer] for layer in checked.layers]
+    assert layers == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
     assert checked.critical_path == ["spec", "design", "implement", "review"]
     assert checked.estimate_usd == Decimal("0.1071")
     # Every demo agent here takes 0.2 s: the chain of 4 beats 5 tasks over a cap of 4.
@@ -213,13 +221,15 @@ def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client
 
 def test_launch_saves_the_plan_and_starts_the_run_then_goes_to_the_run_page(launcher_client, personas):
     preflight_url = check(launcher_client, plan_file=pipeline_upload(), cap="3")
-    response = launcher_client.post(preflight_url, form_data(cap="2", budget_usd="0.25", failure_policy="fail_fast", action="launch"))
+    settings = form_data(cap="2", budget_usd="0.25", failure_policy="fail_fast", action="launch")
+    response = launcher_client.post(preflight_url, settings)
     run = Run.objects.get()
     assert response.status_code == 302 and response["Location"] == f"/runs/{run.pk}/"
-    assert (run.cap, run.budget_usd, run.failure_policy, run.launched_by) == (2, Decimal("0.25"), "fail_fast", personas["launcher"])
+    launcher = personas["launcher"]
+    assert (run.cap, run.budget_usd, run.failure_policy, run.launched_by) == (2, Decimal("0.25"), "fail_fast", launcher)
     assert run.status == Run.Status.RUNNING
     plan = run.plan
-    assert (plan.source, plan.source_name, plan.created_by) == (Plan.Source.FILE, FEATURE_PIPELINE.name, personas["launcher"])
+    assert (plan.source, plan.source_name, plan.created_by) == (Plan.Source.FILE, FEATURE_PIPELINE.name, launcher)
     assert plan.document == FEATURE_PIPELINE.read_text()
     assert plan.subtasks.count() == 5 and run.tasks.count() == 5
     assert Event.objects.filter(run=run, type="run.created", actor_user=personas["launcher"]).exists()
@@ -248,7 +258,10 @@ def test_require_plan_approval_starts_the_run_awaiting_approval(launcher_client)
 def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(launcher_client):
     preflight_url = check(launcher_client, plan_file=pipeline_upload(), budget_usd="0.05")
     page = launcher_client.get(preflight_url)
-    refusal = "The estimated cost $0.1071 is over the budget of $0.0500: raise the budget to at least $0.1071 or trim the plan."
+    refusal = (
+        "The estimated cost $0.1071 is over the budget of $0.0500: "
+        "raise the budget to at least $0.1071 or trim the plan."
+    )
     assert page.context["preflight"].over_budget and refusal in page.text
     response = launcher_client.post(preflight_url, form_data(budget_usd="0.05", action="launch"))
     assert response.status_code == 200
@@ -303,7 +316,8 @@ def test_a_saved_plan_is_launched_as_it_is(launcher_client, make_plan, personas)
 
 def test_a_saved_plan_keeps_its_goal(launcher_client, make_plan):
     plan = make_plan({"a": ("researcher", [])}, goal="Saved goal")
-    response = launcher_client.post("/runs/new/", form_data(source="saved", saved_plan=str(plan.pk), goal="Another goal"))
+    data = form_data(source="saved", saved_plan=str(plan.pk), goal="Another goal")
+    response = launcher_client.post("/runs/new/", data)
     assert response.status_code == 200
     assert "A saved plan keeps its own goal" in response.context["form"].errors["goal"][0]
     assert not Run.objects.exists()

@@ -149,7 +149,8 @@ def test_launch_reports_the_run_and_honours_cap_budget_and_policy(demo_agents):
 
 @pytest.mark.django_db
 def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, priced_limit):
-    with pytest.raises(CommandError, match=r"Run not launched: estimated cost \$0\.\d+ is over the budget of \$0\.0010"):
+    refused = r"Run not launched: estimated cost \$0\.\d+ is over the budget of \$0\.0010"
+    with pytest.raises(CommandError, match=refused):
         run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--budget", "0.001")
     assert not Run.objects.exists()
 
@@ -415,3 +416,24 @@ def test_serve_refuses_a_port_in_use():
         result = manage("serve", "--port", str(port))
     assert result.returncode == 1
     assert f"Cannot listen on 127.0.0.1:{port}" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (("--cap", "1001"), "argument --cap: must be a whole number from 1 to 1000, got 1001"),
+        (("--budget", "0.12345"), "argument --budget: must have at most 4 decimal places, got 0.12345"),
+    ],
+)
+def test_bad_options_name_the_limit_like_the_dashboard_and_the_api(demo_agents, option, message):
+    with pytest.raises(CommandError, match=message):
+        run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", *option)
+    assert not Run.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_refused_launch_saves_nothing(demo_agents, priced_limit):
+    with pytest.raises(CommandError, match="Nothing was saved."):
+        run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--budget", "0.001")
+    assert not Plan.objects.exists()

@@ -31,9 +31,9 @@ subtasks:
 """
 
 BAD_PLAN_PROBLEMS = [
-    'subtasks[0] (key "a"): depends_on: cycle: a → b → c → a',
-    'subtasks[1] (key "b"): agent: no agent named "ghost"',
-    'subtasks[2] (key "c"): timeout_s: must be an integer between 1 and 3600, got "abc"',
+    'line 3: subtasks[0] (key "a"): depends_on: cycle: a → b → c → a',
+    'line 4: subtasks[1] (key "b"): agent: no agent named "ghost"',
+    'line 5: subtasks[2] (key "c"): timeout_s: must be an integer between 1 and 3600, got "abc"',
 ]
 
 SYNTAX_ERROR_PLAN = "goal: g\nsubtasks:\n  - key: a\n    title: T: x\n"
@@ -112,7 +112,7 @@ def test_validate_plan_abbreviates_a_long_critical_path(researcher, tmp_path):
     lines = ["goal: A long chain", "subtasks:", f"  - {{key: {keys[0]}, agent: researcher, title: T}}"]
     lines += [
         f"  - {{key: {key}, agent: researcher, title: T, depends_on: [{previous}]}}"
-        for previous, key in zip(keys, keys[1:])
+        for previous, key in zip(keys, keys[1:], strict=False)
     ]
     path = write(tmp_path, "chain.yaml", "\n".join(lines))
 

@@ -1,25 +1,27 @@
 """`python manage.py launch FILE`: validate and save a plan file, start a run, optionally follow it.
 
-Exit codes: 0 launched (or, when waiting, the run succeeded); 1 invalid plan, launch refused
-or run not succeeded; 2 no qcluster running; 130 stopped watching with Ctrl-C (the run goes on).
+The plan is saved and the run started together (`engine.launching`): a refused launch saves
+nothing. Exit codes: 0 launched (or, when waiting, the run succeeded); 1 invalid plan, launch
+refused or run not succeeded; 2 no qcluster running; 130 stopped watching with Ctrl-C (the run
+goes on).
 """
 
 from __future__ import annotations
 
 import json
-from decimal import Decimal
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 
 from orchestrator import plans
-from orchestrator.engine import runs
+from orchestrator.engine import launching, runs
 from orchestrator.engine.cluster import cluster_is_running
+from orchestrator.engine.run_settings import FAILURE_POLICIES, InvalidRunSetting, RunSettings
 from orchestrator.management import console
 from orchestrator.management.commands.validate_plan import database_unavailable, load_or_fail
-from orchestrator.management.console import budget_argument, positive_int
-from orchestrator.models import Plan, Run
+from orchestrator.management.console import budget_argument, cap_argument
+from orchestrator.models import Run
 
 NO_CLUSTER_MESSAGE = (
     "No qcluster is running. Start one with `python manage.py qcluster` in another terminal, or use `make run`."
@@ -33,11 +35,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="Plan file, e.g. examples/research_brief.yaml")
-        parser.add_argument("--cap", type=positive_int, help="Most tasks of this run at once (default: setting)")
+        parser.add_argument("--cap", type=cap_argument, help="Most tasks of this run at once (default: setting)")
         parser.add_argument("--budget", type=budget_argument, help="Budget in USD (default: setting)")
         parser.add_argument(
             "--policy",
-            choices=Run.FailurePolicy.values,
+            choices=FAILURE_POLICIES,
             default=Run.FailurePolicy.CONTINUE,
             help="On a failed task: continue with independent branches, or fail_fast.",
         )
@@ -55,8 +57,11 @@ class Command(BaseCommand):
     def handle(self, *args, file, cap, budget, policy, watch, as_json, no_cluster_check, **options):
         # With --json, stdout carries exactly one JSON line; everything meant for people goes to stderr.
         messages = self.stderr._out if as_json else self.stdout._out
-        plan = self.save_plan(file, check_cluster=not no_cluster_check)
-        run = self.launch(plan, cap=cap, budget=budget, policy=policy)
+        try:
+            settings = RunSettings.of(cap=cap, budget_usd=budget, failure_policy=policy)
+        except InvalidRunSetting as error:
+            raise CommandError(f"Run not launched: {error}") from None
+        run = self.launch(file, settings=settings, check_cluster=not no_cluster_check)
         console.write_line(messages, f"Launched run {run.pk} ({run.tasks.count()} tasks, cap {run.cap})")
         if not (watch or as_json):
             console.write_line(messages, f"Follow it with `{console.MANAGE} run_status {run.pk}` or in the dashboard.")
@@ -70,25 +75,20 @@ class Command(BaseCommand):
             raise SystemExit(STOPPED_WATCHING_EXIT) from None
         self.report_end(run, final, as_json=as_json, messages=messages)
 
-    def save_plan(self, path: str, *, check_cluster: bool) -> Plan:
-        """Validate and save the plan (problems reported as validate_plan does); without a cluster, keep nothing."""
+    def launch(self, path: str, *, settings: RunSettings, check_cluster: bool) -> Run:
+        """Validate the plan (problems reported as validate_plan does), then save it and start the run
+        together; without a cluster, or when the launch is refused, nothing is saved."""
         spec, document = load_or_fail(path)
+        if check_cluster and not cluster_is_running():
+            raise CommandError(NO_CLUSTER_MESSAGE, returncode=NO_CLUSTER_EXIT)
         try:
-            with transaction.atomic():
-                plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=Path(path).name)
-                if check_cluster and not cluster_is_running():
-                    raise CommandError(NO_CLUSTER_MESSAGE, returncode=NO_CLUSTER_EXIT)
+            return launching.launch_spec(spec, document=document, settings=settings, source_name=Path(path).name)
         except plans.PlanValidationError as error:
             raise CommandError(error.report(path), returncode=1) from None
+        except runs.ActionError as error:
+            raise CommandError(f"Run not launched: {error}\nNothing was saved.", returncode=1) from None
         except DatabaseError as error:
             raise database_unavailable(error, doing="save the plan") from None
-        return plan
-
-    def launch(self, plan: Plan, *, cap: int | None, budget: Decimal | None, policy: str) -> Run:
-        try:
-            return runs.launch(plan, cap=cap, budget_usd=budget, failure_policy=policy)
-        except runs.ActionError as error:
-            raise CommandError(f"Run not launched: {error}\nThe plan was saved as plan {plan.pk}.") from None
 
     def report_end(self, run: Run, final, *, as_json: bool, messages) -> None:
         line = (

@@ -18,9 +18,10 @@ from django.db import DatabaseError
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.engine.cluster import cluster_is_running
+from orchestrator.engine.run_settings import FAILURE_POLICIES
 from orchestrator.management import console
 from orchestrator.management.commands.validate_plan import database_unavailable, format_summary
-from orchestrator.management.console import budget_argument, positive_int
+from orchestrator.management.console import budget_argument, cap_argument
 from orchestrator.models import Checkpoint, Plan, Run
 from orchestrator.plans import dag, planner
 
@@ -32,14 +33,16 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("goal", help='What the team should achieve, e.g. "Compare three vector databases"')
-        parser.add_argument("--launch", action="store_true", help="Start a run of the plan (it waits for plan approval).")
+        parser.add_argument(
+            "--launch", action="store_true", help="Start a run of the plan (it waits for plan approval)."
+        )
         parser.add_argument(
             "--no-approval", action="store_true", help="With --launch: start at once, without the plan checkpoint."
         )
-        parser.add_argument("--cap", type=positive_int, help="With --launch: most tasks at once (default: setting).")
+        parser.add_argument("--cap", type=cap_argument, help="With --launch: most tasks at once (default: setting).")
         parser.add_argument("--budget", type=budget_argument, help="With --launch: budget in USD (default: setting).")
         parser.add_argument(
-            "--policy", choices=Run.FailurePolicy.values, default=None,
+            "--policy", choices=FAILURE_POLICIES, default=None,
             help="With --launch: on a failed task, continue with independent branches (default) or fail_fast.",
         )
 

@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator import plans
 from orchestrator.engine import preflight, runs
-from orchestrator.models import Agent, Plan, ProviderLimit, Run
+from orchestrator.models import Agent, Plan, ProviderLimit
 from tests.conftest import ROOT, fast_latency
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,8 @@ def test_upload_size_limit_is_plans_max_plan_bytes():
 def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
     checked = preflight.check_document(FEATURE_PIPELINE, filename="feature_pipeline.yaml", cap=4, budget_usd=BUDGET)
     assert checked.ok and checked.can_launch and not checked.over_budget
-    assert [[n.key for n in layer] for layer in checked.layers] == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
+    layers = [[n.key for n in layer] for layer in checked.layers]
+    assert layers == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
     nodes = {n.key: n for layer in checked.layers for n in layer}
     assert nodes["review"].depends_on == ("implement", "test_plan")
     assert nodes["design"].gate == "after" and nodes["design"].agent == "architect"
@@ -54,11 +55,14 @@ def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
 
 def test_the_estimate_from_the_spec_equals_runs_estimate_cost_of_the_saved_plan(demo_agents, priced_limit):
     Agent.objects.filter(name="coder").update(max_output_tokens=4000, provider="anthropic", model="claude-x")
-    ProviderLimit.objects.create(provider="anthropic", model="claude-x", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15"))
-    spec = preflight.parse_and_validate(FEATURE_PIPELINE)
+    ProviderLimit.objects.create(
+        provider="anthropic", model="claude-x", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15")
+    )
+    spec = plans.validate_document(FEATURE_PIPELINE)
     from_spec = preflight.check_spec(spec, cap=4, budget_usd=BUDGET)
     plan = plans.save_plan(spec)
-    assert from_spec.estimate_usd == runs.estimate_cost(plan) == preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET).estimate_usd
+    from_saved_plan = preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET)
+    assert from_spec.estimate_usd == runs.estimate_cost(plan) == from_saved_plan.estimate_usd
     lines = {line.name: line for line in from_spec.agents}
     assert lines["coder"].estimate_usd == Decimal("0.0666")  # 2,200 × $3 + 4,000 × $15, per million
     assert sum(line.estimate_usd for line in lines.values()) == from_spec.estimate_usd
@@ -75,7 +79,8 @@ def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
     checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=Decimal("0.1"))
     assert checked.over_budget and not checked.can_launch
     assert checked.budget_refusal == (
-        "The estimated cost $0.1071 is over the budget of $0.1000: raise the budget to at least $0.1071 or trim the plan."
+        "The estimated cost $0.1071 is over the budget of $0.1000: "
+        "raise the budget to at least $0.1071 or trim the plan."
     )
 
 
@@ -84,8 +89,8 @@ def test_every_validation_problem_is_kept(demo_agents):
     checked = preflight.check_document(text, cap=4, budget_usd=BUDGET)
     assert not checked.ok and not checked.can_launch and not checked.over_budget
     assert [str(e) for e in checked.errors] == [
-        'subtasks[0] (key "a"): depends_on: depends on itself ("a")',
-        'subtasks[0] (key "a"): agent: no agent named "nobody"',
+        'line 3: subtasks[0] (key "a"): depends_on: depends on itself ("a")',
+        'line 3: subtasks[0] (key "a"): agent: no agent named "nobody"',
     ]
 
 
@@ -99,30 +104,9 @@ def test_a_saved_plan_with_a_retired_agent_is_not_launchable(demo_agents, make_p
     Agent.objects.filter(name="writer").update(status=Agent.Status.RETIRED)
     checked = preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET)
     assert not checked.can_launch
-    assert [str(e) for e in checked.errors] == ['subtask "b": agent: agent "writer" is retired; only active agents can run subtasks']
-
-
-def test_launch_document_saves_and_launches_together(demo_agents, priced_limit, django_user_model):
-    user = django_user_model.objects.create_user("u")
-    run = preflight.launch_document(
-        FEATURE_PIPELINE, filename="feature_pipeline.yaml", cap=2, budget_usd=BUDGET, launched_by=user,
-        failure_policy="fail_fast", require_plan_approval=True,
-    )
-    assert (run.cap, run.failure_policy, run.status, run.launched_by) == (2, "fail_fast", Run.Status.AWAITING_APPROVAL, user)
-    assert (run.plan.source_name, run.plan.document, run.plan.created_by) == ("feature_pipeline.yaml", FEATURE_PIPELINE, user)
-
-
-def test_launch_document_over_budget_saves_nothing(demo_agents, priced_limit):
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1071 is over the budget of \$0.0100"):
-        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=Decimal("0.01"))
-    assert not Plan.objects.exists() and not Run.objects.exists()
-
-
-def test_launch_document_with_an_invalid_plan_saves_nothing(demo_agents):
-    Agent.objects.filter(name="tester").update(status=Agent.Status.RETIRED)
-    with pytest.raises(plans.PlanValidationError, match='agent "tester" is retired'):
-        preflight.launch_document(FEATURE_PIPELINE, cap=2, budget_usd=BUDGET)
-    assert not Plan.objects.exists()
+    assert [str(e) for e in checked.errors] == [
+        'subtask "b": agent: agent "writer" is retired; only active agents can run subtasks'
+    ]
 
 
 def test_durations_follow_the_agents_latency_model(make_agent):

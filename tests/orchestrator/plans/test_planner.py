@@ -36,6 +36,10 @@ UNKNOWN_AGENT = {"subtasks": [subtask("a", agent="ghost")]}
 MALFORMED = {"subtasks": '[{"key": "a", "agent": "researcher", "title": '}
 
 
+def subtask_schema(schema):
+    return schema["properties"]["subtasks"]["items"]
+
+
 def plan_call(tool_input) -> Reply:
     return Reply.tool_call(planner.PLAN_TOOL, tool_input)
 
@@ -81,7 +85,7 @@ def test_retired_agents_are_not_offered_to_claude(demo_agents, fake_anthropic):
     fake_anthropic.enqueue(plan_call(VALID))
     planner.propose_plan(GOAL)
     sent = fake_anthropic.message_requests()[-1].body
-    assert "coder" not in sent["tools"][0]["input_schema"]["properties"]["subtasks"]["items"]["properties"]["agent"]["enum"]
+    assert "coder" not in subtask_schema(sent["tools"][0]["input_schema"])["properties"]["agent"]["enum"]
 
 
 def test_malformed_json_is_a_clear_error_and_the_raw_answers_are_kept(demo_agents, fake_anthropic):
@@ -159,13 +163,15 @@ def test_a_failing_api_call_is_a_planner_error_naming_the_status(demo_agents, fa
 
 def test_the_key_never_appears_in_planner_errors_attempts_or_logs(demo_agents, fake_anthropic, caplog):
     caplog.set_level(logging.DEBUG)
-    error = failing_proposal(fake_anthropic, Reply.error(401, "authentication_error", "invalid x-api-key", echo_api_key=True))
+    refusal = Reply.error(401, "authentication_error", "invalid x-api-key", echo_api_key=True)
+    error = failing_proposal(fake_anthropic, refusal)
     assert "authentication_error" in error.message and "[redacted]" in error.message
     fake_anthropic.enqueue(plan_call(CYCLIC), plan_call(VALID))
     planner.propose_plan(GOAL)
     rows = list(PlannerAttempt.objects.values_list("raw_answer", "error"))
     assert len(rows) == 3
-    assert all(FAKE_ANTHROPIC_KEY not in text for text in [error.message, caplog.text, *(t for row in rows for t in row)])
+    texts = [error.message, caplog.text, *(text for row in rows for text in row)]
+    assert all(FAKE_ANTHROPIC_KEY not in text for text in texts)
 
 
 # --- The simulated planner ---------------------------------------------------------------------------
@@ -250,7 +256,8 @@ def test_the_plan_command_prints_keys_agents_and_dependencies(demo_agents, no_ke
     plan = Plan.objects.get()
     assert f"Plan {plan.pk} proposed by the simulated planner (no ANTHROPIC_API_KEY set): 6 subtasks" in output
     synthesis = next(line for line in output.splitlines() if line.startswith("synthesis"))
-    assert "writer" in synthesis and "research_background, research_options, research_risks, research_costs" in synthesis
+    assert "writer" in synthesis
+    assert "research_background, research_options, research_risks, research_costs" in synthesis
     assert "critical path:" in output and "--launch" in output
     assert not Run.objects.exists()
 
@@ -279,3 +286,50 @@ def test_plan_options_need_launch_and_planner_errors_are_one_line(demo_agents, f
         plan_command(GOAL)
     assert "cycle: a → b → a" in str(raised.value)
     assert not Plan.objects.exists()
+
+
+# --- The tool schema is the plan document's -----------------------------------------------------
+
+
+def test_tool_schema_offers_every_subtask_field_the_validator_accepts():
+    from orchestrator.plans.document import SubtaskDocument
+
+    schema = planner.plan_input_schema(["researcher", "writer"])
+
+    offered = set(subtask_schema(schema)["properties"])
+    assert offered == set(SubtaskDocument.model_fields) - set(planner.PLANNER_OMITS["subtask"])
+    assert schema["properties"]["subtasks"]["maxItems"] == planner.MAX_PLANNER_SUBTASKS
+    assert subtask_schema(schema)["properties"]["agent"]["enum"] == ["researcher", "writer"]
+    priority = subtask_schema(schema)["properties"]["priority"]
+    assert (priority["minimum"], priority["maximum"]) == (-1000, 1000)
+    assert "$ref" not in json.dumps(schema)  # inlined: one self-contained schema for Claude
+
+
+def test_a_field_added_to_the_model_shows_up_in_the_tool_schema(monkeypatch):
+    from pydantic import Field
+
+    from orchestrator.plans import document
+
+    class SubtaskWithLabels(document.SubtaskDocument):
+        labels: list[str] = Field(default_factory=list, description="Free-form labels")
+
+    class PlanWithLabels(document.PlanDocument):
+        subtasks: list[SubtaskWithLabels] = Field(min_length=1)
+
+    monkeypatch.setattr(planner, "PlanDocument", PlanWithLabels)
+
+    labels = subtask_schema(planner.plan_input_schema(["researcher"]))["properties"]["labels"]
+
+    assert labels == {"description": "Free-form labels", "items": {"type": "string"}, "type": "array"}
+
+
+def test_the_smallest_answer_the_tool_schema_allows_is_a_valid_plan(demo_agents):
+    from orchestrator import plans
+    from orchestrator.providers.fake_anthropic import minimal_instance
+
+    agents = list(Agent.objects.filter(status=Agent.Status.ACTIVE))
+    answer = minimal_instance(planner.plan_tool(agents)["input_schema"])
+
+    spec = plans.validate({"goal": GOAL, **answer})
+
+    assert len(spec.subtasks) == 1 and spec.subtasks[0].agent == agents[0].name

@@ -5,9 +5,8 @@ import pytest
 import yaml
 
 from orchestrator import plans
-from orchestrator.plans import parsing
 from orchestrator.models import Agent, Dependency, Plan, Subtask
-from orchestrator.plans import dag
+from orchestrator.plans import dag, parsing
 
 pytestmark = pytest.mark.django_db
 
@@ -558,7 +557,8 @@ def test_failure_while_saving_dependencies_rolls_back_everything(agents, monkeyp
 
 def test_large_plan_is_saved_in_bulk(agents, django_assert_max_num_queries):
     keys = [f"t{i}" for i in range(plans.MAX_SUBTASKS)]
-    data = plan_data(subtask(keys[0]), *(subtask(key, depends_on=[previous]) for previous, key in zip(keys, keys[1:])))
+    chain = (subtask(key, depends_on=[previous]) for previous, key in zip(keys, keys[1:], strict=False))
+    data = plan_data(subtask(keys[0]), *chain)
     spec = plans.validate(data)
 
     with django_assert_max_num_queries(40):
@@ -594,3 +594,83 @@ def test_plan_weights_of_a_saved_plan(agents):
     plan = plans.save_plan(plans.validate(plans.parse_document(GOOD_YAML)))
 
     assert plans.plan_weights(plan) == {"research_a": 12.0, "research_b": 1.0, "review": 4.0, "report": 4.0}
+
+
+# --- Line numbers --------------------------------------------------------------------------------
+
+
+LINED_YAML = """\
+goal: Compare three vector databases
+subtasks:
+  - key: research_a
+    agent: researcher
+    title: Research A
+  - key: research_b
+    agent: researcher
+    title: Research B
+    timeout_s: fast
+    depends_on: [nowhere]
+  - agent: researcher
+    title: No key
+    colour: blue
+"""
+
+
+def document_problems(text, **kwargs):
+    with pytest.raises(plans.PlanValidationError) as caught:
+        plans.validate_document(text, **kwargs)
+    return [str(error) for error in caught.value.errors]
+
+
+def test_yaml_problems_name_their_line(agents):
+    assert document_problems(LINED_YAML) == [
+        'line 9: subtasks[1] (key "research_b"): timeout_s: must be an integer between 1 and 3600, got "fast"',
+        'line 10: subtasks[1] (key "research_b"): depends_on: unknown subtask "nowhere"',
+        "line 13: subtasks[2]: colour: unknown field; allowed fields: key, agent, title, instructions, depends_on, "
+        "gate, priority, timeout_s, max_retries, estimate",
+        # A missing field has no line of its own: the line of the subtask that lacks it.
+        "line 11: subtasks[2]: key: is required: a short unique name such as research_a",
+    ]
+
+
+def test_json_problems_name_their_line(agents):
+    text = json.dumps(yaml.safe_load(LINED_YAML), indent=2)
+    line_of_timeout = text.splitlines().index('      "timeout_s": "fast",') + 1
+
+    assert document_problems(text, filename="plan.json")[0] == (
+        f'line {line_of_timeout}: subtasks[1] (key "research_b"): timeout_s: must be an integer between 1 and 3600, '
+        'got "fast"'
+    )
+
+
+def test_problems_of_the_whole_plan_name_the_field_line(agents):
+    text = "goal: g\nsubtasks:\n  - key: a\n    agent: resercher\n    title: A\n    depends_on: [a]\n"
+
+    assert document_problems(text) == [
+        'line 6: subtasks[0] (key "a"): depends_on: depends on itself ("a")',
+        'line 4: subtasks[0] (key "a"): agent: no agent named "resercher" (did you mean "researcher"?)',
+    ]
+
+
+def test_file_report_shows_lines(agents, tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text("goal: g\nversion: 2\nsubtasks:\n  - key: a\n    agent: researcher\n    title: A\n")
+
+    with pytest.raises(plans.PlanValidationError) as caught:
+        plans.load_file(path)
+
+    assert caught.value.report("plan.yaml") == (
+        "plan.yaml: 1 problem\n  line 2: plan: version: unknown field; allowed fields: goal, defaults, subtasks"
+    )
+
+
+def test_parsed_data_without_a_document_has_no_lines(agents):
+    assert only_problem(plan_data(subtask("a", timeout_s="fast"))) == (
+        'subtasks[0] (key "a"): timeout_s: must be an integer between 1 and 3600, got "fast"'
+    )
+
+
+def test_goal_given_separately_replaces_the_documents(agents):
+    spec = plans.validate_document(GOOD_YAML, goal="  A new goal ")
+
+    assert spec.goal == "A new goal"

@@ -1,0 +1,108 @@
+"""How a run runs: concurrency cap, budget, failure policy, plan approval, checked in one place.
+
+Every way of launching (the `launch` and `plan` commands, the JSON API, the New-run page and
+`runs.launch` itself) reads its settings through `RunSettings.of` or the `parse_*` functions here,
+so a bad value gets the same message, naming the limit, wherever it was typed. The limits are the
+Run columns' (the cap's validators, the budget's digits); the defaults are the Django settings
+GLASSBOX_DEFAULT_CAP and GLASSBOX_DEFAULT_BUDGET_USD.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+
+from orchestrator.models import Run
+
+
+def _cap_limit(kind: type) -> int:
+    return next(v.limit_value for v in Run._meta.get_field("cap").validators if isinstance(v, kind))
+
+
+_BUDGET_FIELD = Run._meta.get_field("budget_usd")
+MIN_CAP = _cap_limit(MinValueValidator)
+MAX_CAP = _cap_limit(MaxValueValidator)
+BUDGET_DECIMALS = _BUDGET_FIELD.decimal_places
+MIN_BUDGET_USD = Decimal(1).scaleb(-BUDGET_DECIMALS)  # 0.0001
+MAX_BUDGET_USD = Decimal(10) ** (_BUDGET_FIELD.max_digits - BUDGET_DECIMALS) - MIN_BUDGET_USD
+FAILURE_POLICIES = tuple(Run.FailurePolicy.values)
+
+
+class InvalidRunSetting(ValueError):
+    """A run setting out of its limits. `problem` is the message without the setting's name."""
+
+    def __init__(self, name: str, problem: str):
+        self.name, self.problem = name, problem
+        super().__init__(f"{name} {problem}")
+
+
+def parse_cap(value: Any) -> int:
+    """A cap within MIN_CAP..MAX_CAP, from a number or its text."""
+    problem = f"must be a whole number from {MIN_CAP} to {MAX_CAP}, got {value!r}"
+    if isinstance(value, bool) or isinstance(value, float):
+        raise InvalidRunSetting("cap", problem)
+    try:
+        cap = int(value)
+    except (TypeError, ValueError):
+        raise InvalidRunSetting("cap", problem) from None
+    if not MIN_CAP <= cap <= MAX_CAP:
+        raise InvalidRunSetting("cap", problem.replace(repr(value), str(cap)))
+    return cap
+
+
+def parse_budget(value: Any) -> Decimal:
+    """A budget in USD within MIN_BUDGET_USD..MAX_BUDGET_USD and BUDGET_DECIMALS places."""
+    try:
+        amount = None if isinstance(value, bool) else Decimal(str(value).strip())
+    except InvalidOperation:
+        amount = None
+    if amount is None or not amount.is_finite():
+        raise InvalidRunSetting("budget", f"must be an amount in USD such as 0.50, got {value!r}")
+    if not MIN_BUDGET_USD <= amount <= MAX_BUDGET_USD:
+        raise InvalidRunSetting("budget", f"must be from ${MIN_BUDGET_USD} to ${MAX_BUDGET_USD:,}, got ${amount}")
+    if amount != amount.quantize(MIN_BUDGET_USD, rounding="ROUND_DOWN"):
+        raise InvalidRunSetting("budget", f"must have at most {BUDGET_DECIMALS} decimal places, got {amount}")
+    return amount
+
+
+def parse_failure_policy(value: Any) -> str:
+    if value not in FAILURE_POLICIES:
+        raise InvalidRunSetting("failure policy", f"must be {' or '.join(FAILURE_POLICIES)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    cap: int
+    budget_usd: Decimal
+    failure_policy: str = Run.FailurePolicy.CONTINUE.value
+    require_plan_approval: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        cap: Any = None,
+        budget_usd: Any = None,
+        failure_policy: Any = None,
+        require_plan_approval: bool = False,
+    ) -> RunSettings:
+        """Checked settings; what is not given (None) is the default. Raises InvalidRunSetting."""
+        return cls(
+            cap=parse_cap(settings.GLASSBOX_DEFAULT_CAP if cap is None else cap),
+            budget_usd=parse_budget(settings.GLASSBOX_DEFAULT_BUDGET_USD if budget_usd is None else budget_usd),
+            failure_policy=parse_failure_policy(failure_policy or Run.FailurePolicy.CONTINUE.value),
+            require_plan_approval=bool(require_plan_approval),
+        )
+
+    @classmethod
+    def defaults(cls) -> RunSettings:
+        return cls.of()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The settings as keyword arguments of `runs.launch` (and of RunSettings.of)."""
+        return asdict(self)

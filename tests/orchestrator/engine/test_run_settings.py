@@ -1,0 +1,75 @@
+"""Run settings: one set of limits and defaults for every way of launching."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from orchestrator.engine import runs
+from orchestrator.engine.run_settings import (
+    MAX_BUDGET_USD,
+    MAX_CAP,
+    InvalidRunSetting,
+    RunSettings,
+    parse_budget,
+    parse_cap,
+)
+
+
+def test_defaults_come_from_the_django_settings(settings):
+    settings.GLASSBOX_DEFAULT_CAP = 7
+    settings.GLASSBOX_DEFAULT_BUDGET_USD = "2.50"
+
+    assert RunSettings.defaults() == RunSettings(cap=7, budget_usd=Decimal("2.50"), failure_policy="continue")
+
+
+def test_the_limits_are_the_run_columns():
+    assert MAX_CAP == 1000
+    assert MAX_BUDGET_USD == Decimal("99999999.9999")
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (0, "cap must be a whole number from 1 to 1000, got 0"),
+        ("1001", "cap must be a whole number from 1 to 1000, got 1001"),
+        ("lots", "cap must be a whole number from 1 to 1000, got 'lots'"),
+        (True, "cap must be a whole number from 1 to 1000, got True"),
+    ],
+)
+def test_a_cap_out_of_its_limits_names_them(value, message):
+    with pytest.raises(InvalidRunSetting) as invalid:
+        parse_cap(value)
+    assert str(invalid.value) == message
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("0", "budget must be from $0.0001 to $99,999,999.9999, got $0"),
+        ("-1", "budget must be from $0.0001 to $99,999,999.9999, got $-1"),
+        ("lots", "budget must be an amount in USD such as 0.50, got 'lots'"),
+        ("NaN", "budget must be an amount in USD such as 0.50, got 'NaN'"),
+        ("0.12345", "budget must have at most 4 decimal places, got 0.12345"),
+    ],
+)
+def test_a_budget_out_of_its_limits_names_them(value, message):
+    with pytest.raises(InvalidRunSetting) as invalid:
+        parse_budget(value)
+    assert str(invalid.value) == message
+
+
+def test_text_values_are_read_like_the_command_line_and_the_form_give_them():
+    assert RunSettings.of(cap="3", budget_usd="1.25", failure_policy="fail_fast") == RunSettings(
+        cap=3, budget_usd=Decimal("1.25"), failure_policy="fail_fast"
+    )
+
+
+def test_runs_launch_refuses_bad_settings_with_the_same_words(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", [])})
+
+    with pytest.raises(runs.LaunchRefused, match="cap must be a whole number from 1 to 1000, got 0"):
+        runs.launch(plan, cap=0)
+    with pytest.raises(runs.LaunchRefused, match="failure policy must be continue or fail_fast, got 'sometimes'"):
+        runs.launch(plan, failure_policy="sometimes")
