@@ -35,7 +35,7 @@ class AuditRecord(EventRecord):
 
     @classmethod
     def of(cls, event: Event) -> AuditRecord:
-        return super().of(event, actor_user_id=event.actor_user_id)
+        return cls.build(event, actor_user_id=event.actor_user_id)
 
 
 COLUMNS = tuple(AuditRecord.model_fields)

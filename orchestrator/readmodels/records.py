@@ -5,7 +5,8 @@ The same classes are the JSON API's response schemas (django-ninja reads them, s
 document describes exactly what is sent), the JSON download of a run (`run_export`, format
 `glassbox.run/1`), its Markdown export, the audit log export (`EventRecord`) and the run page's
 task rows (`readmodels.tasks.TaskView` extends `TaskRecord`). Add a field here and every one
-of them has it.
+of them has it. A subclass that adds fields keeps `of(row)` and fills them through the base's
+`build(row, **more)`, so every `of` has a signature its base accepts.
 
 Inside Python a record holds typed values (Decimal money, aware datetimes); every dump, in
 Python or JSON mode, writes money as a decimal string ("0.001234", never a float), times as
@@ -273,7 +274,11 @@ class TaskRecord(Record):
     finished_at: Time
 
     @classmethod
-    def of(cls, task: TaskRun, **more: Any) -> Self:
+    def of(cls, task: TaskRun) -> Self:
+        return cls.build(task)
+
+    @classmethod
+    def build(cls, task: TaskRun, **more: Any) -> Self:
         """The task's record; `more` sets the fields a subclass adds (or overrides one)."""
         values = dict(
             id=task.pk,
@@ -307,7 +312,7 @@ class TaskRunRecord(TaskRecord):
         """`attempts` may be given by a caller that prefetched them (saves a query per task)."""
         if attempts is None:
             attempts = list(task.attempts.order_by("number"))
-        return super().of(task, attempts=[AttemptRecord.of(a) for a in attempts])
+        return cls.build(task, attempts=[AttemptRecord.of(a) for a in attempts])
 
 
 # --- Checkpoint, Event ----------------------------------------------------------------------------
@@ -324,12 +329,17 @@ class CheckpointRecord(Record):
     comment: str
 
     @classmethod
-    def of(cls, checkpoint: Checkpoint, **more: Any) -> Self:
+    def of(cls, checkpoint: Checkpoint) -> Self:
+        return cls.build(checkpoint)
+
+    @classmethod
+    def build(cls, checkpoint: Checkpoint, **more: Any) -> Self:
         """The checkpoint's record; `more` sets the fields a subclass adds."""
+        task_run = checkpoint.task_run  # None for a run-level checkpoint (no query then)
         return cls(
             id=checkpoint.pk,
             kind=checkpoint.kind,
-            task=checkpoint.task_run.subtask.key if checkpoint.task_run_id else None,
+            task=task_run.subtask.key if task_run is not None else None,
             status=checkpoint.status,
             created_at=checkpoint.created_at,
             decided_by=_username(checkpoint.decided_by),
@@ -353,8 +363,13 @@ class EventRecord(Record):
     payload: dict[str, Any]
 
     @classmethod
-    def of(cls, event: Event, **more: Any) -> Self:
+    def of(cls, event: Event) -> Self:
+        return cls.build(event)
+
+    @classmethod
+    def build(cls, event: Event, **more: Any) -> Self:
         """The event's record (task_run__subtask and agent selected); `more` sets a subclass's fields."""
+        task_run, agent = event.task_run, event.agent  # either may be None (no query then)
         return cls(
             id=event.pk,
             created_at=event.created_at,
@@ -363,8 +378,8 @@ class EventRecord(Record):
             type=event.type,
             actor_kind=event.actor_kind,
             actor=event.actor_name,
-            task=event.task_run.subtask.key if event.task_run_id else None,
-            agent=event.agent.name if event.agent_id else None,
+            task=task_run.subtask.key if task_run is not None else None,
+            agent=agent.name if agent is not None else None,
             message=event.message,
             payload=dict(event.payload or {}),
             **more,

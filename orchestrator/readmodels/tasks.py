@@ -71,7 +71,7 @@ class TaskView(TaskRecord):
     @classmethod
     def of(cls, task: TaskRun, live_output_tokens: int = 0) -> Self:
         """The view of a TaskRun with subtask and agent selected."""
-        return super().of(
+        return cls.build(
             task,
             progress=100 if task.state == State.SUCCEEDED else task.progress,
             agent_id=task.agent_id,
