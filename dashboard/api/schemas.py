@@ -15,7 +15,7 @@ from ninja import Schema
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from orchestrator.engine import run_settings
-from orchestrator.models import Agent, Checkpoint, Run
+from orchestrator.models import Checkpoint
 from orchestrator.readmodels.records import (
     AgentRecord,
     CheckpointRecord,
@@ -32,11 +32,14 @@ MAX_COMMENT_CHARS = 5000
 
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 
-RunStatus = Literal[tuple(Run.Status.values)]  # type: ignore[valid-type]
-CheckpointStatus = Literal[tuple(Checkpoint.Status.values)]  # type: ignore[valid-type]
-AgentStatus = Literal[tuple(Agent.Status.values)]  # type: ignore[valid-type]
-AgentProvider = Literal[tuple(Agent.Provider.values)]  # type: ignore[valid-type]
-FailurePolicy = Literal[tuple(Run.FailurePolicy.values)]  # type: ignore[valid-type]
+# The models' choices as Literal types, spelled out so that mypy can read them (a Literal built
+# from `Run.Status.values` is not a type to it); tests/dashboard/test_api_schemas.py checks that
+# each lists exactly its model's choices, in the same order.
+RunStatus = Literal["awaiting_approval", "running", "paused", "succeeded", "failed", "cancelled", "over_budget"]
+CheckpointStatus = Literal["pending", "approved", "rejected"]
+AgentStatus = Literal["draft", "active", "retired"]
+AgentProvider = Literal["simulated", "anthropic"]
+FailurePolicy = Literal["continue", "fail_fast"]
 
 
 def _no_nul(value: str | None) -> str | None:
@@ -74,7 +77,7 @@ class CheckpointWithRun(CheckpointRecord):
 
     @classmethod
     def of(cls, checkpoint: Checkpoint) -> CheckpointWithRun:
-        return super().of(checkpoint, run=checkpoint.run_id)
+        return cls.build(checkpoint, run=checkpoint.run_id)
 
 
 class TotalsOut(Schema):

@@ -1,5 +1,6 @@
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import yaml
@@ -7,6 +8,7 @@ import yaml
 from orchestrator import plans
 from orchestrator.models import Agent, Dependency, Plan, Subtask
 from orchestrator.plans import dag, parsing
+from orchestrator.plans.document import Gate
 
 pytestmark = pytest.mark.django_db
 
@@ -674,3 +676,7 @@ def test_goal_given_separately_replaces_the_documents(agents):
     spec = plans.validate_document(GOOD_YAML, goal="  A new goal ")
 
     assert spec.goal == "A new goal"
+
+
+def test_document_gate_lists_exactly_the_models_gates():
+    assert list(get_args(Gate)) == list(Subtask.Gate.values)
