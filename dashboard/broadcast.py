@@ -129,7 +129,7 @@ class RunBroadcaster:
             task.cancel()
             try:
                 await task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001 - stopping: nothing to report to
+            except (asyncio.CancelledError, Exception):  # stopping: nothing to report to
                 pass
 
     async def _listen(self) -> None:
@@ -152,7 +152,8 @@ class RunBroadcaster:
         """End the loop when stopped. A cancellation that arrives while a database call runs in
         its thread is swallowed by asgiref (it waits for the call and returns its result), so
         the loop also looks at the flag and at the task's pending cancellations."""
-        if self._stopped or asyncio.current_task().cancelling():
+        task = asyncio.current_task()  # None only outside a task, where nothing can cancel it
+        if self._stopped or (task is not None and task.cancelling()):
             raise asyncio.CancelledError
 
     async def _serve(self) -> None:
@@ -206,7 +207,7 @@ class RunBroadcaster:
             html, to_seq = frame
             try:
                 await subscriber.send_frame(html)
-            except Exception:  # noqa: BLE001 - one closed socket must not stop the others' frames
+            except Exception:  # one closed socket must not stop the others' frames
                 log.debug("run %s: could not send a frame to a viewer", self.run_id, exc_info=True)
                 continue
             if subscriber.cursor == cursor:

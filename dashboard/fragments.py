@@ -17,6 +17,7 @@ import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
@@ -137,7 +138,11 @@ def totals_context(run: Run, views=None, now: datetime | None = None) -> dict:
 def checkpoints_context(run: Run) -> dict:
     pending = run_checkpoints.pending_checkpoints(run)
     plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
-    ctx = {"pending": pending, "plan_checkpoint": plan_checkpoint, "decisions": run_checkpoints.recent_decisions(run)}
+    ctx: dict[str, Any] = {
+        "pending": pending,
+        "plan_checkpoint": plan_checkpoint,
+        "decisions": run_checkpoints.recent_decisions(run),
+    }
     if plan_checkpoint is not None:
         ctx["plan_subtasks"] = plan_review_rows(run)
     return ctx

@@ -59,4 +59,4 @@ def render_markdown(text: str | None) -> SafeString:
     if cut:
         clean += f"<p><em>(output cut at {MAX_RENDER_CHARS:,} characters here; the download has all of it)</em></p>"
     # Safe: `clean` is nh3's output, which contains only the allowed tags and attributes.
-    return mark_safe(clean)  # noqa: S308
+    return mark_safe(clean)

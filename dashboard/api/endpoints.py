@@ -133,11 +133,13 @@ def create_run(request, body: RunCreateIn):
     )
     if body.plan_id is not None:
         run = runs.launch(_get(Plan.objects.all(), body.plan_id, "plan"), launched_by=user, **settings.as_dict())
-    else:
+    elif body.document is not None:
         run = launch_document(
             body.document, filename=body.filename, source_name=body.filename or "api", settings=settings,
             launched_by=user,
         )
+    else:  # RunCreateIn.one_source lets no body through without one of them
+        raise ValueError("a run needs plan_id or document")
     return Status(201, run_detail(run))
 
 

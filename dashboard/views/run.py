@@ -240,11 +240,14 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
         runs.decide(checkpoint, approve=decision == "approve", user=request.user, comment=request.POST.get("comment", ""))
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
-    what = {
+    task_run = checkpoint.task_run  # None for the plan checkpoint
+    key = task_run.subtask.key if task_run is not None else ""
+    what_of_kind: dict[str, str] = {
         Checkpoint.Kind.PLAN: "The plan",
-        Checkpoint.Kind.BEFORE: f"The gate before {checkpoint.task_run.subtask.key if checkpoint.task_run_id else ''}",
-        Checkpoint.Kind.AFTER: f"The output of {checkpoint.task_run.subtask.key if checkpoint.task_run_id else ''}",
-    }[checkpoint.kind]
+        Checkpoint.Kind.BEFORE: f"The gate before {key}",
+        Checkpoint.Kind.AFTER: f"The output of {key}",
+    }
+    what = what_of_kind[checkpoint.kind]
     tasks = [checkpoint.task_run_id] if checkpoint.task_run_id else []
     return _answer(request, run, message=f"{what} was {decision}d.", ok=True, parts=RUN_PARTS, tasks=tasks)
 

@@ -14,12 +14,12 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import BaseValidator, MaxValueValidator, MinValueValidator
 
 from orchestrator.models import Run
 
 
-def _cap_limit(kind: type) -> int:
+def _cap_limit(kind: type[BaseValidator]) -> int:
     return next(v.limit_value for v in Run._meta.get_field("cap").validators if isinstance(v, kind))
 
 

@@ -112,6 +112,8 @@ def checkpoint_target(checkpoint: Checkpoint) -> str:
     if checkpoint.kind == Checkpoint.Kind.PLAN:
         return "plan approval"
     task = checkpoint.task_run
+    if task is None:
+        raise ValueError(f"checkpoint {checkpoint.pk} ({checkpoint.kind}) has no task to name")
     where = "before" if checkpoint.kind == Checkpoint.Kind.BEFORE else "review after"
     return f'{where} "{task.subtask.key}" ({task.subtask.title})'
 

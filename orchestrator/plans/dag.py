@@ -1,18 +1,21 @@
 """Statistics of a plan's DAG: cycles, layers, remaining paths and the critical path.
 
 Pure functions on subtask keys and `(upstream_key, downstream_key)` edges; no database.
+`build_graph` and `layers` take any hashable nodes (the run page's DAG layers task ids).
 Every result that is a list of keys follows the order of `keys` wherever the graph leaves a
 choice, so the same plan always gives the same answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import networkx as nx
 
 Edge = tuple[str, str]
+Node = TypeVar("Node", bound=Hashable)
 
 
 class CycleError(ValueError):
@@ -29,7 +32,7 @@ class DagSummary:
     critical_path_s: float = 0.0
 
 
-def build_graph(keys: Iterable[str], edges: Iterable[Edge]) -> nx.DiGraph:
+def build_graph(keys: Iterable[Node], edges: Iterable[tuple[Node, Node]]) -> nx.DiGraph:
     """A DiGraph of `keys`; an edge naming a key that is not in `keys` is a ValueError."""
     graph = nx.DiGraph()
     graph.add_nodes_from(keys)
@@ -65,7 +68,7 @@ def find_cycles(keys: Sequence[str], edges: Iterable[Edge]) -> list[list[str]]:
     return cycles
 
 
-def layers(keys: Sequence[str], edges: Iterable[Edge]) -> list[list[str]]:
+def layers(keys: Sequence[Node], edges: Iterable[tuple[Node, Node]]) -> list[list[Node]]:
     """Topological generations: layer 0 has no upstream, layer n depends only on layers < n."""
     graph = _acyclic_graph(keys, edges)
     order = _order_index(keys)
@@ -122,7 +125,7 @@ def summarize(keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, f
     )
 
 
-def _acyclic_graph(keys: Sequence[str], edges: Iterable[Edge]) -> nx.DiGraph:
+def _acyclic_graph(keys: Sequence[Node], edges: Iterable[tuple[Node, Node]]) -> nx.DiGraph:
     graph = build_graph(keys, edges)
     if not nx.is_directed_acyclic_graph(graph):
         cycle = [upstream for upstream, _ in nx.find_cycle(graph)]
@@ -130,8 +133,8 @@ def _acyclic_graph(keys: Sequence[str], edges: Iterable[Edge]) -> nx.DiGraph:
     return graph
 
 
-def _order_index(keys: Sequence[str]) -> dict[str, int]:
-    index: dict[str, int] = {}
+def _order_index(keys: Sequence[Node]) -> dict[Node, int]:
+    index: dict[Node, int] = {}
     for position, key in enumerate(keys):
         index.setdefault(key, position)
     return index

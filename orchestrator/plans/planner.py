@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from anthropic.types import MessageParam, TextBlockParam, ToolParam, ToolResultBlockParam, ToolUseBlockParam
 from django.conf import settings
 from django.db import transaction
 
@@ -127,7 +128,7 @@ PLANNER_OMITS = {"plan": ("goal", "defaults"), "subtask": ("timeout_s", "max_ret
 PLANNER_REQUIRES = ("instructions", "depends_on")
 
 
-def plan_tool(agents: list[Agent]) -> dict[str, Any]:
+def plan_tool(agents: list[Agent]) -> ToolParam:
     """The tool whose input schema is the plan schema, with the team's names as the only agents."""
     return {
         "name": PLAN_TOOL,
@@ -204,7 +205,7 @@ def _describe_agent(agent: Agent) -> str:
 
 @dataclass
 class _Answer:
-    content: list[dict[str, Any]]  # the assistant's content blocks, to send back when repairing
+    content: list[TextBlockParam | ToolUseBlockParam]  # the assistant's content blocks, to send back when repairing
     tool_input: Any  # the submit_plan call's input; None when the answer did not call it
     raw: str
     stop_reason: str
@@ -212,7 +213,7 @@ class _Answer:
     output_tokens: int
 
 
-def _ask(messages: list[dict[str, Any]], agents: list[Agent], model: str) -> _Answer:
+def _ask(messages: list[MessageParam], agents: list[Agent], model: str) -> _Answer:
     """One call to Claude; ProviderError (redacted, SDK retries off) when it fails."""
     sdk = claude.client(PLANNER_TIMEOUT_S, who="the planner")
     try:
@@ -229,7 +230,7 @@ def _ask(messages: list[dict[str, Any]], agents: list[Agent], model: str) -> _An
     except claude.SDK_ERRORS as exc:
         claude.feed_back_error(model, exc)
         raise claude.map_error(exc, timeout_s=PLANNER_TIMEOUT_S) from None
-    content: list[dict[str, Any]] = []
+    content: list[TextBlockParam | ToolUseBlockParam] = []
     tool_input: Any = None
     texts: list[str] = []
     for block in message.content:
@@ -299,7 +300,7 @@ def interpret(answer: _Answer, goal: str, agents: list[Agent]) -> tuple[plans.Pl
     return spec, data
 
 
-def repair_request(answer: _Answer, problems: list[str]) -> list[dict[str, Any]]:
+def repair_request(answer: _Answer, problems: list[str]) -> list[MessageParam]:
     """The messages that send the problems back: the answer, then one tool_result per tool call."""
     listing = "\n".join(f"- {problem}" for problem in problems)
     feedback = (
@@ -310,7 +311,7 @@ def repair_request(answer: _Answer, problems: list[str]) -> list[dict[str, Any]]
     if not tool_ids:
         return [{"role": "assistant", "content": answer.content or [{"type": "text", "text": answer.raw or "-"}]},
                 {"role": "user", "content": feedback}]
-    results = [
+    results: list[ToolResultBlockParam] = [
         {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback} for tool_id in tool_ids
     ]
     return [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
@@ -318,7 +319,7 @@ def repair_request(answer: _Answer, problems: list[str]) -> list[dict[str, Any]]
 
 def _claude_plan(goal: str, agents: list[Agent], created_by) -> PlannerResult:
     model = settings.GLASSBOX_MODEL
-    messages: list[dict[str, Any]] = [{"role": "user", "content": planner_prompt(goal, agents)}]
+    messages: list[MessageParam] = [{"role": "user", "content": planner_prompt(goal, agents)}]
     problems: list[str] = []
     attempt: PlannerAttempt | None = None
     for round_number in range(1, ROUNDS + 1):

@@ -36,6 +36,7 @@ from typing import Any, NoReturn, get_args
 
 from annotated_types import Ge, Le
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from orchestrator.models import Agent
 from orchestrator.plans import dag
@@ -92,7 +93,7 @@ class _PlanValidator:
         self.given_agents = agents
         self.lines = lines
         self.problems: list[tuple[Path_, PlanError]] = []
-        self.model_errors: list[dict[str, Any]] = []
+        self.model_errors: list[ErrorDetails] = []
 
     def error(self, path: Path_, where: str, message: str, field: str = "") -> None:
         self.problems.append((path, PlanError(where, message, field)))
@@ -127,7 +128,7 @@ class _PlanValidator:
 
     # The model's errors, in words
 
-    def word_model_errors(self, data: Any, errors: list[dict[str, Any]]) -> None:
+    def word_model_errors(self, data: Any, errors: list[ErrorDetails]) -> None:
         self.model_errors = errors
         keys = _valid_keys(data, self.invalid_fields())
         for error in sorted(errors, key=_model_error_order):
@@ -139,8 +140,8 @@ class _PlanValidator:
         """(subtask index, field) for every subtask field the model refused."""
         return {
             (loc[1], loc[2])
-            for loc in (tuple(error["loc"]) for error in self.model_errors)
-            if len(loc) >= 3 and loc[0] == "subtasks"
+            for loc in (error["loc"] for error in self.model_errors)
+            if len(loc) >= 3 and loc[0] == "subtasks" and isinstance(loc[1], int) and isinstance(loc[2], str)
         }
 
     # The plan as a whole
@@ -233,6 +234,8 @@ def _salvaged_specs(data: dict, invalid: set[tuple[int, str]]) -> list[SubtaskSp
     told that it does not exist; a field the model refused is left out.
     """
     entries = data.get("subtasks")
+    if not isinstance(entries, list):
+        return []  # no subtask list: nothing to salvage (and no valid key either)
     specs = []
     for index, key in _valid_keys(data, invalid).items():
         entry = entries[index]
@@ -249,12 +252,14 @@ def _salvaged_specs(data: dict, invalid: set[tuple[int, str]]) -> list[SubtaskSp
 
 
 TOP_LEVEL_ORDER = tuple(PlanDocument.model_fields)
+# How long an error's location is for a field of each mapping (the plan's own fields: 1).
+MAPPING_DEPTH: dict[str | int, int] = {"subtasks": 3, "defaults": 2}
 
 
-def _model_error_order(error: dict[str, Any]) -> tuple[int, int, int]:
+def _model_error_order(error: ErrorDetails) -> tuple[int, int, int]:
     """File order: a subtask's problems after the plan's; each mapping's unknown fields first."""
     loc = tuple(error["loc"])
-    mapping_depth = {"subtasks": 3, "defaults": 2}.get(loc[0], 1) if loc else 0
+    mapping_depth = MAPPING_DEPTH.get(loc[0], 1) if loc else 0
     unknown_here = error["type"] == "extra_forbidden" and len(loc) == mapping_depth
     section = TOP_LEVEL_ORDER.index(loc[0]) if loc and loc[0] in TOP_LEVEL_ORDER else -1
     return _subtask_index(loc), section, 0 if unknown_here else 1
@@ -263,7 +268,7 @@ def _model_error_order(error: dict[str, Any]) -> tuple[int, int, int]:
 class _FieldProblem:
     """One pydantic error as the plan's author reads it: where, which field, what is wrong."""
 
-    def __init__(self, error: dict[str, Any], keys: Mapping[int, str]):
+    def __init__(self, error: ErrorDetails, keys: Mapping[int, str]):
         self.kind: str = error["type"]
         self.value: Any = error["input"]
         self.context: dict[str, Any] = error.get("ctx") or {}
@@ -357,6 +362,8 @@ def _mapping_fields(model: type[BaseModel]) -> str:
 def _bounds(metadata: Iterable[Any]) -> tuple[int, int]:
     low = next(item.ge for item in metadata if isinstance(item, Ge))
     high = next(item.le for item in metadata if isinstance(item, Le))
+    if not (isinstance(low, int) and isinstance(high, int)):
+        raise TypeError(f"a plan document's numbers have integer bounds, not {low!r} and {high!r}")
     return low, high
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from decimal import Decimal
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from django.db.models import Count, Sum
 
@@ -18,7 +19,7 @@ class CostLine(TypedDict):
     cost_usd: Decimal
 
 
-def _totals(run: Run, group_by: str, label) -> list[CostLine]:
+def _totals(run: Run, group_by: tuple[str, ...], label: Callable[[dict[str, Any]], str]) -> list[CostLine]:
     rows = (
         Attempt.objects.filter(task_run__run=run)
         .order_by()

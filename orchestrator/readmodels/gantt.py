@@ -38,8 +38,12 @@ def assign_tracks(intervals: Sequence[tuple[float, float | None]]) -> list[int]:
     return result
 
 
-def _ms(value: datetime | None) -> int | None:
-    return int(value.timestamp() * 1000) if value is not None else None
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def _ms_or_none(value: datetime | None) -> int | None:
+    return _ms(value) if value is not None else None
 
 
 @dataclass
@@ -83,7 +87,9 @@ class Gantt:
 
 
 def gantt_bar(attempt: Attempt) -> GanttBar:
-    """One attempt as a bar (the Attempt with task_run, its subtask and agent selected)."""
+    """One started attempt as a bar (the Attempt with task_run, its subtask and agent selected)."""
+    if attempt.started_at is None:
+        raise ValueError(f"attempt {attempt.pk} has not started: only started attempts are bars")
     return GanttBar(
         attempt=attempt.pk,
         task=attempt.task_run_id,
@@ -95,7 +101,7 @@ def gantt_bar(attempt: Attempt) -> GanttBar:
         worker=attempt.worker,
         error=attempt.error,
         start_ms=_ms(attempt.started_at),
-        end_ms=_ms(attempt.finished_at),
+        end_ms=_ms_or_none(attempt.finished_at),
         input_tokens=attempt.input_tokens,
         output_tokens=attempt.output_tokens,
     )
@@ -128,4 +134,4 @@ def gantt(run: Run) -> Gantt:
             tracks[track].append(bar)
         result_lanes.append(GanttLane(agent=agent, agent_id=lane_agents[agent], tracks=tracks))
     start = run.started_at or (attempts[0].started_at if attempts else None)
-    return Gantt(start_ms=_ms(start), end_ms=_ms(run.finished_at), lanes=result_lanes)
+    return Gantt(start_ms=_ms_or_none(start), end_ms=_ms_or_none(run.finished_at), lanes=result_lanes)

@@ -78,8 +78,9 @@ def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> Effective
         limits = [
             pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs
         ]
-        limited = [pl.effective_in_flight or pl.max_in_flight for pl in limits]
-        if limits and len(limits) == len(pairs) and all(limited):
+        # The in-flight cap in force of each limit that has one (every pair must have one to count).
+        limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
+        if limits and len(limited) == len(limits) == len(pairs):
             candidates.append((sum(limited), "provider in-flight limit"))
     value, why = min(candidates, key=lambda c: c[0])
     return EffectiveCap(max(0, value), why)
