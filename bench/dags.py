@@ -9,6 +9,7 @@ in every process and on every machine.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import random
 from dataclasses import dataclass, field
@@ -125,7 +126,7 @@ def fan(width: int = 100, *, seed: int = 2, median_s: float = 0.5, sigma: float 
 
 def chain(length: int = 50, *, seed: int = 3, median_s: float = 0.5, sigma: float = 0.6) -> Dag:
     keys = [_key(i) for i in range(length)]
-    edges = list(zip(keys, keys[1:]))
+    edges = list(itertools.pairwise(keys))
     return Dag.build(f"chain {length}", "chain", seed, keys, edges, median_s, sigma)
 
 

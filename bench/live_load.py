@@ -42,7 +42,7 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -350,7 +350,7 @@ def summarise(args, run, run_s, state, created, watched_from, baseline_kb, sampl
     frames = [len(record["frames"]) for record in state.values()]
     return {
         "benchmark": "live-view load",
-        "when": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "profile": args.profile,
         "database": vendor,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average_1m": os.getloadavg()[0]},

@@ -119,7 +119,7 @@ def storm(results: dict, path: Path) -> Path | None:
         return None
     plt = _pyplot()
     fig, axes = plt.subplots(len(rows), 1, figsize=(11, 2.1 * len(rows)), squeeze=False, sharex=True)
-    for ax, (name, row) in zip((a[0] for a in axes), rows):
+    for ax, (name, row) in zip((a[0] for a in axes), rows, strict=True):
         for i, t in enumerate(sorted(row["timeline"], key=lambda t: t["start"] if t["start"] is not None else 1e9)):
             if t["start"] is not None:
                 ax.barh(i, t["end"] - t["start"], left=t["start"], height=0.7, color=COLOURS.get(name, "#1f77b4"))

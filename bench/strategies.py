@@ -238,5 +238,5 @@ def sliding_window_accept_times(
 
 def rate_limit_bound_s(durations: list[float], accept_times: list[float], start: float) -> float:
     """The shortest makespan any client can reach: the longest nodes take the earliest slots."""
-    pairs = zip(sorted(accept_times), sorted(durations, reverse=True))
+    pairs = zip(sorted(accept_times), sorted(durations, reverse=True), strict=True)
     return max(t + d for t, d in pairs) - start

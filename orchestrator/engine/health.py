@@ -149,7 +149,7 @@ async def _timed(name: str, backend: str, work: Callable[[], Awaitable[dict[str,
     result: CheckResult = {"ok": False, "backend": backend, "latency_ms": 0.0}
     try:
         extra = await asyncio.wait_for(work(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         result["error"] = f"timed out after {timeout_s:g} s"
         log.warning("health: %s (%s) timed out after %s s", name, backend, timeout_s)
     except Exception as exc:

@@ -241,7 +241,7 @@ def page(request, chromium, daphne_server):
     if failed or problems:
         try:
             page.screenshot(path=str(artifact_dir(request.node.name) / "at-end.png"), full_page=True, caret="initial")
-        except Exception:  # noqa: BLE001 - a page that cannot be captured must not hide the failure
+        except Exception:  # a page that cannot be captured must not hide the failure
             pass
     context.close()
     if problems and not failed:

@@ -168,7 +168,7 @@ def test_watch_a_run_pause_resume_stream_and_approve_a_gate(
     expect(card).to_have_count(0)
     wait_for_node(page, tasks["ranked_plan"], ("succeeded",), timeout_s=90)
     expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "succeeded")
-    expect(page.locator("#final-%d .markdown" % tasks["ranked_plan"])).not_to_be_empty()
+    expect(page.locator(f"#final-{tasks['ranked_plan']} .markdown")).not_to_be_empty()
     expect(page.locator("#run-gantt .gantt-bar")).to_have_count(Attempt.objects.filter(task_run__run=run).count())
     assert_not_reloaded(page)
     screenshot(page, "finished")

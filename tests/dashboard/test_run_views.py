@@ -94,7 +94,7 @@ def test_viewer_sees_every_part_without_controls(login, personas, brief):
         assert f'id="{root}"' in html, root
     for t in brief.tasks.all():
         assert f'id="task-{t.pk}"' in html
-    assert 'ws-connect="/ws/runs/%d/"' % brief.pk in html
+    assert f'ws-connect="/ws/runs/{brief.pk}/"' in html
     brief.refresh_from_db()
     assert brief.last_event_seq > 0
     assert f'data-seq="{brief.last_event_seq}"' in html

@@ -53,7 +53,7 @@ def test_csv_has_a_header_and_defuses_formulas(some_events):
     assert rows[0] == list(audit_export.COLUMNS)
     assert len(rows) == some_events.count() + 1
     note = rows[-1]
-    record = dict(zip(rows[0], note))
+    record = dict(zip(rows[0], note, strict=True))
     assert record["message"] == "'=HYPERLINK(\"http://evil\")"
     assert json.loads(record["payload"]) == {"comment": "-2+3"}  # JSON text is not a formula: kept as is
     assert record["actor_user_id"].isdigit()
