@@ -175,6 +175,7 @@ def test_rejected_gate_skips_its_branch_with_the_reason(demo_agents, make_plan):
 def test_after_gate_holds_downstream_until_the_output_is_approved(demo_agents, make_plan):
     plan = make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])})
     run = runs.launch(plan)
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.RUNNING)  # a worker claimed it
     task = run.tasks.get(subtask__key="a")
     scheduler.open_gate(task, Checkpoint.Kind.AFTER)  # what a worker does when the output is ready
     scheduler.advance(run.pk)
