@@ -24,9 +24,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import adaptive, context, scheduler, transitions, waits
+from orchestrator.engine import adaptive, context, feedback, scheduler, transitions, waits
 from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
-from orchestrator.providers.base import AgentRequest, Completed, ProviderError, TextDelta, Usage, get_provider
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    ProviderError,
+    ProviderFeedback,
+    TextDelta,
+    Usage,
+    get_provider,
+)
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +171,9 @@ def run_claimed(claim: Claim) -> str:
         stream = get_provider(request.provider).stream(request)
         heartbeat = Heartbeat(claim)
         for item in stream:
+            if isinstance(item, ProviderFeedback):
+                feedback.apply(item)
+                continue
             if isinstance(item, Completed):
                 return complete(claim, "".join(chunks), item.usage)
             if isinstance(item, TextDelta):
@@ -179,6 +190,7 @@ def run_claimed(claim: Claim) -> str:
     except AttemptTimedOut as exc:
         return fail(claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=Usage(output_tokens=output_tokens))
     except ProviderError as exc:
+        feedback.apply(exc.feedback)
         return fail(claim, str(exc), error=exc, usage=Usage(output_tokens=output_tokens))
     except Exception as exc:  # an agent's bug must not kill the worker: it is a failed attempt
         log.exception("attempt %s crashed", attempt.pk)

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from orchestrator.models import Agent, Checkpoint, Plan, PlannerAttempt, Run
+from orchestrator.models import Agent, Checkpoint, Plan, PlannerAttempt, ProviderLimit, Run
 from orchestrator.plans import planner
 from orchestrator.providers.fake_anthropic import Reply
 from tests.conftest import FAKE_ANTHROPIC_KEY
@@ -157,6 +157,18 @@ def test_a_failing_api_call_is_a_planner_error_naming_the_status(demo_agents, fa
     assert "429" in attempt.error and attempt.raw_answer == ""
 
 
+def test_the_planners_rate_limit_feedback_goes_to_the_callers_handler(demo_agents, fake_anthropic, settings):
+    reports = []
+    fake_anthropic.enqueue(plan_call(VALID))
+    planner.propose_plan(GOAL, on_feedback=reports.append)
+    fake_anthropic.enqueue(Reply.error(429, retry_after=20, headers={"anthropic-ratelimit-requests-remaining": "0"}))
+    with pytest.raises(planner.PlannerError):
+        planner.propose_plan(GOAL, on_feedback=reports.append)
+    assert [r.model for r in reports] == [settings.GLASSBOX_MODEL] * 2
+    assert reports[0].budgets["requests"].limit == 50  # the fake server's limit
+    assert reports[1].budgets["requests"].remaining == 0
+
+
 def test_the_key_never_appears_in_planner_errors_attempts_or_logs(demo_agents, fake_anthropic, caplog):
     caplog.set_level(logging.DEBUG)
     error = failing_proposal(fake_anthropic, Reply.error(401, "authentication_error", "invalid x-api-key", echo_api_key=True))
@@ -279,3 +291,11 @@ def test_plan_options_need_launch_and_planner_errors_are_one_line(demo_agents, f
         plan_command(GOAL)
     assert "cycle: a → b → a" in str(raised.value)
     assert not Plan.objects.exists()
+
+
+def test_the_plan_command_applies_the_planners_rate_limit_feedback(demo_agents, fake_anthropic, settings):
+    limit = ProviderLimit.objects.create(provider="anthropic", model=settings.GLASSBOX_MODEL)
+    fake_anthropic.enqueue(plan_call(VALID))
+    plan_command(GOAL)
+    limit.refresh_from_db()
+    assert limit.requests_per_minute == 50  # learned from the answer's headers, as the engine does
