@@ -54,3 +54,17 @@ def test_a_waiting_task_stores_the_code_and_its_event_carries_it(demo_agents, ma
     assert set(held.values_list("wait_code", "wait_reason")) == {("run_cap", "run cap reached (1 running)")}
     event = Event.objects.filter(run=run, type="task.waiting").first()
     assert event.payload["code"] == "run_cap" and event.payload["reason"] == "run cap reached (1 running)"
+
+
+@pytest.mark.django_db
+def test_the_migration_backfills_codes_of_existing_rows_from_their_sentences(demo_agents, make_plan):
+    from django.apps import apps
+
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", [])}))
+    a, b, c = run.tasks.order_by("subtask__key")
+    TaskRun = apps.get_model("orchestrator", "TaskRun")
+    TaskRun.objects.filter(pk=a.pk).update(wait_reason="run cap reached (2 running)", wait_code="")
+    TaskRun.objects.filter(pk=b.pk).update(wait_reason="provider busy", wait_code="")
+    TaskRun.objects.filter(pk=c.pk).update(wait_reason="", wait_code="")
+    backfill.backfill(apps, None)
+    assert dict(run.tasks.values_list("subtask__key", "wait_code")) == {"a": "run_cap", "b": "", "c": ""}
