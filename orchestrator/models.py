@@ -281,6 +281,9 @@ class TaskRun(models.Model):
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
     # Why a ready task is not running yet (cap, agent limit, rate limit, backoff), in words.
     wait_reason = models.CharField(max_length=255, blank=True)
+    # The same reason as a stable code (orchestrator.engine.waits): what the engine compares and
+    # filters on; the sentence above is for people.
+    wait_code = models.CharField(max_length=32, blank=True)
     # Longest remaining path to the end of the DAG (estimated seconds): critical path first.
     rank = models.FloatField(default=0.0)
     progress = models.PositiveSmallIntegerField(default=0)

@@ -17,7 +17,7 @@ from django.core.cache import cache
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 
-from orchestrator.engine import preflight, runs
+from orchestrator.engine import feedback, preflight, runs
 from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Plan
@@ -87,7 +87,7 @@ def _planner_draft(goal: str, user, settings: RunSettings) -> tuple[dict, prefli
     planner = importlib.import_module("orchestrator.plans.planner")  # offered only when it is installed
     draft = {"source": SOURCE_PLANNER, "filename": "", "goal": goal, "document": "", "plan_id": None}
     try:
-        result = planner.propose_plan(goal, created_by=user)
+        result = planner.propose_plan(goal, created_by=user, on_feedback=feedback.apply)
     except (PlanValidationError, planner.PlannerError) as error:
         errors = error.errors if isinstance(error, PlanValidationError) else [PlanError("planner", str(error))]
         return draft, preflight.Preflight(cap=settings.cap, budget_usd=settings.budget_usd, goal=goal, errors=errors)

@@ -24,9 +24,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import adaptive, context, scheduler
+from orchestrator.engine import adaptive, context, feedback, scheduler, transitions, waits
 from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
-from orchestrator.providers.base import AgentRequest, Completed, ProviderError, TextDelta, Usage, get_provider
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    ProviderError,
+    ProviderFeedback,
+    TextDelta,
+    Usage,
+    get_provider,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +94,11 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
         )
         if not took:
             return None
-        took = TaskRun.objects.filter(pk=attempt.task_run_id, state=State.QUEUED, attempt_count=attempt.number).update(
-            state=State.RUNNING, lease_owner=worker, lease_expires_at=lease_until, started_at=now, progress=0, output=""
+        took = transitions.move_where(
+            TaskRun.objects.filter(pk=attempt.task_run_id, attempt_count=attempt.number),
+            State.RUNNING,
+            from_states=[State.QUEUED],
+            lease_owner=worker, lease_expires_at=lease_until, started_at=now, progress=0, output="",
         )
         if not took:
             transaction.set_rollback(True)
@@ -160,6 +171,9 @@ def run_claimed(claim: Claim) -> str:
         stream = get_provider(request.provider).stream(request)
         heartbeat = Heartbeat(claim)
         for item in stream:
+            if isinstance(item, ProviderFeedback):
+                feedback.apply(item)
+                continue
             if isinstance(item, Completed):
                 return complete(claim, "".join(chunks), item.usage)
             if isinstance(item, TextDelta):
@@ -176,6 +190,7 @@ def run_claimed(claim: Claim) -> str:
     except AttemptTimedOut as exc:
         return fail(claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=Usage(output_tokens=output_tokens))
     except ProviderError as exc:
+        feedback.apply(exc.feedback)
         return fail(claim, str(exc), error=exc, usage=Usage(output_tokens=output_tokens))
     except Exception as exc:  # an agent's bug must not kill the worker: it is a failed attempt
         log.exception("attempt %s crashed", attempt.pk)
@@ -268,8 +283,10 @@ def complete(claim: Claim, output: str, usage: Usage) -> str:
             raise_late = False
             cost = settle_costs(run, claim, usage)
             review = task.subtask.gate == Subtask.Gate.AFTER
-            owned(claim).update(
-                state=State.AWAITING_REVIEW if review else State.SUCCEEDED,
+            transitions.move_where(
+                owned(claim),
+                State.AWAITING_REVIEW if review else State.SUCCEEDED,
+                from_states=[State.RUNNING],
                 output=output,
                 summary=context.summarize(output),
                 progress=100,
@@ -377,10 +394,11 @@ def schedule_retry_or_fail(
     now = timezone.now()
     if retryable and faults <= max_retries and task.attempt_count < MAX_ATTEMPTS:
         delay = backoff_seconds(faults, retry_after)
-        TaskRun.objects.filter(pk=task.pk).update(
-            state=State.READY, fault_count=faults, not_before=now + timedelta(seconds=delay),
+        wait = waits.RetryBackoff(delay, message)
+        transitions.move(
+            task, State.READY, fault_count=faults, not_before=now + timedelta(seconds=delay),
             lease_owner="", lease_expires_at=None, error=message[:2000], ready_at=now,
-            wait_reason=f"retrying in {delay:.1f} s after: {message[:150]}",
+            wait_reason=wait.message, wait_code=wait.code,
         )
         events.record(
             "task.retry_scheduled",
@@ -391,11 +409,10 @@ def schedule_retry_or_fail(
         )
         return "retry scheduled"
     reason = message if not retryable else f"{message} (after {task.attempt_count} attempts)"
-    TaskRun.objects.filter(pk=task.pk).update(
-        state=State.FAILED, fault_count=faults, lease_owner="", lease_expires_at=None,
+    transitions.move(
+        task, State.FAILED, fault_count=faults, lease_owner="", lease_expires_at=None,
         error=reason[:2000], finished_at=now,
     )
-    task.refresh_from_db()
     events.record("task.failed", run=run, task=task, message=reason[:500], payload={"error": reason[:2000]})
     if run.failure_policy == Run.FailurePolicy.FAIL_FAST:
         stop_fail_fast(run, task)
@@ -405,11 +422,12 @@ def schedule_retry_or_fail(
 def stop_fail_fast(run: Run, failed: TaskRun) -> None:
     """Policy fail_fast: the first failure stops the run; running attempts stop at their next beat."""
     now = timezone.now()
-    for task in run.tasks.exclude(state__in=TaskRun.TERMINAL):
-        TaskRun.objects.filter(pk=task.pk).update(
-            state=State.CANCELLED, error=f"run stopped: {failed.subtask.key} failed (fail_fast)", finished_at=now,
-            lease_owner="", lease_expires_at=None,
-        )
+    transitions.move_where(
+        run.tasks.exclude(state__in=TaskRun.TERMINAL),
+        State.CANCELLED,
+        error=f"run stopped: {failed.subtask.key} failed (fail_fast)", finished_at=now,
+        lease_owner="", lease_expires_at=None,
+    )
     scheduler.end_run(run, Run.Status.FAILED, f"stopped at the first failure (fail_fast): {failed.subtask.key}: {failed.error}")
 
 
@@ -419,8 +437,11 @@ def cancel_attempt(claim: Claim) -> str:
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.CANCELLED, finished_at=timezone.now(), error="run cancelled"
         )
-        TaskRun.objects.filter(pk=claim.task.pk, state__in=[State.RUNNING, State.CANCELLED]).update(
-            state=State.CANCELLED, lease_owner="", lease_expires_at=None, finished_at=timezone.now()
+        transitions.move_where(
+            TaskRun.objects.filter(pk=claim.task.pk),
+            State.CANCELLED,
+            from_states=[State.RUNNING, State.CANCELLED],
+            lease_owner="", lease_expires_at=None, finished_at=timezone.now(),
         )
     return "cancelled"
 

@@ -1,10 +1,13 @@
-"""What the Anthropic API's rate-limit headers teach the scheduler (DESIGN §5).
+"""What a provider's rate-limit reports teach the scheduler (DESIGN §5).
 
 Every answer of the Messages API (successes and errors alike) carries
 ``anthropic-ratelimit-{requests,tokens,input-tokens,output-tokens}-{limit,remaining,reset}``:
 the account's per-minute limits, what is left of them now, and when (RFC 3339) the bucket is
-full again. :func:`apply_rate_limit_headers` turns them into three small changes, all
-conditional updates that are safe when several workers report at once:
+full again. The provider reads them into a ``ProviderFeedback`` (orchestrator.providers.base)
+and changes nothing itself: adapters report, the engine decides. Execution hands every
+feedback it receives (in the stream, or on a ProviderError) to :func:`apply`, which turns it
+into three small changes, all conditional updates that are safe when several workers report
+at once:
 
 1. **Learn the limits.** A ProviderLimit whose ``requests_per_minute``,
    ``input_tokens_per_minute`` or ``output_tokens_per_minute`` is unset takes the value of the
@@ -28,21 +31,21 @@ carried the headers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import ratelimit
+from orchestrator.engine.scheduler import admission_key
 from orchestrator.models import ProviderLimit
+from orchestrator.providers.base import BudgetReport, ProviderFeedback
 
 log = logging.getLogger(__name__)
 
-HEADER_PREFIX = "anthropic-ratelimit-"
-# The budgets the API reports, and the ProviderLimit field and admission key each one feeds.
+# The budgets a provider reports, and the ProviderLimit field and admission key each one feeds.
 BUDGETS = {
     "requests": ("requests_per_minute", "rpm"),
     "input-tokens": ("input_tokens_per_minute", "itpm"),
@@ -50,13 +53,6 @@ BUDGETS = {
     "tokens": (None, None),  # the most restrictive token limit: only its "remaining: 0" matters
 }
 MAX_BACKOFF_S = 60.0
-
-
-@dataclass
-class BudgetReport:
-    limit: int | None = None
-    remaining: int | None = None
-    reset: datetime | None = None
 
 
 @dataclass
@@ -68,61 +64,20 @@ class FeedbackResult:
     taken: dict[str, int] = field(default_factory=dict)  # admission key suffix -> units taken
 
 
-def admission_key(provider: str, model: str, suffix: str) -> str:
-    """The scheduler's shared per-minute budget for one provider, model and unit."""
-    return f"admit:{provider}:{model}:{suffix}"
-
-
-def parse_reset(value: str | None) -> datetime | None:
-    """An RFC 3339 time (``2026-11-22T15:16:55Z``), or None when absent or unreadable."""
-    if not value:
-        return None
-    try:
-        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        number = int(str(value).strip())
-    except (TypeError, ValueError):
-        return None
-    return number if number >= 0 else None
-
-
-def read_headers(headers: Mapping[str, str]) -> dict[str, BudgetReport]:
-    """The budgets reported in ``headers`` (any case), by name: requests, input-tokens, ..."""
-    lowered = {str(name).lower(): value for name, value in headers.items()}
-    reports: dict[str, BudgetReport] = {}
-    for budget in BUDGETS:
-        base = f"{HEADER_PREFIX}{budget}-"
-        report = BudgetReport(
-            limit=_int(lowered.get(base + "limit")),
-            remaining=_int(lowered.get(base + "remaining")),
-            reset=parse_reset(lowered.get(base + "reset")),
-        )
-        if report.limit is not None or report.remaining is not None:
-            reports[budget] = report
-    return reports
-
-
-def apply_rate_limit_headers(provider: str, model: str, headers: Mapping[str, str]) -> FeedbackResult:
-    """Apply one answer's rate-limit headers to the ProviderLimit of ``provider``/``model``."""
+def apply(feedback: ProviderFeedback | None) -> FeedbackResult:
+    """Apply what one answer reported to the ProviderLimit of its provider and model."""
     result = FeedbackResult()
-    reports = read_headers(headers)
-    if not reports:
+    if feedback is None or not feedback.budgets:
         return result
     try:
-        limit = ProviderLimit.objects.filter(provider=provider, model=model).first()
+        limit = ProviderLimit.objects.filter(provider=feedback.provider, model=feedback.model).first()
         if limit is None:
             return result
-        _learn_limits(limit, reports, result)
-        _back_off_when_empty(limit, reports, result)
-        _sync_admission_budgets(limit, reports, result)
+        _learn_limits(limit, feedback.budgets, result)
+        _back_off_when_empty(limit, feedback.budgets, result)
+        _sync_admission_budgets(limit, feedback.budgets, result)
     except DatabaseError:
-        log.warning("could not apply rate-limit headers of %s:%s", provider, model, exc_info=True)
+        log.warning("could not apply rate-limit feedback of %s:%s", feedback.provider, feedback.model, exc_info=True)
     return result
 
 

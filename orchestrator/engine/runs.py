@@ -16,7 +16,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from orchestrator import events, plans
-from orchestrator.engine import scheduler
+from orchestrator.engine import scheduler, transitions
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.models import Checkpoint, Dependency, Plan, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
@@ -123,8 +123,7 @@ def _change_status(run: Run, *, allowed: tuple, new: str, event: str, user, verb
         locked = scheduler.lock_run(run.pk)
         if locked.status not in allowed:
             raise ActionError(f"run {run.pk} is {locked.get_status_display().lower()}: it cannot be {verb}")
-        locked.status = new
-        locked.save(update_fields=["status"])
+        transitions.move(locked, new)
         events.record(event, run=locked, user=user, message=f"run {verb}")
     scheduler.advance(run.pk)
     run.refresh_from_db()
@@ -148,8 +147,7 @@ def cancel(run: Run, *, user=None) -> Run:
         if locked.is_finished:
             raise ActionError(f"run {run.pk} already ended ({locked.get_status_display().lower()})")
         for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
-            task.state, task.error, task.finished_at = State.CANCELLED, "run cancelled", now
-            task.save(update_fields=["state", "error", "finished_at"])
+            transitions.move(task, State.CANCELLED, error="run cancelled", finished_at=now)
             events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
         pending = locked.checkpoints.filter(status=Checkpoint.Status.PENDING)
         for checkpoint in pending:
@@ -188,19 +186,24 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
         if run.status == Run.Status.CANCELLED:
             raise ActionError(f"run {run.pk} was cancelled: launch it again instead")
         now = timezone.now()
-        TaskRun.objects.filter(pk=task.pk).update(
-            state=State.READY, fault_count=0, skip_cascades=False, error="", not_before=None, ready_at=now, finished_at=None
+        transitions.move(
+            task, State.READY, fault_count=0, skip_cascades=False, error="", not_before=None, ready_at=now,
+            finished_at=None,
         )
         # Tasks that gave up because of this one wait for it again, and so does work that
         # fail_fast stopped when it failed.
-        run.tasks.filter(
-            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
-            | Q(state=State.CANCELLED, error__endswith="(fail_fast)")
-        ).update(state=State.PENDING, skip_cascades=False, error="", finished_at=None)
+        transitions.move_where(
+            run.tasks.filter(
+                Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
+                | Q(state=State.CANCELLED, error__endswith="(fail_fast)")
+            ),
+            State.PENDING,
+            from_states=[State.SKIPPED, State.CANCELLED],
+            skip_cascades=False, error="", finished_at=None,
+        )
         events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         if run.is_finished:
-            run.status, run.finished_at, run.summary = Run.Status.RUNNING, None, ""
-            run.save(update_fields=["status", "finished_at", "summary"])
+            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
             events.record("run.resumed", run=run, user=user, message="run reopened by a retry")
     scheduler.advance(task.run_id)
     task.refresh_from_db()
@@ -217,19 +220,22 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
         if run.is_finished and run.status != Run.Status.FAILED:
             raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
         why = reason or f"skipped by {user.get_username() if user else 'the command line'}"
-        TaskRun.objects.filter(pk=task.pk).update(
-            state=State.SKIPPED, skip_cascades=False, error=why, finished_at=timezone.now(), lease_owner="", lease_expires_at=None
+        transitions.move(
+            task, State.SKIPPED, skip_cascades=False, error=why, finished_at=timezone.now(),
+            lease_owner="", lease_expires_at=None,
         )
-        run.tasks.filter(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True).update(
-            state=State.PENDING, skip_cascades=False, error="", finished_at=None
+        transitions.move_where(
+            run.tasks.filter(subtask_id__in=downstream_closure(task), skip_cascades=True),
+            State.PENDING,
+            from_states=[State.SKIPPED],
+            skip_cascades=False, error="", finished_at=None,
         )
         task.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
             status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
         )
         events.record("task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True})
         if run.is_finished:
-            run.status, run.finished_at, run.summary = Run.Status.RUNNING, None, ""
-            run.save(update_fields=["status", "finished_at", "summary"])
+            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
@@ -286,25 +292,32 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
     task = checkpoint.task_run
     if checkpoint.kind == Checkpoint.Kind.PLAN:
         if approved:
-            run.status, run.started_at = Run.Status.RUNNING, now
-            run.save(update_fields=["status", "started_at"])
+            transitions.move(run, Run.Status.RUNNING, started_at=now)
             events.record("run.started", run=run, user=checkpoint.decided_by)
         else:
-            run.tasks.update(state=State.CANCELLED, error="plan rejected", finished_at=now)
+            transitions.move_where(run.tasks.all(), State.CANCELLED, error="plan rejected", finished_at=now)
             scheduler.end_run(run, Run.Status.CANCELLED, f"plan rejected: {checkpoint.comment}")
     elif checkpoint.kind == Checkpoint.Kind.BEFORE:
         if approved:
-            TaskRun.objects.filter(pk=task.pk, state=State.WAITING_GATE).update(state=State.READY, ready_at=now)
+            transitions.move_where(
+                TaskRun.objects.filter(pk=task.pk), State.READY, from_states=[State.WAITING_GATE], ready_at=now
+            )
             events.record("task.ready", run=run, task=task)
         else:
             scheduler.skip_cascading(task, f"rejected at its gate: {checkpoint.comment}")
     else:  # AFTER: a review of the task's output
         if approved:
-            TaskRun.objects.filter(pk=task.pk, state=State.AWAITING_REVIEW).update(state=State.SUCCEEDED, finished_at=now)
+            transitions.move_where(
+                TaskRun.objects.filter(pk=task.pk), State.SUCCEEDED, from_states=[State.AWAITING_REVIEW],
+                finished_at=now,
+            )
             events.record("task.succeeded", run=run, task=task, message="output approved")
         else:
             reason = f"output rejected in review: {checkpoint.comment}"
-            TaskRun.objects.filter(pk=task.pk, state=State.AWAITING_REVIEW).update(state=State.FAILED, error=reason, finished_at=now)
+            transitions.move_where(
+                TaskRun.objects.filter(pk=task.pk), State.FAILED, from_states=[State.AWAITING_REVIEW],
+                error=reason, finished_at=now,
+            )
             events.record("task.failed", run=run, task=task, message=reason, payload={"error": reason})
 
 

@@ -25,7 +25,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from orchestrator import events, ratelimit
-from orchestrator.engine import context
+from orchestrator.engine import context, transitions, waits
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, ProviderLimit, Run, Subtask, TaskRun
 
 log = logging.getLogger(__name__)
@@ -131,8 +131,7 @@ def promote_pending(run: Run) -> int:
         elif new == State.WAITING_GATE:
             open_gate(task, Checkpoint.Kind.BEFORE)
         else:
-            task.state, task.ready_at = State.READY, now
-            task.save(update_fields=["state", "ready_at"])
+            transitions.move(task, State.READY, ready_at=now)
             events.record("task.ready", run=run, task=task)
     return len(decided)
 
@@ -146,15 +145,13 @@ def blocks(state: str, skip_cascades: bool) -> bool:
 
 
 def skip_cascading(task: TaskRun, reason: str) -> None:
-    task.state, task.skip_cascades, task.error, task.finished_at = State.SKIPPED, True, reason, timezone.now()
-    task.save(update_fields=["state", "skip_cascades", "error", "finished_at"])
+    transitions.move(task, State.SKIPPED, skip_cascades=True, error=reason, finished_at=timezone.now())
     events.record("task.skipped", run=task.run_id, task=task, message=reason, payload={"reason": reason})
 
 
 def open_gate(task: TaskRun, kind: str) -> Checkpoint:
     """Hold a task at a human checkpoint: before it starts, or after it produced its output."""
-    task.state = State.WAITING_GATE if kind == Checkpoint.Kind.BEFORE else State.AWAITING_REVIEW
-    task.save(update_fields=["state"])
+    transitions.move(task, State.WAITING_GATE if kind == Checkpoint.Kind.BEFORE else State.AWAITING_REVIEW)
     checkpoint, _ = Checkpoint.objects.get_or_create(
         run_id=task.run_id, task_run=task, kind=kind, defaults={"status": Checkpoint.Status.PENDING}
     )
@@ -197,8 +194,7 @@ def finish_if_done(run: Run) -> bool:
 
 
 def end_run(run: Run, status: str, summary: str) -> None:
-    run.status, run.summary, run.finished_at = status, summary, timezone.now()
-    run.save(update_fields=["status", "summary", "finished_at"])
+    transitions.move(run, status, summary=summary, finished_at=timezone.now())
     events.record(f"run.{status}", run=run, message=summary, payload={"status": status, "summary": summary})
 
 
@@ -258,10 +254,6 @@ def read_capacity(run: Run, agent_ids, pairs) -> Capacity:
     )
 
 
-def run_cap_reason(run: Run) -> str:
-    return f"run cap reached ({run.cap} running)"
-
-
 def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
     """The most one attempt can cost: reserved at admission, settled with the real usage."""
     if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
@@ -275,51 +267,49 @@ def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
 THROTTLE_RECHECK_S = 1.0
 
 
-def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[str, float]:
-    """Take this task's share of the provider's per-minute budgets, or say why and how long to wait.
+def admission_key(provider: str, model: str, suffix: str) -> str:
+    """The scheduler's shared per-minute budget for one provider, model and unit (rpm, itpm, otpm)."""
+    return f"admit:{provider}:{model}:{suffix}"
 
-    The reason is stable while the cause lasts (no countdown in it), so a waiting task writes
-    one event, not one per tick.
-    """
+
+def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[waits.Wait | None, float]:
+    """Take this task's share of the provider's per-minute budgets, or say why and how long to wait."""
     if limit is None:
-        return "", 0.0
+        return None, 0.0
     if limit.backoff_until and limit.backoff_until > now:
-        return (
-            f"provider {limit} backing off after a rate-limit answer, until {limit.backoff_until:%H:%M:%S}",
-            (limit.backoff_until - now).total_seconds(),
-        )
+        return waits.ProviderBackoff(str(limit), limit.backoff_until), (limit.backoff_until - now).total_seconds()
     budgets = [
-        ("rpm", 1, limit.requests_per_minute, "requests"),
-        ("itpm", task.subtask.estimated_input_tokens, limit.input_tokens_per_minute, "input tokens"),
-        ("otpm", task.agent.max_output_tokens, limit.output_tokens_per_minute, "output tokens"),
+        ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
+        ("itpm", task.subtask.estimated_input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
+        ("otpm", task.agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
     ]
     budgets = [b for b in budgets if b[2]]
-    for suffix, amount, per_minute, label in budgets:
-        remaining, reset_s = ratelimit.peek(f"admit:{limit.provider}:{limit.model}:{suffix}", per_minute)
+    for suffix, amount, per_minute, wait in budgets:
+        remaining, reset_s = ratelimit.peek(admission_key(limit.provider, limit.model, suffix), per_minute)
         if remaining < min(amount, per_minute):
-            return f"provider {limit} {label} per minute used up", reset_s
-    for suffix, amount, per_minute, label in budgets:
-        wait = ratelimit.acquire(f"admit:{limit.provider}:{limit.model}:{suffix}", amount, per_minute)
-        if wait:
-            return f"provider {limit} {label} per minute used up", wait
-    return "", 0.0
+            return wait(str(limit)), reset_s
+    for suffix, amount, per_minute, wait in budgets:
+        wait_s = ratelimit.acquire(admission_key(limit.provider, limit.model, suffix), amount, per_minute)
+        if wait_s:
+            return wait(str(limit)), wait_s
+    return None, 0.0
 
 
-def admission_block(task: TaskRun, cap: Capacity, now) -> str:
-    """Why `task` cannot start now ("" when it can), spending nothing."""
+def admission_block(task: TaskRun, cap: Capacity, now) -> waits.Wait | None:
+    """Why `task` cannot start now (None when it can), spending nothing."""
     if not task.agent.is_schedulable:
-        return f"agent {task.agent.name} is {task.agent.status}, not active"
+        return waits.AgentInactive(task.agent.name, task.agent.status)
     if cap.run_slots <= 0:
-        return run_cap_reason(task.run)
+        return waits.RunCap(task.run.cap)
     if cap.agent_slots[task.agent_id] <= 0:
-        return f"agent {task.agent.name} at its limit ({task.agent.max_concurrency} running across runs)"
+        return waits.AgentLimit(task.agent.name, task.agent.max_concurrency)
     pair = (task.agent.provider, task.agent.model)
     slots = cap.provider_slots[pair]
     if slots is not None and slots <= 0:
-        return f"provider {pair[0]}:{pair[1]} at its in-flight limit"
+        return waits.ProviderInFlight(*pair)
     if worst_case_cost(task, cap.limits.get(pair)) > cap.budget_left:
-        return "run budget would be exceeded"
-    return ""
+        return waits.Budget()
+    return None
 
 
 # Ready tasks are read in pages of (free run slots + ADMIT_PAGE) while run slots are left.
@@ -352,10 +342,10 @@ def admit(run: Run, *, keep_one: bool = False) -> list[int]:
         pair = (task.agent.provider, task.agent.model)
         limit = capacity.limits.get(pair)
         wait_s = 0.0
-        if not reason:
+        if reason is None:
             reason, wait_s = rate_limit_wait(task, limit, now)
-        if reason:
-            budget_blocked |= reason == "run budget would be exceeded"
+        if reason is not None:
+            budget_blocked |= reason.code == waits.Budget.code
             note_waiting(task, reason, throttled_for=wait_s, now=now)
             return
         reserve = worst_case_cost(task, limit)
@@ -377,7 +367,7 @@ def admit(run: Run, *, keep_one: bool = False) -> list[int]:
             consider(task)
     if capacity.run_slots <= 0:
         holding = ready.exclude(pk__in=seen).exclude(
-            state=State.READY, wait_reason=run_cap_reason(run), agent__status=Agent.Status.ACTIVE
+            state=State.READY, wait_code=waits.RunCap.code, agent__status=Agent.Status.ACTIVE
         )
         for task in holding:
             consider(task)
@@ -389,37 +379,42 @@ def admit(run: Run, *, keep_one: bool = False) -> list[int]:
     return admitted
 
 
-def note_waiting(task: TaskRun, reason: str, *, throttled_for: float = 0.0, now=None) -> None:
+def note_waiting(task: TaskRun, reason: waits.Wait, *, throttled_for: float = 0.0, now=None) -> None:
     """Show why a ready task waits; an event only when the reason changes.
 
     A task held back by the provider's rate budget is THROTTLED and not looked at again until
     the budget may have freed (at most THROTTLE_RECHECK_S later); a task held by a cap stays
-    READY and is admitted as soon as a slot frees.
+    READY and is admitted as soon as a slot frees. The sentence takes part in "changes" only
+    because it is what people see: a new one (another backoff deadline) must reach the page.
     """
     state = State.THROTTLED if throttled_for else State.READY
     if throttled_for:
         task.not_before = (now or timezone.now()) + timedelta(seconds=min(throttled_for, THROTTLE_RECHECK_S))
         task.save(update_fields=["not_before"])
-    if task.wait_reason == reason and task.state == state:
+    if task.wait_code == reason.code and task.wait_reason == reason.message and task.state == state:
         return
-    task.wait_reason, task.state = reason, state
-    task.save(update_fields=["wait_reason", "state"])
+    transitions.move(task, state, wait_code=reason.code, wait_reason=reason.message)
     events.record(
         "task.throttled" if throttled_for else "task.waiting",
         run=task.run_id,
         task=task,
-        message=reason,
-        payload={"reason": reason, "state": state},
+        message=reason.message,
+        payload={"reason": reason.message, "code": reason.code, "state": state},
     )
 
 
 def dispatch(task: TaskRun, reserve: Decimal, now, *, enqueue: bool = True) -> Attempt:
     """Admit one task: a new Attempt, the task queued, one q2 task enqueued after commit
     (unless the worker that called `advance` runs it itself: see advance's keep_one)."""
-    task.attempt_count += 1
-    task.state, task.wait_reason = State.QUEUED, ""
-    task.lease_owner, task.lease_expires_at = "", now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)
-    task.save(update_fields=["attempt_count", "state", "wait_reason", "lease_owner", "lease_expires_at"])
+    transitions.move(
+        task,
+        State.QUEUED,
+        attempt_count=task.attempt_count + 1,
+        wait_reason="",
+        wait_code="",
+        lease_owner="",
+        lease_expires_at=now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S),
+    )
     attempt = Attempt.objects.create(task_run=task, number=task.attempt_count, reserved_usd=reserve)
     events.record(
         "task.queued",
@@ -451,7 +446,6 @@ def stop_over_budget(run: Run) -> None:
         f"(spent ${spent:.4f}); raise the budget and retry"
     )
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
-        task.state, task.error, task.finished_at = State.CANCELLED, "run over budget", timezone.now()
-        task.save(update_fields=["state", "error", "finished_at"])
+        transitions.move(task, State.CANCELLED, error="run over budget", finished_at=timezone.now())
         events.record("task.cancelled", run=run, task=task, message="run over budget")
     end_run(run, Run.Status.OVER_BUDGET, message)

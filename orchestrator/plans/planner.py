@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +35,7 @@ from orchestrator import plans
 from orchestrator.models import Agent, Plan, PlannerAttempt
 from orchestrator.plans.document import PlanDocument
 from orchestrator.providers import anthropic as claude
-from orchestrator.providers.base import ProviderError, redact_secrets
+from orchestrator.providers.base import ProviderError, ProviderFeedback, redact_secrets
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ MAX_GOAL_CHARS = 5_000
 PLANNER_MAX_TOKENS = 8_000
 PLANNER_TIMEOUT_S = 120.0
 ROUNDS = 2  # the first answer and one repair round trip
+FeedbackSink = Callable[[ProviderFeedback | None], Any]
 
 
 class PlannerError(Exception):
@@ -64,8 +66,12 @@ class PlannerResult:
     attempt: PlannerAttempt
 
 
-def propose_plan(goal: str, *, created_by=None) -> PlannerResult:
-    """Propose and save a plan for ``goal`` with the active agents, or raise PlannerError."""
+def propose_plan(goal: str, *, created_by=None, on_feedback: FeedbackSink | None = None) -> PlannerResult:
+    """Propose and save a plan for ``goal`` with the active agents, or raise PlannerError.
+
+    ``on_feedback`` receives what each of Claude's answers said about the rate limits
+    (``orchestrator.engine.feedback.apply`` is the engine's handler: the caller passes it,
+    since this layer does not decide what the limits become)."""
     goal = (goal or "").strip()
     if not goal:
         raise PlannerError("The goal is empty: say in a sentence what the team should achieve.")
@@ -79,7 +85,7 @@ def propose_plan(goal: str, *, created_by=None) -> PlannerResult:
         )
     if not settings.ANTHROPIC_API_KEY:
         return _simulated_plan(goal, agents, created_by)
-    return _claude_plan(goal, agents, created_by)
+    return _claude_plan(goal, agents, created_by, on_feedback or _ignore)
 
 
 # --- Saving -----------------------------------------------------------------------------------------
@@ -213,7 +219,11 @@ class _Answer:
     output_tokens: int
 
 
-def _ask(messages: list[MessageParam], agents: list[Agent], model: str) -> _Answer:
+def _ignore(feedback: ProviderFeedback | None) -> None:
+    pass
+
+
+def _ask(messages: list[MessageParam], agents: list[Agent], model: str, on_feedback: FeedbackSink) -> _Answer:
     """One call to Claude; ProviderError (redacted, SDK retries off) when it fails."""
     sdk = claude.client(PLANNER_TIMEOUT_S, who="the planner")
     try:
@@ -225,11 +235,12 @@ def _ask(messages: list[MessageParam], agents: list[Agent], model: str) -> _Answ
             tools=[plan_tool(agents)],
             tool_choice={"type": "tool", "name": PLAN_TOOL},
         )
-        claude.feed_back(model, raw_response.headers)
+        on_feedback(claude.rate_limit_feedback(model, raw_response.headers))
         message = raw_response.parse()
     except claude.SDK_ERRORS as exc:
-        claude.feed_back_error(model, exc)
-        raise claude.map_error(exc, timeout_s=PLANNER_TIMEOUT_S) from None
+        error = claude.map_error(exc, timeout_s=PLANNER_TIMEOUT_S, model=model)
+        on_feedback(error.feedback)
+        raise error from None
     content: list[TextBlockParam | ToolUseBlockParam] = []
     tool_input: Any = None
     texts: list[str] = []
@@ -317,14 +328,14 @@ def repair_request(answer: _Answer, problems: list[str]) -> list[MessageParam]:
     return [{"role": "assistant", "content": answer.content}, {"role": "user", "content": results}]
 
 
-def _claude_plan(goal: str, agents: list[Agent], created_by) -> PlannerResult:
+def _claude_plan(goal: str, agents: list[Agent], created_by, on_feedback: FeedbackSink) -> PlannerResult:
     model = settings.GLASSBOX_MODEL
     messages: list[MessageParam] = [{"role": "user", "content": planner_prompt(goal, agents)}]
     problems: list[str] = []
     attempt: PlannerAttempt | None = None
     for round_number in range(1, ROUNDS + 1):
         try:
-            answer = _ask(messages, agents, model)
+            answer = _ask(messages, agents, model, on_feedback)
         except ProviderError as error:
             attempt = PlannerAttempt.objects.create(
                 goal=goal, model=model, round=round_number, error=error.message, created_by=created_by

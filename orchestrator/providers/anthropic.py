@@ -17,7 +17,10 @@ One attempt is one streamed ``messages.create`` call:
   timeouts, connection failures and 5xx are retryable; other 4xx (bad request, authentication,
   permission, not found) are not.
 * **Rate-limit headers.** The ``anthropic-ratelimit-*`` headers of every answer, successful or
-  not, go to :func:`orchestrator.engine.feedback.apply_rate_limit_headers`.
+  not, are read into a :class:`~.base.ProviderFeedback` (this is the provider's protocol): the
+  stream yields it as soon as the answer starts, an error carries it as ``error.feedback``.
+  What to do with it is the engine's decision (``orchestrator.engine.feedback``); nothing here
+  writes engine state.
 * **Timeouts.** The SDK's timeout is the task's timeout. ``base.KEEPALIVE_S`` cannot be kept
   while the socket is silent: this generator yields on every event the server sends (a ping
   too, as an empty :class:`~.base.TextDelta`) but blocks in between. A stalled connection
@@ -46,14 +49,17 @@ try:  # the SDK's HTTP client: httpx2 from SDK 2.x on, httpx before
 except ImportError:  # pragma: no cover - older SDKs
     import httpx as sdk_http
 
-from orchestrator.engine import feedback as provider_feedback
 from orchestrator.providers.base import (
+    BUDGETS,
     AgentRequest,
+    BudgetReport,
     Completed,
     Overloaded,
     Provider,
     ProviderError,
+    ProviderFeedback,
     RateLimited,
+    StreamItem,
     TextDelta,
     Usage,
 )
@@ -127,22 +133,53 @@ def parse_retry_after(value: str | None) -> float | None:
     return max(0.0, seconds)
 
 
-def feed_back(model: str, headers: Mapping[str, str] | None) -> None:
-    """Pass an answer's rate-limit headers on to the scheduler's limits (provider_feedback)."""
-    if headers:
-        provider_feedback.apply_rate_limit_headers("anthropic", model, headers)
+RATE_LIMIT_HEADER_PREFIX = "anthropic-ratelimit-"
 
 
-def feed_back_error(model: str, exc: Exception) -> None:
-    """The same for an error answer (a 429 carries the most useful headers of all)."""
-    if isinstance(exc, anthropic.APIStatusError) and exc.status_code >= 400:
-        feed_back(model, exc.response.headers)
+def parse_reset(value: str | None) -> datetime | None:
+    """An RFC 3339 time (``2026-11-22T15:16:55Z``), or None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def map_error(exc: Exception, *, timeout_s: float | None = None) -> ProviderError:
-    """A ProviderError (message redacted) for an exception raised by the SDK."""
+def _count(value: str | None) -> int | None:
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        return None
+    return number if number >= 0 else None
+
+
+def rate_limit_feedback(model: str, headers: Mapping[str, str] | None) -> ProviderFeedback:
+    """The budgets an answer's ``anthropic-ratelimit-{budget}-{limit,remaining,reset}`` headers
+    (any case) report: the account's per-minute limits, what is left now, when it is full again."""
+    lowered = {str(name).lower(): value for name, value in (headers or {}).items()}
+    budgets: dict[str, BudgetReport] = {}
+    for budget in BUDGETS:
+        base = f"{RATE_LIMIT_HEADER_PREFIX}{budget}-"
+        report = BudgetReport(
+            limit=_count(lowered.get(base + "limit")),
+            remaining=_count(lowered.get(base + "remaining")),
+            reset=parse_reset(lowered.get(base + "reset")),
+        )
+        if report.limit is not None or report.remaining is not None:
+            budgets[budget] = report
+    return ProviderFeedback(provider="anthropic", model=model, budgets=budgets)
+
+
+def map_error(exc: Exception, *, timeout_s: float | None = None, model: str = "") -> ProviderError:
+    """A ProviderError (message redacted) for an exception raised by the SDK; an error answer's
+    rate-limit headers go with it as ``feedback``."""
     if isinstance(exc, anthropic.APIStatusError):
-        return _map_status_error(exc)
+        error = _map_status_error(exc)
+        if exc.status_code >= 400 and exc.response is not None:
+            error.feedback = rate_limit_feedback(model, exc.response.headers)
+        return error
     if isinstance(exc, anthropic.APITimeoutError | sdk_http.TimeoutException):
         within = f" within {timeout_s:g} s" if timeout_s else ""
         return ProviderError(f"anthropic: no answer{within} (timed out)", retryable=True)
@@ -188,7 +225,7 @@ def _body_error(body: Any, name: str) -> str | None:
 class AnthropicProvider(Provider):
     name = "anthropic"
 
-    def stream(self, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+    def stream(self, request: AgentRequest) -> Iterator[StreamItem]:
         sdk = client(request.timeout_s, who=f"agent {request.agent_name}")
         params: dict[str, Any] = {
             "model": request.model,
@@ -199,11 +236,12 @@ class AnthropicProvider(Provider):
             params["system"] = request.system_prompt
         try:
             with sdk.messages.stream(**params) as stream:
-                feed_back(request.model, stream.response.headers)
+                feedback = rate_limit_feedback(request.model, stream.response.headers)
+                if feedback.budgets:
+                    yield feedback
                 yield from self._events(stream, request)
         except SDK_ERRORS as exc:
-            feed_back_error(request.model, exc)
-            raise map_error(exc, timeout_s=request.timeout_s) from None
+            raise map_error(exc, timeout_s=request.timeout_s, model=request.model) from None
 
     def _events(self, stream: Any, request: AgentRequest) -> Iterator[TextDelta | Completed]:
         chars = 0

@@ -3,6 +3,10 @@
 Shaped like healthchecks' ``hc/api/transports.py``: one base class that every provider
 implements, and one error type that tells the caller whether a failure is worth retrying and
 whether it is the provider's fault (429/529: back off the whole provider) or the task's.
+
+Adapters report, the core decides: a provider says what the API told it (usage, Retry-After,
+the rate-limit budgets an answer reports, as :class:`ProviderFeedback`) and changes no engine
+state; the engine (``orchestrator.engine.feedback``, ``execution``) updates limits and tasks.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -64,6 +69,33 @@ class Completed:
     simulated: bool
 
 
+@dataclass(frozen=True)
+class BudgetReport:
+    """One per-minute budget as the provider reported it: its size, what is left, when it is full."""
+
+    limit: int | None = None
+    remaining: int | None = None
+    reset: datetime | None = None
+
+
+# The budgets a provider can report: requests, input and output tokens per minute, and "tokens",
+# the most restrictive token budget (only its being empty matters).
+BUDGETS = ("requests", "input-tokens", "output-tokens", "tokens")
+
+
+@dataclass(frozen=True)
+class ProviderFeedback:
+    """What one answer of a provider said about its rate limits, for the engine to act on.
+
+    A provider yields it in its stream as soon as the answer's headers arrive, and attaches it
+    to the :class:`ProviderError` of an error answer (a 429 carries the most useful ones).
+    """
+
+    provider: str
+    model: str
+    budgets: dict[str, BudgetReport] = field(default_factory=dict)  # by name, one of BUDGETS
+
+
 def redact_secrets(text: str) -> str:
     """``text`` with anything that looks like an Anthropic API key (or is the configured one) removed."""
     configured_key = getattr(settings, "ANTHROPIC_API_KEY", "") if settings.configured else ""
@@ -78,7 +110,8 @@ class ProviderError(Exception):
     ``retryable``: another attempt may succeed (a timeout, a 5xx) as opposed to a request that
     will always fail (bad options, unknown model). ``provider_wide``: the provider refused
     for reasons that are not this task's fault (429, 529), so the caller backs off every task
-    on the provider, honouring ``retry_after_s`` when given. The message never contains an
+    on the provider, honouring ``retry_after_s`` when given. ``feedback``: what the error
+    answer said about the provider's budgets, if anything. The message never contains an
     API key: it is redacted on the way in.
     """
 
@@ -90,6 +123,7 @@ class ProviderError(Exception):
         retry_after_s: float | None = None,
         provider_wide: bool = False,
         status_code: int | None = None,
+        feedback: ProviderFeedback | None = None,
     ) -> None:
         self.message = redact_secrets(str(message))
         super().__init__(self.message)
@@ -97,6 +131,7 @@ class ProviderError(Exception):
         self.retry_after_s = retry_after_s
         self.provider_wide = provider_wide
         self.status_code = status_code
+        self.feedback = feedback
 
 
 class RateLimited(ProviderError):
@@ -117,19 +152,24 @@ class Overloaded(ProviderError):
         )
 
 
+StreamItem = TextDelta | Completed | ProviderFeedback
+
+
 class Provider(ABC):
     """One way of running an agent. Instances hold no per-request state."""
 
     name: str
 
     @abstractmethod
-    def stream(self, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+    def stream(self, request: AgentRequest) -> Iterator[StreamItem]:
         """Run ``request``, yielding output as it comes.
 
         Yields a :class:`TextDelta` at least every ``KEEPALIVE_S`` while working (an empty
         one if there is no new text) and ends with exactly one :class:`Completed`, or raises
-        :class:`ProviderError`. The caller may abandon the generator (``close()``) at any
-        point, e.g. on timeout or cancellation.
+        :class:`ProviderError`. A provider that learns about its rate limits from an answer
+        also yields a :class:`ProviderFeedback` (at most one per answer, usually first). The
+        caller may abandon the generator (``close()``) at any point, e.g. on timeout or
+        cancellation.
         """
 
     @abstractmethod

@@ -348,7 +348,7 @@ def test_the_planner_proposes_a_plan_that_is_launched_after_its_preflight(launch
 def test_a_planner_error_is_shown_on_the_form(launcher_client, monkeypatch):
     from orchestrator.plans import planner
 
-    def fail(goal, *, created_by=None):
+    def fail(goal, *, created_by=None, on_feedback=None):
         raise planner.PlannerError("the planner's answer named no agents")
 
     monkeypatch.setattr(planner, "propose_plan", fail)

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError
 
 from orchestrator import plans
-from orchestrator.engine import runs
+from orchestrator.engine import feedback, runs
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.engine.run_settings import FAILURE_POLICIES
 from orchestrator.management import console
@@ -50,7 +50,7 @@ class Command(BaseCommand):
         if not launch and (no_approval or cap is not None or budget is not None or policy is not None):
             raise CommandError("--no-approval, --cap, --budget and --policy only apply together with --launch.")
         try:
-            result = planner.propose_plan(goal)
+            result = planner.propose_plan(goal, on_feedback=feedback.apply)
         except planner.PlannerError as error:
             raise CommandError(f"No plan: {error}") from None
         except DatabaseError as error:

@@ -47,7 +47,7 @@ def test_run_cap_holds_and_waiting_tasks_say_why(demo_agents, make_plan):
     assert sorted(counts).count("queued") == 3
     waiting = run.tasks.filter(state=State.READY)
     assert waiting.count() == 7
-    assert all(t.wait_reason == "run cap reached (3 running)" for t in waiting)
+    assert all(t.wait_reason == "run cap reached (3 running)" and t.wait_code == "run_cap" for t in waiting)
 
 
 @pytest.mark.django_db
@@ -61,6 +61,7 @@ def test_agent_concurrency_is_counted_across_runs(demo_agents, make_plan):
     assert first.tasks.filter(state=State.QUEUED).count() == 2
     assert second.tasks.filter(state=State.QUEUED).count() == 0
     assert "agent coder at its limit" in second.tasks.first().wait_reason
+    assert second.tasks.first().wait_code == "agent_limit"
 
 
 @pytest.mark.django_db
@@ -74,7 +75,8 @@ def test_provider_in_flight_cap_and_backoff_hold(demo_agents, make_plan):
     limit.save()
     scheduler.advance(run.pk)
     throttled = run.tasks.get(state=State.THROTTLED)  # held by the provider, not by a cap
-    assert "backing off" in throttled.wait_reason
+    assert "backing off" in throttled.wait_reason and throttled.wait_code == "provider_backoff"
+    assert Event.objects.filter(run=run, type="task.throttled").last().payload["code"] == "provider_backoff"
 
 
 @pytest.mark.django_db
@@ -175,6 +177,7 @@ def test_rejected_gate_skips_its_branch_with_the_reason(demo_agents, make_plan):
 def test_after_gate_holds_downstream_until_the_output_is_approved(demo_agents, make_plan):
     plan = make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])})
     run = runs.launch(plan)
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.RUNNING)  # a worker claimed it
     task = run.tasks.get(subtask__key="a")
     scheduler.open_gate(task, Checkpoint.Kind.AFTER)  # what a worker does when the output is ready
     scheduler.advance(run.pk)
@@ -273,6 +276,7 @@ def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_age
     throttled = run.tasks.filter(state=State.THROTTLED)
     assert throttled.count() == 3
     assert all("requests per minute used up" in t.wait_reason for t in throttled)
+    assert set(throttled.values_list("wait_code", flat=True)) == {"rate_limit_requests"}
     assert Event.objects.filter(run=run, type="task.throttled").count() == 3
     scheduler.advance(run.pk)  # nothing frees within the minute: still held, no new events
     assert run.tasks.filter(state=State.QUEUED).count() == 2

@@ -14,7 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from orchestrator.models import Agent, Checkpoint, Plan, PlannerAttempt, Run
+from orchestrator.models import Agent, Checkpoint, Plan, PlannerAttempt, ProviderLimit, Run
 from orchestrator.plans import planner
 from orchestrator.providers.fake_anthropic import Reply
 from tests.conftest import FAKE_ANTHROPIC_KEY
@@ -159,6 +159,18 @@ def test_a_failing_api_call_is_a_planner_error_naming_the_status(demo_agents, fa
     assert "429 rate_limit_error" in error.message and "retry after 20 s" in error.message
     attempt = PlannerAttempt.objects.get()
     assert "429" in attempt.error and attempt.raw_answer == ""
+
+
+def test_the_planners_rate_limit_feedback_goes_to_the_callers_handler(demo_agents, fake_anthropic, settings):
+    reports = []
+    fake_anthropic.enqueue(plan_call(VALID))
+    planner.propose_plan(GOAL, on_feedback=reports.append)
+    fake_anthropic.enqueue(Reply.error(429, retry_after=20, headers={"anthropic-ratelimit-requests-remaining": "0"}))
+    with pytest.raises(planner.PlannerError):
+        planner.propose_plan(GOAL, on_feedback=reports.append)
+    assert [r.model for r in reports] == [settings.GLASSBOX_MODEL] * 2
+    assert reports[0].budgets["requests"].limit == 50  # the fake server's limit
+    assert reports[1].budgets["requests"].remaining == 0
 
 
 def test_the_key_never_appears_in_planner_errors_attempts_or_logs(demo_agents, fake_anthropic, caplog):
@@ -333,3 +345,11 @@ def test_the_smallest_answer_the_tool_schema_allows_is_a_valid_plan(demo_agents)
     spec = plans.validate({"goal": GOAL, **answer})
 
     assert len(spec.subtasks) == 1 and spec.subtasks[0].agent == agents[0].name
+
+
+def test_the_plan_command_applies_the_planners_rate_limit_feedback(demo_agents, fake_anthropic, settings):
+    limit = ProviderLimit.objects.create(provider="anthropic", model=settings.GLASSBOX_MODEL)
+    fake_anthropic.enqueue(plan_call(VALID))
+    plan_command(GOAL)
+    limit.refresh_from_db()
+    assert limit.requests_per_minute == 50  # learned from the answer's headers, as the engine does

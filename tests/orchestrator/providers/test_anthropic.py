@@ -21,12 +21,13 @@ from orchestrator import ratelimit
 from orchestrator.engine import execution, scheduler
 from orchestrator.engine import feedback as provider_feedback
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
-from orchestrator.providers.anthropic import AnthropicProvider, parse_retry_after
+from orchestrator.providers.anthropic import AnthropicProvider, parse_retry_after, rate_limit_feedback
 from orchestrator.providers.base import (
     AgentRequest,
     Completed,
     Overloaded,
     ProviderError,
+    ProviderFeedback,
     RateLimited,
     TextDelta,
     get_provider,
@@ -57,15 +58,21 @@ def make_request(**overrides) -> AgentRequest:
 
 
 def drain(request: AgentRequest) -> tuple[list[TextDelta], Completed]:
-    *deltas, completed = list(AnthropicProvider().stream(request))
+    """The stream's text and final message; its rate-limit feedback applied as execution does."""
+    items = list(AnthropicProvider().stream(request))
+    for report in [item for item in items if isinstance(item, ProviderFeedback)]:
+        provider_feedback.apply(report)
+    *deltas, completed = [item for item in items if not isinstance(item, ProviderFeedback)]
     assert all(isinstance(delta, TextDelta) for delta in deltas)
     assert isinstance(completed, Completed)
     return deltas, completed
 
 
 def raised_by(request: AgentRequest) -> ProviderError:
+    """The error a stream raises; the feedback it carries applied as execution does."""
     with pytest.raises(ProviderError) as raised:
         list(AnthropicProvider().stream(request))
+    provider_feedback.apply(raised.value.feedback)
     return raised.value
 
 
@@ -322,15 +329,61 @@ def test_a_429s_headers_are_applied_too(claude_limit, fake_anthropic):
     assert claude_limit.backoff_until.strftime("%Y-%m-%dT%H:%M:%SZ") == reset
 
 
+def test_the_provider_reports_feedback_and_changes_no_limits_itself(claude_limit, fake_anthropic):
+    reset = (timezone.now() + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fake_anthropic.enqueue(Reply.text_answer(TEXT, headers={
+        "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset,
+    }))
+    items = list(AnthropicProvider().stream(make_request()))
+    reports = [item for item in items if isinstance(item, ProviderFeedback)]
+    assert len(reports) == 1 and (reports[0].provider, reports[0].model) == ("anthropic", MODEL)
+    assert reports[0].budgets["requests"].remaining == 0
+    assert reports[0].budgets["requests"].limit == 50  # the fake server's limit
+    claude_limit.refresh_from_db()
+    assert claude_limit.backoff_until is None and claude_limit.requests_per_minute is None
+
+
+def test_a_429_carries_its_headers_as_feedback_on_the_error(claude_limit, fake_anthropic):
+    fake_anthropic.enqueue(Reply.error(429, retry_after=2, headers={"anthropic-ratelimit-input-tokens-remaining": "0"}))
+    with pytest.raises(RateLimited) as raised:
+        list(AnthropicProvider().stream(make_request()))
+    assert raised.value.feedback.budgets["input-tokens"].remaining == 0
+    claude_limit.refresh_from_db()
+    assert claude_limit.backoff_until is None  # until the engine applies it
+
+
+def test_feedback_applied_by_the_engine_during_an_attempt_updates_the_provider_limit(claude_run, fake_anthropic):
+    reset = (timezone.now() + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    fake_anthropic.enqueue(Reply.text_answer(TEXT, headers={
+        "anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-output-tokens-reset": reset,
+    }))
+    assert execution.execute_attempt(queued_attempt(claude_run).pk) == "succeeded"
+    limit = ProviderLimit.objects.get(provider="anthropic", model=MODEL)
+    assert limit.backoff_until.strftime("%Y-%m-%dT%H:%M:%SZ") == reset
+    assert limit.requests_per_minute == 50  # learned from the answer's headers
+
+
+def test_the_provider_module_imports_nothing_from_the_engine():
+    import ast
+    import inspect
+
+    from orchestrator.providers import anthropic as module
+
+    tree = ast.parse(inspect.getsource(module))
+    imported = [node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module]
+    imported += [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert imported and not [name for name in imported if name.startswith("orchestrator.engine")]
+
+
 def test_a_backoff_from_headers_is_capped_at_a_minute(claude_limit):
     far = (timezone.now() + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result = provider_feedback.apply_rate_limit_headers("anthropic", MODEL, {
+    result = provider_feedback.apply(rate_limit_feedback(MODEL, {
         "anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": far,
-    })
+    }))
     assert result.backoff_until <= timezone.now() + timedelta(seconds=provider_feedback.MAX_BACKOFF_S)
-    assert provider_feedback.apply_rate_limit_headers("anthropic", "no-such-model", {
+    assert provider_feedback.apply(rate_limit_feedback("no-such-model", {
         "anthropic-ratelimit-requests-remaining": "0",
-    }).backoff_until is None
+    })).backoff_until is None
 
 
 # --- The API key -----------------------------------------------------------------------------------

@@ -1,0 +1,106 @@
+"""Which state may follow which: the one table every TaskRun and Run state change goes through.
+
+The tables say what the engine does today (scheduler, execution, reaper, runs): a move they do
+not declare is a bug, refused with an error naming both states rather than written to the
+database. Staying in the same state is always allowed (a waiting task whose reason changes, a
+review gate opened on a task already awaiting review).
+
+Two ways to move:
+
+* :func:`move` — a task or run loaded under the run's row lock: check, set, save the fields given.
+* :func:`move_where` — a conditional update (``filter(state__in=...).update(...)``), the
+  concurrency guarantee of claims and late results: the row moves only if it is still in one of
+  the states it may move from, and the count says whether it did. The states it may move from
+  are checked against the table here too, before any SQL runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from orchestrator.models import Run, TaskRun
+
+State = TaskRun.State
+Status = Run.Status
+
+TASK_MOVES: dict[str, frozenset[str]] = {
+    # the ready rule, a before-gate, a cascading skip; a person skips or cancels
+    State.PENDING: frozenset({State.READY, State.WAITING_GATE, State.SKIPPED, State.CANCELLED}),
+    # the gate is approved or rejected
+    State.WAITING_GATE: frozenset({State.READY, State.SKIPPED, State.CANCELLED}),
+    # admitted, or held back by the provider's rate budget
+    State.READY: frozenset({State.THROTTLED, State.QUEUED, State.SKIPPED, State.CANCELLED}),
+    State.THROTTLED: frozenset({State.READY, State.QUEUED, State.SKIPPED, State.CANCELLED}),
+    # a worker claims the attempt
+    State.QUEUED: frozenset({State.RUNNING, State.SKIPPED, State.CANCELLED}),
+    # the attempt ends: output (reviewed or not), a retry, a failure, or it is stopped
+    State.RUNNING: frozenset(
+        {State.SUCCEEDED, State.AWAITING_REVIEW, State.READY, State.FAILED, State.SKIPPED, State.CANCELLED}
+    ),
+    # a person reviews the output
+    State.AWAITING_REVIEW: frozenset({State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED}),
+    State.SUCCEEDED: frozenset(),
+    # a person retries or skips a failed task
+    State.FAILED: frozenset({State.READY, State.SKIPPED}),
+    # a person retries it; work that gave up because of a failure waits for its retry again
+    State.SKIPPED: frozenset({State.READY, State.PENDING}),
+    State.CANCELLED: frozenset({State.READY, State.PENDING}),
+}
+
+RUN_MOVES: dict[str, frozenset[str]] = {
+    Status.AWAITING_APPROVAL: frozenset({Status.RUNNING, Status.CANCELLED}),
+    Status.RUNNING: frozenset({Status.PAUSED, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.OVER_BUDGET}),
+    # running tasks finish while paused, so a paused run can end too
+    Status.PAUSED: frozenset({Status.RUNNING, Status.SUCCEEDED, Status.FAILED, Status.CANCELLED}),
+    # a person's retry (or skip of the failed task) reopens an ended run
+    Status.SUCCEEDED: frozenset({Status.RUNNING}),
+    Status.FAILED: frozenset({Status.RUNNING}),
+    Status.OVER_BUDGET: frozenset({Status.RUNNING}),
+    Status.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(Exception):
+    """A state change the tables do not declare: a bug in the engine, not a person's mistake."""
+
+    def __init__(self, what: str, old: str, new: str):
+        self.old, self.new = old, new
+        super().__init__(f"{what} cannot move from {old} to {new}")
+
+
+def allowed(old: str, new: str, *, table: dict[str, frozenset[str]] = TASK_MOVES) -> bool:
+    return old == new or new in table[old]
+
+
+def sources(new: str, *, table: dict[str, frozenset[str]] = TASK_MOVES) -> list[str]:
+    """Every state that may move to ``new`` (``new`` itself included)."""
+    return [old for old in table if allowed(old, new, table=table)]
+
+
+def _describe(obj: TaskRun | Run) -> str:
+    if isinstance(obj, Run):
+        return f"run {obj.pk}"
+    return f"task {obj.subtask.key}" if obj.subtask_id else f"task {obj.pk}"
+
+
+def move(obj: TaskRun | Run, new: str, **fields) -> None:
+    """Move a task (or a run) loaded under the run's lock to ``new`` and save it with ``fields``."""
+    is_run = isinstance(obj, Run)
+    attribute, table = ("status", RUN_MOVES) if is_run else ("state", TASK_MOVES)
+    old = getattr(obj, attribute)
+    if not allowed(old, new, table=table):
+        raise IllegalTransition(_describe(obj), old, new)
+    setattr(obj, attribute, new)
+    for name, value in fields.items():
+        setattr(obj, name, value)
+    obj.save(update_fields=[attribute, *fields])
+
+
+def move_where(queryset, new: str, *, from_states: Iterable[str] | None = None, **fields) -> int:
+    """Conditionally move the tasks of ``queryset`` that are in ``from_states`` (by default, every
+    state the table lets move to ``new``) to ``new``, updating ``fields``. Returns the count moved."""
+    states = list(from_states) if from_states is not None else sources(new)
+    for old in states:
+        if not allowed(old, new):
+            raise IllegalTransition("tasks", old, new)
+    return queryset.filter(state__in=states).update(state=new, **fields)

@@ -1,0 +1,141 @@
+"""Why a ready task is not running yet: typed wait reasons (DESIGN §3, Admission).
+
+In the spirit of Airflow's ``ti_deps``, every reason is its own type with a stable code and a
+sentence built from its parameters. The engine stores both on the TaskRun: it filters and
+compares the code (``TaskRun.wait_code``), people read the sentence (``TaskRun.wait_reason``).
+A sentence may change wording at any time; a code is part of the data (events carry it, the
+database is queried by it), so codes are never renamed.
+
+The sentences carry no countdown: a reason stays the same while its cause lasts, so a waiting
+task writes one event, not one per tick.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from datetime import datetime
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class Wait:
+    """One reason a task waits: ``code`` names it, ``template`` says it in words from its fields."""
+
+    code: ClassVar[str] = ""
+    template: ClassVar[str] = ""
+
+    @property
+    def message(self) -> str:
+        return self.template.format(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class AgentInactive(Wait):
+    """The task's agent is draft or retired: only active agents are scheduled."""
+
+    code = "agent_inactive"
+    template = "agent {agent} is {status}, not active"
+    agent: str
+    status: str
+
+
+@dataclass(frozen=True)
+class RunCap(Wait):
+    """The run already has as many tasks queued or running as its cap allows."""
+
+    code = "run_cap"
+    template = "run cap reached ({cap} running)"
+    cap: int
+
+
+@dataclass(frozen=True)
+class AgentLimit(Wait):
+    """The agent runs its ``max_concurrency`` tasks already, counted across all runs."""
+
+    code = "agent_limit"
+    template = "agent {agent} at its limit ({max_concurrency} running across runs)"
+    agent: str
+    max_concurrency: int
+
+
+@dataclass(frozen=True)
+class ProviderInFlight(Wait):
+    """The provider and model have as many calls in flight as their (effective) cap allows."""
+
+    code = "provider_in_flight"
+    template = "provider {provider}:{model} at its in-flight limit"
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True)
+class Budget(Wait):
+    """The attempt's worst-case cost would take the run past its budget."""
+
+    code = "budget"
+    template = "run budget would be exceeded"
+
+
+@dataclass(frozen=True)
+class ProviderBackoff(Wait):
+    """The provider answered 429/529 or reported an empty budget: nothing is sent until ``until``."""
+
+    code = "provider_backoff"
+    template = "provider {provider} backing off after a rate-limit answer, until {until:%H:%M:%S}"
+    provider: str  # as shown: "anthropic:claude-…"
+    until: datetime
+
+
+@dataclass(frozen=True)
+class RateLimitRequests(Wait):
+    """The provider's requests-per-minute budget is used up."""
+
+    code = "rate_limit_requests"
+    template = "provider {provider} requests per minute used up"
+    provider: str  # as shown: "anthropic:claude-…"
+
+
+@dataclass(frozen=True)
+class RateLimitInput(Wait):
+    """The provider's input-tokens-per-minute budget cannot hold this task's prompt."""
+
+    code = "rate_limit_input"
+    template = "provider {provider} input tokens per minute used up"
+    provider: str
+
+
+@dataclass(frozen=True)
+class RateLimitOutput(Wait):
+    """The provider's output-tokens-per-minute budget cannot hold this task's answer."""
+
+    code = "rate_limit_output"
+    template = "provider {provider} output tokens per minute used up"
+    provider: str
+
+
+@dataclass(frozen=True)
+class RetryBackoff(Wait):
+    """A failed or lost attempt is retried after an exponential backoff."""
+
+    code = "retry_backoff"
+    template = "retrying in {delay_s:.1f} s after: {error:.150}"
+    delay_s: float
+    error: str
+
+
+ALL: tuple[type[Wait], ...] = (
+    AgentInactive,
+    RunCap,
+    AgentLimit,
+    ProviderInFlight,
+    Budget,
+    ProviderBackoff,
+    RateLimitRequests,
+    RateLimitInput,
+    RateLimitOutput,
+    RetryBackoff,
+)
+CODES: tuple[str, ...] = tuple(kind.code for kind in ALL)

@@ -1,0 +1,76 @@
+"""The declared state tables: every declared move is allowed, anything else is refused by name."""
+
+import pytest
+
+from orchestrator.engine import runs, transitions
+from orchestrator.engine.transitions import RUN_MOVES, TASK_MOVES, IllegalTransition
+from orchestrator.models import Run, TaskRun
+
+State = TaskRun.State
+
+
+def test_every_state_has_a_row_in_its_table():
+    assert set(TASK_MOVES) == set(State.values)
+    assert set(RUN_MOVES) == set(Run.Status.values)
+
+
+@pytest.mark.parametrize("old,new", [(old, new) for old, targets in TASK_MOVES.items() for new in targets])
+def test_every_declared_task_move_is_allowed(old, new):
+    assert transitions.allowed(old, new)
+
+
+def test_terminal_states_move_only_by_a_persons_retry_or_skip():
+    assert TASK_MOVES[State.SUCCEEDED] == frozenset()
+    for state in (State.FAILED, State.SKIPPED, State.CANCELLED):
+        assert State.READY in TASK_MOVES[state]
+    assert not transitions.allowed(State.SUCCEEDED, State.RUNNING)
+    assert not transitions.allowed(State.PENDING, State.RUNNING)  # never without being queued
+
+
+def test_sources_lists_every_state_that_may_move_to_a_state():
+    assert set(transitions.sources(State.RUNNING)) == {State.QUEUED, State.RUNNING}
+    assert State.SUCCEEDED not in transitions.sources(State.CANCELLED)
+
+
+@pytest.mark.django_db
+def test_an_undeclared_move_is_refused_naming_the_task_and_both_states(demo_agents, make_plan):
+    run = runs.launch(make_plan({"research_a": ("researcher", [])}))
+    task = run.tasks.select_related("subtask").get()
+    TaskRun.objects.filter(pk=task.pk).update(state=State.SUCCEEDED)
+    task.refresh_from_db()
+    with pytest.raises(IllegalTransition, match="task research_a cannot move from succeeded to running"):
+        transitions.move(task, State.RUNNING)
+    task.refresh_from_db()
+    assert task.state == State.SUCCEEDED  # nothing written
+
+
+@pytest.mark.django_db
+def test_a_declared_move_saves_the_fields_given(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    task = run.tasks.get()
+    transitions.move(task, State.CANCELLED, error="stopped")
+    task.refresh_from_db()
+    assert (task.state, task.error) == (State.CANCELLED, "stopped")
+
+
+@pytest.mark.django_db
+def test_a_conditional_move_only_takes_rows_still_in_a_state_it_may_move_from(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    task = run.tasks.get()
+    assert task.state == State.QUEUED
+    claim = TaskRun.objects.filter(pk=task.pk)
+    assert transitions.move_where(claim, State.RUNNING, from_states=[State.QUEUED], lease_owner="w1") == 1
+    assert transitions.move_where(claim, State.RUNNING, from_states=[State.QUEUED], lease_owner="w2") == 0
+    task.refresh_from_db()
+    assert task.lease_owner == "w1"  # the second claim found the task taken
+    with pytest.raises(IllegalTransition, match="cannot move from succeeded to running"):
+        transitions.move_where(claim, State.RUNNING, from_states=[State.SUCCEEDED])
+
+
+@pytest.mark.django_db
+def test_run_status_moves_are_checked_too(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    runs.cancel(run)
+    run.refresh_from_db()
+    with pytest.raises(IllegalTransition, match=f"run {run.pk} cannot move from cancelled to running"):
+        transitions.move(run, Run.Status.RUNNING)

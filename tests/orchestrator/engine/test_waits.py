@@ -1,0 +1,70 @@
+"""Typed wait reasons: a stable code for the engine, a sentence for people."""
+
+import importlib
+from datetime import UTC, datetime
+
+import pytest
+
+from orchestrator.engine import runs, waits
+from orchestrator.models import Event
+
+backfill = importlib.import_module("orchestrator.migrations.0009_taskrun_wait_code")
+
+EXAMPLES = [
+    waits.AgentInactive("researcher", "retired"),
+    waits.RunCap(3),
+    waits.AgentLimit("coder", 2),
+    waits.ProviderInFlight("anthropic", "claude-x"),
+    waits.Budget(),
+    waits.ProviderBackoff("anthropic:claude-x", datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC)),
+    waits.RateLimitRequests("anthropic:claude-x"),
+    waits.RateLimitInput("anthropic:claude-x"),
+    waits.RateLimitOutput("anthropic:claude-x"),
+    waits.RetryBackoff(2.5, "anthropic 500 api_error: boom"),
+]
+
+
+def test_every_reason_has_its_own_code():
+    assert len(set(waits.CODES)) == len(waits.ALL)
+    assert {type(w) for w in EXAMPLES} == set(waits.ALL)
+
+
+def test_the_sentences_read_as_before():
+    assert waits.RunCap(3).message == "run cap reached (3 running)"
+    assert waits.AgentInactive("researcher", "retired").message == "agent researcher is retired, not active"
+    assert waits.RateLimitOutput("anthropic:m").message == "provider anthropic:m output tokens per minute used up"
+    assert waits.ProviderBackoff("p:m", datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC)).message.endswith("until 12:30:05")
+    assert str(waits.Budget()) == "run budget would be exceeded"
+
+
+@pytest.mark.parametrize("wait", EXAMPLES, ids=lambda w: w.code)
+def test_the_migration_recognises_every_sentence(wait):
+    assert backfill.code_of(wait.message) == wait.code
+
+
+def test_the_migration_leaves_unknown_sentences_without_a_code():
+    assert backfill.code_of("provider busy") == ""
+
+
+@pytest.mark.django_db
+def test_a_waiting_task_stores_the_code_and_its_event_carries_it(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", [])})
+    run = runs.launch(plan, cap=1)
+    held = run.tasks.filter(state="ready")
+    assert set(held.values_list("wait_code", "wait_reason")) == {("run_cap", "run cap reached (1 running)")}
+    event = Event.objects.filter(run=run, type="task.waiting").first()
+    assert event.payload["code"] == "run_cap" and event.payload["reason"] == "run cap reached (1 running)"
+
+
+@pytest.mark.django_db
+def test_the_migration_backfills_codes_of_existing_rows_from_their_sentences(demo_agents, make_plan):
+    from django.apps import apps
+
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", [])}))
+    a, b, c = run.tasks.order_by("subtask__key")
+    TaskRun = apps.get_model("orchestrator", "TaskRun")
+    TaskRun.objects.filter(pk=a.pk).update(wait_reason="run cap reached (2 running)", wait_code="")
+    TaskRun.objects.filter(pk=b.pk).update(wait_reason="provider busy", wait_code="")
+    TaskRun.objects.filter(pk=c.pk).update(wait_reason="", wait_code="")
+    backfill.backfill(apps, None)
+    assert dict(run.tasks.values_list("subtask__key", "wait_code")) == {"a": "run_cap", "b": "", "c": ""}
