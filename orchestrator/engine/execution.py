@@ -347,7 +347,7 @@ def fail(
                 state=attempt_state, finished_at=timezone.now(), error=message[:2000]
             )
             provider_wide = bool(error and error.provider_wide)
-            if provider_wide:
+            if error is not None and error.provider_wide:
                 back_off_provider(run, task, error)
             retryable = error.retryable if error else True
             outcome = schedule_retry_or_fail(

@@ -12,6 +12,7 @@ worker process (every second, see orchestrator.engine.ticker), so recovery takes
 
 from __future__ import annotations
 
+import functools
 import logging
 from datetime import timedelta
 
@@ -83,7 +84,7 @@ def requeue_stale() -> int:
                 message=f"attempt {number} was not picked up in {settings.GLASSBOX_QUEUED_GRACE_S} s: handed to the broker again",
                 payload={"attempt": number},
             )
-            transaction.on_commit(lambda attempt_id=attempt.pk: scheduler.enqueue_attempt(attempt_id))
+            transaction.on_commit(functools.partial(scheduler.enqueue_attempt, attempt.pk))
     return len(stale)
 
 

@@ -297,7 +297,10 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
         else:
             transitions.move_where(run.tasks.all(), State.CANCELLED, error="plan rejected", finished_at=now)
             scheduler.end_run(run, Run.Status.CANCELLED, f"plan rejected: {checkpoint.comment}")
-    elif checkpoint.kind == Checkpoint.Kind.BEFORE:
+        return
+    if task is None:
+        raise ValueError(f"{checkpoint} is a task's checkpoint but belongs to no task")
+    if checkpoint.kind == Checkpoint.Kind.BEFORE:
         if approved:
             transitions.move_where(
                 TaskRun.objects.filter(pk=task.pk), State.READY, from_states=[State.WAITING_GATE], ready_at=now

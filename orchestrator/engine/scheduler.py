@@ -111,9 +111,9 @@ def promote_pending(run: Run) -> int:
                 decided.append((sid, State.SKIPPED, blockers))
                 status[sid] = (State.SKIPPED, True)
             elif all(satisfies(*status[u]) for u in ups[sid]):
-                new = State.WAITING_GATE if gates[sid] == Subtask.Gate.BEFORE else State.READY
-                decided.append((sid, new, []))
-                status[sid] = (new, False)
+                promoted = State.WAITING_GATE if gates[sid] == Subtask.Gate.BEFORE else State.READY
+                decided.append((sid, promoted, []))
+                status[sid] = (promoted, False)
             else:
                 continue
             pending.remove(sid)
@@ -278,12 +278,12 @@ def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[wa
         return None, 0.0
     if limit.backoff_until and limit.backoff_until > now:
         return waits.ProviderBackoff(str(limit), limit.backoff_until), (limit.backoff_until - now).total_seconds()
-    budgets = [
+    configured = [
         ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
         ("itpm", task.subtask.estimated_input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
         ("otpm", task.agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
     ]
-    budgets = [b for b in budgets if b[2]]
+    budgets = [(suffix, amount, per_minute, wait) for suffix, amount, per_minute, wait in configured if per_minute]
     for suffix, amount, per_minute, wait in budgets:
         remaining, reset_s = ratelimit.peek(admission_key(limit.provider, limit.model, suffix), per_minute)
         if remaining < min(amount, per_minute):
@@ -352,8 +352,9 @@ def admit(run: Run, *, keep_one: bool = False) -> list[int]:
         admitted.append(dispatch(task, reserve, now, enqueue=not (keep_one and not admitted)).pk)
         capacity.run_slots -= 1
         capacity.agent_slots[task.agent_id] -= 1
-        if capacity.provider_slots[pair] is not None:
-            capacity.provider_slots[pair] -= 1
+        provider_slots = capacity.provider_slots[pair]
+        if provider_slots is not None:
+            capacity.provider_slots[pair] = provider_slots - 1
         capacity.budget_left -= reserve
         run.reserved_usd += reserve
 

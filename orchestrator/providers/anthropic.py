@@ -47,7 +47,7 @@ from django.conf import settings
 try:  # the SDK's HTTP client: httpx2 from SDK 2.x on, httpx before
     import httpx2 as sdk_http
 except ImportError:  # pragma: no cover - older SDKs
-    import httpx as sdk_http
+    import httpx as sdk_http  # type: ignore[no-redef]  # the same API under its older name
 
 from orchestrator.providers.base import (
     BUDGETS,

@@ -54,7 +54,7 @@ SLICE_S = 0.1
 MIN_WORDS, MAX_WORDS = 150, 400
 TOPIC_WORDS = 6
 CHARS_PER_INPUT_TOKEN = 4
-DEFAULT_LATENCY = {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}
+DEFAULT_LATENCY: dict[str, Any] = {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}
 _WORD = re.compile(r"\S+\s*")
 _MARKDOWN_SPECIALS = re.compile(r"[#*_`\[\]<>|\\]")
 
