@@ -14,25 +14,42 @@ PROFILES = ("embedded", "production")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke run: one small layered DAG at cap 4, one repeat, embedded profile (under a minute)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (the headline numbers) on stdout; progress goes to stderr")
-    parser.add_argument("--profiles", default=None,
-                        help="comma-separated: embedded, production (default: both; --quick: embedded)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: one small layered DAG at cap 4, one repeat, embedded profile (under a minute)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the headline numbers) on stdout; progress goes to stderr",
+    )
+    parser.add_argument(
+        "--profiles", default=None, help="comma-separated: embedded, production (default: both; --quick: embedded)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the full run (default 3)")
-    parser.add_argument("--duration-scale", type=float, default=1.0,
-                        help="multiply every DAG's task durations (default 1; 2 = half the load per second)")
-    parser.add_argument("--out", default=None,
-                        help="write the full results here (default for the full run: bench/results.json)")
-    parser.add_argument("--no-report", action="store_true",
-                        help="full run: do not write docs/benchmarks.md and docs/benchmarks/*.png")
+    parser.add_argument(
+        "--duration-scale",
+        type=float,
+        default=1.0,
+        help="multiply every DAG's task durations (default 1; 2 = half the load per second)",
+    )
+    parser.add_argument(
+        "--out", default=None, help="write the full results here (default for the full run: bench/results.json)"
+    )
+    parser.add_argument(
+        "--no-report", action="store_true", help="full run: do not write docs/benchmarks.md and docs/benchmarks/*.png"
+    )
     parser.add_argument("--keep-workdir", action="store_true", help="keep the databases' folder, logs and traces")
 
 
 def config_from(options: dict) -> harness.Config:
     names = options.get("profiles")
-    profiles = [p.strip() for p in names.split(",") if p.strip()] if names else (["embedded"] if options["quick"] else list(PROFILES))
+    profiles = (
+        [p.strip() for p in names.split(",") if p.strip()]
+        if names
+        else (["embedded"] if options["quick"] else list(PROFILES))
+    )
     for name in profiles:
         if name not in PROFILES:
             raise harness.BenchError(f"unknown profile {name!r}: use {' or '.join(PROFILES)}")
@@ -77,7 +94,9 @@ def human_summary(results: dict) -> str:
             )
     failed = [g for g in results["summary"]["goals"] if not g["met"]]
     if results["summary"]["goals"]:
-        lines.append(f"goals met: {len(results['summary']['goals']) - len(failed)} of {len(results['summary']['goals'])}")
+        lines.append(
+            f"goals met: {len(results['summary']['goals']) - len(failed)} of {len(results['summary']['goals'])}"
+        )
         lines += [f"  not met: {g['goal']}: {g['measured']}" for g in failed]
     lines.append(f"elapsed {results['elapsed_s']:.0f} s")
     return "\n".join(lines)

@@ -130,7 +130,9 @@ def chain(length: int = 50, *, seed: int = 3, median_s: float = 0.5, sigma: floa
     return Dag.build(f"chain {length}", "chain", seed, keys, edges, median_s, sigma)
 
 
-def random_dag(nodes: int = 300, *, seed: int = 4, median_s: float = 0.5, sigma: float = 0.6, max_parents: int = 3) -> Dag:
+def random_dag(
+    nodes: int = 300, *, seed: int = 4, median_s: float = 0.5, sigma: float = 0.6, max_parents: int = 3
+) -> Dag:
     """Node i depends on 0..max_parents nodes drawn uniformly among nodes 0..i-1 (so it is acyclic)."""
     rng = seeded_random("random", seed, nodes, max_parents)
     keys = [_key(i) for i in range(nodes)]

@@ -279,7 +279,9 @@ def make_profile(name: str, workdir: Path) -> Profile:
                 "GLASSBOX_Q_NAME": prefix,
             }
         )
-        profile = Profile(name, env, workdir, "PostgreSQL + django-q2 Redis broker + Redis rate limiter and channel layer")
+        profile = Profile(
+            name, env, workdir, "PostgreSQL + django-q2 Redis broker + Redis rate limiter and channel layer"
+        )
 
         def drop_database():
             with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as conn:
@@ -464,8 +466,19 @@ def run_profile_process(profile: Profile, config: Config) -> dict:
     config_path.write_text(json.dumps(config.to_json()))
     log(f"profile {profile.name}: {profile.description}")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "bench.runner", "--config", str(config_path), "--out", str(out_path),
-         "--profile", profile.name, "--workdir", str(profile.workdir)],
+        [
+            sys.executable,
+            "-m",
+            "bench.runner",
+            "--config",
+            str(config_path),
+            "--out",
+            str(out_path),
+            "--profile",
+            profile.name,
+            "--workdir",
+            str(profile.workdir),
+        ],
         cwd=ROOT,
         env=profile.env,
         stdout=sys.stderr,  # the runner's progress goes where ours goes; stdout stays for --json

@@ -125,7 +125,15 @@ def install() -> None:
         duration = bench_duration(request.options, request.seed)
         if duration is None:
             return original_draw(self, request)
-        _write({"f": "provider", "seed": request.seed, "d": duration, "attempt": request.attempt, "t": round(time.time(), 6)})
+        _write(
+            {
+                "f": "provider",
+                "seed": request.seed,
+                "d": duration,
+                "attempt": request.attempt,
+                "t": round(time.time(), 6),
+            }
+        )
         return duration
 
     simulated.SimulatedProvider.draw_latency_s = draw_latency_s

@@ -59,16 +59,18 @@ class BenchError(Exception):
 # --- The viewers' process ----------------------------------------------------------------------
 
 
-async def _viewer(index: int, url: str, headers: dict, state: dict, until: dict, connected: asyncio.Event,
-                  stop: asyncio.Event) -> None:
+async def _viewer(
+    index: int, url: str, headers: dict, state: dict, until: dict, connected: asyncio.Event, stop: asyncio.Event
+) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
     record = state[index]
     while not stop.is_set():
         try:
-            async with connect(url, additional_headers=headers, open_timeout=30, ping_interval=None,
-                               max_size=None, proxy=None) as ws:
+            async with connect(
+                url, additional_headers=headers, open_timeout=30, ping_interval=None, max_size=None, proxy=None
+            ) as ws:
                 record["connections"] += 1
                 await ws.send(json.dumps({"type": "resume", "last_seq": record["last_seq"]}))
                 connected.set()
@@ -99,13 +101,17 @@ async def _viewer(index: int, url: str, headers: dict, state: dict, until: dict,
 
 async def _viewers(args) -> dict:
     headers = {"Cookie": args.cookie, "Origin": args.origin}
-    state = {i: {"connections": 0, "last_seq": 0, "frames": [], "rows": set(), "gaps": [], "errors": [], "bytes": 0}
-             for i in range(args.viewers)}
+    state = {
+        i: {"connections": 0, "last_seq": 0, "frames": [], "rows": set(), "gaps": [], "errors": [], "bytes": 0}
+        for i in range(args.viewers)
+    }
     until = {"seq": 0}
     stop = asyncio.Event()
     connected = [asyncio.Event() for _ in range(args.viewers)]
-    tasks = [asyncio.create_task(_viewer(i, args.url, headers, state, until, connected[i], stop))
-             for i in range(args.viewers)]
+    tasks = [
+        asyncio.create_task(_viewer(i, args.url, headers, state, until, connected[i], stop))
+        for i in range(args.viewers)
+    ]
     await asyncio.wait_for(asyncio.gather(*(event.wait() for event in connected)), START_TIMEOUT_S)
     print("connected", flush=True)
     line = await asyncio.to_thread(sys.stdin.readline)  # "until N": the run's last sequence number
@@ -153,8 +159,12 @@ class Profile:
     def __init__(self, args, workdir: Path):
         self.args = args
         self.workdir = workdir
-        self.env: dict[str, str] = {"DJANGO_SETTINGS_MODULE": "glassbox.settings", "PYTHONUNBUFFERED": "1",
-                                    "LOG_LEVEL": "WARNING", "GLASSBOX_WORKERS": str(args.workers)}
+        self.env: dict[str, str] = {
+            "DJANGO_SETTINGS_MODULE": "glassbox.settings",
+            "PYTHONUNBUFFERED": "1",
+            "LOG_LEVEL": "WARNING",
+            "GLASSBOX_WORKERS": str(args.workers),
+        }
         self.database_name = ""
         self.redis_prefix = ""
 
@@ -168,7 +178,9 @@ class Profile:
 
         parts = urlsplit(self.args.database_url)
         try:
-            with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True, connect_timeout=10) as db:
+            with psycopg.connect(
+                urlunsplit(parts._replace(path="/postgres")), autocommit=True, connect_timeout=10
+            ) as db:
                 db.execute(f'CREATE DATABASE "{tag}"')
         except psycopg.Error as exc:
             raise BenchError(f"cannot create a database on the PostgreSQL of --database-url: {exc}") from exc
@@ -285,8 +297,12 @@ def measure(args, profile: Profile) -> dict:
         call_command("createcachetable", verbosity=0)
     env = {**os.environ}
     port = free_port()
-    daphne = start("daphne", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                              "glassbox.asgi:application"], env, profile.workdir)
+    daphne = start(
+        "daphne",
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "glassbox.asgi:application"],
+        env,
+        profile.workdir,
+    )
     cluster = start("qcluster", [sys.executable, str(ROOT / "manage.py"), "qcluster"], env, profile.workdir)
     client = None
     samples: list[int] = []
@@ -304,10 +320,27 @@ def measure(args, profile: Profile) -> dict:
         threading.Thread(target=sample, daemon=True).start()
         receipts = profile.workdir / "receipts.json"
         client = subprocess.Popen(
-            [sys.executable, "-m", "bench.live_load", "client", "--url", f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/",
-             "--cookie", viewer_cookie(), "--origin", f"http://127.0.0.1:{port}", "--viewers", str(args.viewers),
-             "--out", str(receipts)],
-            cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                "-m",
+                "bench.live_load",
+                "client",
+                "--url",
+                f"ws://127.0.0.1:{port}/ws/runs/{run.pk}/",
+                "--cookie",
+                viewer_cookie(),
+                "--origin",
+                f"http://127.0.0.1:{port}",
+                "--viewers",
+                str(args.viewers),
+                "--out",
+                str(receipts),
+            ],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
         )
         if client.stdout.readline().strip() != "connected":
             raise BenchError("the viewers' process did not connect its viewers")
@@ -354,8 +387,14 @@ def summarise(args, run, run_s, state, created, watched_from, baseline_kb, sampl
         "profile": args.profile,
         "database": vendor,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load_average_1m": os.getloadavg()[0]},
-        "run": {"tasks": args.tasks, "cap": args.cap, "workers": args.workers, "status": run.status,
-                "events": run.last_event_seq, "seconds": round(run_s, 1)},
+        "run": {
+            "tasks": args.tasks,
+            "cap": args.cap,
+            "workers": args.workers,
+            "status": run.status,
+            "events": run.last_event_seq,
+            "seconds": round(run_s, 1),
+        },
         "viewers": args.viewers,
         "viewers_with_every_event": complete,
         # A frame that brings more events than the log shows (200) re-renders every part and the
@@ -400,8 +439,10 @@ def parse(argv: list[str]):
     parser.add_argument("--cap", type=int, default=4)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--profile", choices=["embedded", "production"], default="embedded")
-    parser.add_argument("--database-url", default=os.environ.get("GLASSBOX_TEST_DATABASE_URL",
-                                                                 "postgres://postgres@127.0.0.1:5432/test"))
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("GLASSBOX_TEST_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
+    )
     parser.add_argument("--redis-url", default=os.environ.get("GLASSBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--timeout", type=float, default=600.0, help="longest the run may take (seconds)")
     parser.add_argument("--drain-timeout", type=float, default=120.0)

@@ -32,8 +32,9 @@ SEQ = re.compile(r'id="live-seq"[^>]*data-from="(\d+)"[^>]*data-to="(\d+)"')
 # --- The client process ------------------------------------------------------------------------------
 
 
-async def _client(url: str, headers: dict, last_seq: int, stop: asyncio.Event, receipts: list,
-                  connected: asyncio.Event, errors: list):
+async def _client(
+    url: str, headers: dict, last_seq: int, stop: asyncio.Event, receipts: list, connected: asyncio.Event, errors: list
+):
     from websockets.asyncio.client import connect
 
     try:
@@ -104,7 +105,10 @@ class Daphne:
         self.log_file = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [str(daphne), "-b", "127.0.0.1", "-p", str(self.port), "glassbox.asgi:application"],
-            env=env, stdout=self.log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            env=env,
+            stdout=self.log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             cwd=Path(__file__).resolve().parent.parent,
         )
 
@@ -162,7 +166,9 @@ def watched_run():
     agent, _ = Agent.objects.update_or_create(
         name="bench-liveview", defaults={"role": "Live-view benchmark", "status": Agent.Status.ACTIVE}
     )
-    spec = plans.validate({"goal": "Live-view benchmark", "subtasks": [{"key": "watched", "agent": agent.name, "title": "Watched task"}]})
+    spec = plans.validate(
+        {"goal": "Live-view benchmark", "subtasks": [{"key": "watched", "agent": agent.name, "title": "Watched task"}]}
+    )
     plan = plans.save_plan(spec, source=Plan.Source.MANUAL)
     Agent.objects.filter(pk=agent.pk).update(status=Agent.Status.RETIRED)
     return runs.launch(plan, cap=1)
@@ -182,13 +188,16 @@ def commit_events(run, task, count: int, rate: float) -> dict[int, float]:
         if pause > 0:
             time.sleep(pause)
         with transaction.atomic():
-            event = events.record("task.progress", run=run, task=task, payload={"progress": i % 100, "output_tokens": i, "chars": i})
+            event = events.record(
+                "task.progress", run=run, task=task, payload={"progress": i % 100, "output_tokens": i, "chars": i}
+            )
         committed[event.seq] = time.time()
     return committed
 
 
-def measure(env: dict[str, str], workdir: Path, viewers: int, rate: float, seconds: float, daphne: Daphne,
-            session: str, run) -> dict:
+def measure(
+    env: dict[str, str], workdir: Path, viewers: int, rate: float, seconds: float, daphne: Daphne, session: str, run
+) -> dict:
     from django.conf import settings
 
     from .harness import BenchError, percentile, rnd
@@ -202,11 +211,33 @@ def measure(env: dict[str, str], workdir: Path, viewers: int, rate: float, secon
         path.unlink(missing_ok=True)
     count = int(rate * seconds)
     clients = subprocess.Popen(
-        [sys.executable, "-m", "bench.liveview", "--url", f"ws://127.0.0.1:{daphne.port}/ws/runs/{run.pk}/",
-         "--session", session, "--cookie-name", settings.SESSION_COOKIE_NAME,
-         "--origin", f"http://127.0.0.1:{daphne.port}", "--ready-file", str(ready_file), "--stop-file", str(stop_file), "--out", str(out_file),
-         "--viewers", str(viewers), "--last-seq", str(run.last_event_seq), "--seconds", str(seconds + 45)],
-        env=env, cwd=Path(__file__).resolve().parent.parent,
+        [
+            sys.executable,
+            "-m",
+            "bench.liveview",
+            "--url",
+            f"ws://127.0.0.1:{daphne.port}/ws/runs/{run.pk}/",
+            "--session",
+            session,
+            "--cookie-name",
+            settings.SESSION_COOKIE_NAME,
+            "--origin",
+            f"http://127.0.0.1:{daphne.port}",
+            "--ready-file",
+            str(ready_file),
+            "--stop-file",
+            str(stop_file),
+            "--out",
+            str(out_file),
+            "--viewers",
+            str(viewers),
+            "--last-seq",
+            str(run.last_event_seq),
+            "--seconds",
+            str(seconds + 45),
+        ],
+        env=env,
+        cwd=Path(__file__).resolve().parent.parent,
     )
     deadline = time.monotonic() + 60
     while not ready_file.exists():

@@ -5,8 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 IMAGES = ("makespan", "gantt", "storm")
-COLOURS = {"embedded": "#1f77b4", "production": "#2ca02c", "waves": "#d62728", "naive": "#9467bd",
-           "bound": "#222222", "policy": "#7f7f7f"}
+COLOURS = {
+    "embedded": "#1f77b4",
+    "production": "#2ca02c",
+    "waves": "#d62728",
+    "naive": "#9467bd",
+    "bound": "#222222",
+    "policy": "#7f7f7f",
+}
 
 
 def _pyplot():
@@ -80,7 +86,9 @@ def gantt(results: dict, path: Path) -> tuple[Path, str] | None:
     profile, run = found
     plt = _pyplot()
     timeline = run["timeline"]
-    workers = sorted({t["worker"] for t in timeline}, key=lambda w: min(t["start"] for t in timeline if t["worker"] == w))
+    workers = sorted(
+        {t["worker"] for t in timeline}, key=lambda w: min(t["start"] for t in timeline if t["worker"] == w)
+    )
     lane = {w: i for i, w in enumerate(workers)}
     layers = sorted({t["key"].split("_")[0] for t in timeline})
     cmap = plt.get_cmap("viridis", max(2, len(layers)))
@@ -88,24 +96,36 @@ def gantt(results: dict, path: Path) -> tuple[Path, str] | None:
     fig, ax = plt.subplots(figsize=(12, 0.35 * len(workers) + 2.2))
     for t in timeline:
         y = lane[t["worker"]]
-        ax.barh(y, t["end"] - t["start"], left=t["start"], height=0.7, color=colour[t["key"].split("_")[0]],
-                edgecolor="white", linewidth=0.4)
+        ax.barh(
+            y,
+            t["end"] - t["start"],
+            left=t["start"],
+            height=0.7,
+            color=colour[t["key"].split("_")[0]],
+            edgecolor="white",
+            linewidth=0.4,
+        )
         ax.plot([t["ready"], t["start"]], [y, y], color="#d62728", lw=1.2)  # waiting to be claimed (or for a slot)
     ax.axvline(run["lower_bound_s"], color="k", ls="--", lw=1, label=f"lower bound {run['lower_bound_s']:.1f} s")
     ax.axvline(run["makespan_s"], color="#d62728", ls="-", lw=1, label=f"makespan {run['makespan_s']:.1f} s")
     ax.set_yticks(range(len(workers)), [f"worker {i + 1}" for i in range(len(workers))], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("seconds since launch")
-    ax.set_title(f"{run['dag_name']} at cap {run['cap']}, profile {profile}: one bar per task on the worker process "
-                 "that ran it (colour = layer), red = ready but not yet claimed", fontsize=9)
+    ax.set_title(
+        f"{run['dag_name']} at cap {run['cap']}, profile {profile}: one bar per task on the worker process "
+        "that ran it (colour = layer), red = ready but not yet claimed",
+        fontsize=9,
+    )
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    caption = (f"Gantt chart of one run: {run['dag_name']} at cap {run['cap']} on the {profile} profile (first repeat), "
-               f"efficiency {run['efficiency']:.3f}. Workers are the qcluster's processes; a worker that finishes a task "
-               "runs the next one it admitted itself, so chains of tasks stay on one lane.")
+    caption = (
+        f"Gantt chart of one run: {run['dag_name']} at cap {run['cap']} on the {profile} profile (first repeat), "
+        f"efficiency {run['efficiency']:.3f}. Workers are the qcluster's processes; a worker that finishes a task "
+        "runs the next one it admitted itself, so chains of tasks stay on one lane."
+    )
     return path, caption
 
 
@@ -128,8 +148,12 @@ def storm(results: dict, path: Path) -> Path | None:
         ax.axvline(row["bound_s"], color="k", ls="--", lw=1)
         ax.set_ylabel(row["strategy"].replace("_", "\n"), fontsize=8)
         ax.set_yticks([])
-        ax.set_title(f"{name}: {row['strategy'].replace('_', ', ')}: {row['makespan_s']:.1f} s (bound {row['bound_s']:.1f} s), "
-                     f"{row['rate_limited']} x 429", fontsize=9, loc="left")
+        ax.set_title(
+            f"{name}: {row['strategy'].replace('_', ', ')}: {row['makespan_s']:.1f} s (bound {row['bound_s']:.1f} s), "
+            f"{row['rate_limited']} x 429",
+            fontsize=9,
+            loc="left",
+        )
     axes[-1][0].set_xlabel("seconds since the strategy started (dashed: the limit's bound)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

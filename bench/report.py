@@ -37,8 +37,14 @@ def dag_table(profile: dict) -> list[dict]:
     naive = {(r["dag"], r["repeat"]): r for r in profile.get("naive", [])}
     table = []
     for (dag, cap), rows in _by(profile["ours"], "dag", "cap").items():
-        vs_waves = [r["makespan_s"] / waves[(dag, cap, r["repeat"])]["makespan_s"] for r in rows if (dag, cap, r["repeat"]) in waves]
-        vs_naive = [r["makespan_s"] / naive[(dag, r["repeat"])]["makespan_s"] for r in rows if (dag, r["repeat"]) in naive]
+        vs_waves = [
+            r["makespan_s"] / waves[(dag, cap, r["repeat"])]["makespan_s"]
+            for r in rows
+            if (dag, cap, r["repeat"]) in waves
+        ]
+        vs_naive = [
+            r["makespan_s"] / naive[(dag, r["repeat"])]["makespan_s"] for r in rows if (dag, r["repeat"]) in naive
+        ]
         waves_ms = [waves[(dag, cap, r["repeat"])]["makespan_s"] for r in rows if (dag, cap, r["repeat"]) in waves]
         naive_ms = [naive[(dag, r["repeat"])]["makespan_s"] for r in rows if (dag, r["repeat"]) in naive]
         first = rows[0]
@@ -58,8 +64,12 @@ def dag_table(profile: dict) -> list[dict]:
                 "dispatch_p95_ms": rnd(median([r["dispatch_p95_ms"] for r in rows]), 1),
                 "advance_cpu_ms_per_task": rnd(median([r.get("advance_cpu_ms_per_task") for r in rows]), 2),
                 "advance_wall_ms_per_task": rnd(median([r.get("advance_wall_ms_per_task") for r in rows]), 2),
-                "claim_complete_cpu_ms_per_task": rnd(median(
-                    [(r.get("claim_cpu_ms_per_task") or 0) + (r.get("complete_cpu_ms_per_task") or 0) for r in rows]), 2),
+                "claim_complete_cpu_ms_per_task": rnd(
+                    median(
+                        [(r.get("claim_cpu_ms_per_task") or 0) + (r.get("complete_cpu_ms_per_task") or 0) for r in rows]
+                    ),
+                    2,
+                ),
                 "cluster_cpu_ms_per_task": rnd(median([r.get("cluster_cpu_ms_per_task") for r in rows]), 1),
                 "tasks_per_s": rnd(first["nodes"] / median([r["makespan_s"] for r in rows]), 1),
                 "waves_s": rnd(median(waves_ms), 3),
@@ -99,30 +109,60 @@ def goal_checks(results: dict, tables: dict[str, list[dict]], storms: dict[str, 
         limit = GOALS["efficiency_production"] if name == "production" else GOALS["efficiency_embedded"]
         for row in table:
             if row["cap"] == 8:
-                checks.append({"goal": f"efficiency >= {limit} at cap 8 ({name}, {row['dag_name']})",
-                               "measured": row["efficiency"], "met": row["efficiency"] is not None and row["efficiency"] >= limit})
+                checks.append(
+                    {
+                        "goal": f"efficiency >= {limit} at cap 8 ({name}, {row['dag_name']})",
+                        "measured": row["efficiency"],
+                        "met": row["efficiency"] is not None and row["efficiency"] >= limit,
+                    }
+                )
         for row in table:
             if row["cap"] == 8 and row["vs_waves"] is not None:
-                checks.append({"goal": f"ours / waves <= {GOALS['vs_waves']} at cap 8 ({name}, {row['dag_name']})",
-                               "measured": row["vs_waves"], "met": row["vs_waves"] <= GOALS["vs_waves"]})
+                checks.append(
+                    {
+                        "goal": f"ours / waves <= {GOALS['vs_waves']} at cap 8 ({name}, {row['dag_name']})",
+                        "measured": row["vs_waves"],
+                        "met": row["vs_waves"] <= GOALS["vs_waves"],
+                    }
+                )
         if name == "production":
             for row in table:
                 if row["cap"] == 8:
-                    checks.append({"goal": f"dispatch p95 < {GOALS['dispatch_p95_redis_ms']} ms on Redis at cap 8 ({row['dag_name']})",
-                                   "measured": row["dispatch_p95_ms"], "met": row["dispatch_p95_ms"] < GOALS["dispatch_p95_redis_ms"]})
+                    checks.append(
+                        {
+                            "goal": f"dispatch p95 < {GOALS['dispatch_p95_redis_ms']} ms on Redis at cap 8 ({row['dag_name']})",
+                            "measured": row["dispatch_p95_ms"],
+                            "met": row["dispatch_p95_ms"] < GOALS["dispatch_p95_redis_ms"],
+                        }
+                    )
     for name, table in storms.items():
         for row in table:
             if row["strategy"].startswith("ours"):
-                checks.append({"goal": f"storm ({name}, {row['strategy']}): no 429 after the first back-off",
-                               "measured": row["rate_limited_after_first_backoff"], "met": row["rate_limited_after_first_backoff"] == 0})
-                checks.append({"goal": f"storm ({name}, {row['strategy']}): makespan <= {GOALS['storm_vs_bound']} x the limit's bound",
-                               "measured": row["vs_bound"], "met": row["vs_bound"] <= GOALS["storm_vs_bound"]})
+                checks.append(
+                    {
+                        "goal": f"storm ({name}, {row['strategy']}): no 429 after the first back-off",
+                        "measured": row["rate_limited_after_first_backoff"],
+                        "met": row["rate_limited_after_first_backoff"] == 0,
+                    }
+                )
+                checks.append(
+                    {
+                        "goal": f"storm ({name}, {row['strategy']}): makespan <= {GOALS['storm_vs_bound']} x the limit's bound",
+                        "measured": row["vs_bound"],
+                        "met": row["vs_bound"] <= GOALS["storm_vs_bound"],
+                    }
+                )
     for name, profile in results.get("profiles", {}).items():
         live = profile.get("live_view") or {}
         limit = GOALS["live_p95_redis_ms"] if name == "production" else GOALS["live_p95_embedded_ms"]
         for row in live.get("rows", []):
-            checks.append({"goal": f"live view p95 < {limit} ms ({name}, {row['viewers']} viewers, {row['events_per_s']} events/s)",
-                           "measured": row["p95_ms"], "met": row["p95_ms"] is not None and row["p95_ms"] < limit})
+            checks.append(
+                {
+                    "goal": f"live view p95 < {limit} ms ({name}, {row['viewers']} viewers, {row['events_per_s']} events/s)",
+                    "measured": row["p95_ms"],
+                    "met": row["p95_ms"] is not None and row["p95_ms"] < limit,
+                }
+            )
     return checks
 
 
@@ -203,8 +243,13 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
     for name, p in profiles.items():
         services = ", ".join(f"{k} {v}" for k, v in p.get("services", {}).items())
         rows.append([f"profile `{name}`", p.get("description", "") + (f" ({services})" if services else "")])
-    rows.append(["qcluster", f"{config['workers']} worker processes (the largest cap + 2), engine defaults "
-                 "(lease 15 s, ticker 1 s, ORM broker poll 0.1 s, DEBUG off)"])
+    rows.append(
+        [
+            "qcluster",
+            f"{config['workers']} worker processes (the largest cap + 2), engine defaults "
+            "(lease 15 s, ticker 1 s, ORM broker poll 0.1 s, DEBUG off)",
+        ]
+    )
     out.append(_table(["", ""], rows))
     out += ["", "## Method", ""]
     dag_lines = []
@@ -246,37 +291,83 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
         "and 16 are single runs (the *n* column).",
         f"- **Provider limit in sections 1–2**: none binds anybody: the simulated server has no limit, and the "
         f"engine's ProviderLimit carries {DAG_ENGINE_RPM} requests per minute, which no run reaches, so that "
-        "admission does its rate-limit bookkeeping as in a deployment. Naive is then the \"unlimited "
-        "parallelism\" reference. Section 3 makes a limit bind.",
+        'admission does its rate-limit bookkeeping as in a deployment. Naive is then the "unlimited '
+        'parallelism" reference. Section 3 makes a limit bind.',
     ]
     # 1. efficiency
     out += ["", "## 1. Scheduler efficiency", ""]
     for name, table in s["dags"].items():
         out += [f"### Profile `{name}`", ""]
-        out.append(_table(
-            ["DAG", "cap", "n", "makespan s", "lower bound s", "efficiency", "policy bound eff.", "tasks/s",
-             "dispatch p50 ms", "dispatch p95 ms", "advance CPU ms/task", "advance wall ms/task",
-             "claim+complete CPU ms/task", "cluster CPU ms/task"],
-            [[r["dag_name"], r["cap"], r["repeats"], _fmt(r["makespan_s"]), _fmt(r["lower_bound_s"]), _fmt(r["efficiency"], 3),
-              _fmt(r["policy_efficiency"], 3), _fmt(r["tasks_per_s"], 1), _fmt(r["dispatch_p50_ms"], 0),
-              _fmt(r["dispatch_p95_ms"], 0), _fmt(r["advance_cpu_ms_per_task"], 1), _fmt(r["advance_wall_ms_per_task"], 1),
-              _fmt(r["claim_complete_cpu_ms_per_task"], 1), _fmt(r["cluster_cpu_ms_per_task"], 0)] for r in table],
-        ))
+        out.append(
+            _table(
+                [
+                    "DAG",
+                    "cap",
+                    "n",
+                    "makespan s",
+                    "lower bound s",
+                    "efficiency",
+                    "policy bound eff.",
+                    "tasks/s",
+                    "dispatch p50 ms",
+                    "dispatch p95 ms",
+                    "advance CPU ms/task",
+                    "advance wall ms/task",
+                    "claim+complete CPU ms/task",
+                    "cluster CPU ms/task",
+                ],
+                [
+                    [
+                        r["dag_name"],
+                        r["cap"],
+                        r["repeats"],
+                        _fmt(r["makespan_s"]),
+                        _fmt(r["lower_bound_s"]),
+                        _fmt(r["efficiency"], 3),
+                        _fmt(r["policy_efficiency"], 3),
+                        _fmt(r["tasks_per_s"], 1),
+                        _fmt(r["dispatch_p50_ms"], 0),
+                        _fmt(r["dispatch_p95_ms"], 0),
+                        _fmt(r["advance_cpu_ms_per_task"], 1),
+                        _fmt(r["advance_wall_ms_per_task"], 1),
+                        _fmt(r["claim_complete_cpu_ms_per_task"], 1),
+                        _fmt(r["cluster_cpu_ms_per_task"], 0),
+                    ]
+                    for r in table
+                ],
+            )
+        )
         out.append("")
     # 2. strategies
     out += ["## 2. Against the reference strategies", ""]
     for name, table in s["dags"].items():
         out += [f"### Profile `{name}`", ""]
-        out.append(_table(
-            ["DAG", "cap", "ours s", "waves s", "naive s (no cap)", "ours / waves", "ours / naive"],
-            [[r["dag_name"], r["cap"], _fmt(r["makespan_s"]), _fmt(r["waves_s"]), _fmt(r["naive_s"]),
-              _fmt(r["vs_waves"], 3), _fmt(r["vs_naive"], 3)] for r in table],
-        ))
+        out.append(
+            _table(
+                ["DAG", "cap", "ours s", "waves s", "naive s (no cap)", "ours / waves", "ours / naive"],
+                [
+                    [
+                        r["dag_name"],
+                        r["cap"],
+                        _fmt(r["makespan_s"]),
+                        _fmt(r["waves_s"]),
+                        _fmt(r["naive_s"]),
+                        _fmt(r["vs_waves"], 3),
+                        _fmt(r["vs_naive"], 3),
+                    ]
+                    for r in table
+                ],
+            )
+        )
         out.append("")
     if plots.get("makespan"):
-        out += [f"![Makespan against cap]({plots['makespan']})", "",
-                "Makespan against cap for each DAG: the engine on each profile, waves, naive (no cap, so one value), "
-                "the lower bound and the policy bound.", ""]
+        out += [
+            f"![Makespan against cap]({plots['makespan']})",
+            "",
+            "Makespan against cap for each DAG: the engine on each profile, waves, naive (no cap, so one value), "
+            "the lower bound and the policy bound.",
+            "",
+        ]
     if plots.get("gantt"):
         out += [f"![Gantt chart]({plots['gantt']})", "", plots.get("gantt_caption", ""), ""]
     # 3. storm
@@ -294,27 +385,52 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             "sliding-window rule), with the longest tasks on the earliest slots. "
             f"**ours, adaptive**: the engine at cap {storm['ours_cap']} knowing nothing of the limit (no RPM in its "
             "ProviderLimit): it learns from the 429s (provider back-off + AIMD effective cap). **ours, configured**: "
-            "the same with the limit entered in ProviderLimit.requests_per_minute. \"429 after the first back-off\" "
+            'the same with the limit entered in ProviderLimit.requests_per_minute. "429 after the first back-off" '
             "counts 429s to requests sent after the first back-off (its Retry-After) had ended. "
             "*Caveat for the Redis limiter*: the bound follows the database limiter's rule. A probe of `limits`' Redis "
             "script with the same start (16 per minute, 10 s left in the window) accepted requests 17–19 at that rule's "
             "times (10.0, 13.8, 17.5 s) but 20–22 together at 18.6 s, earlier than the rule allows; on the production "
-            "profile the \"bound\" is therefore not one, and makespan / bound can fall below 1 there."
+            'profile the "bound" is therefore not one, and makespan / bound can fall below 1 there.'
         )
         out.append("")
         for name, table in s["storm"].items():
             out += [f"### Profile `{name}`", ""]
-            out.append(_table(
-                ["strategy", "cap", "makespan s", "bound s", "makespan / bound", "429s", "retries", "429s after the first back-off"],
-                [[r["strategy"].replace("_", ", "), r["cap"] or "none", _fmt(r["makespan_s"]), _fmt(r["bound_s"]),
-                  _fmt(r["vs_bound"], 3), _fmt(r["rate_limited"], 0), _fmt(r["retries"], 0),
-                  _fmt(r["rate_limited_after_first_backoff"], 0)] for r in table],
-            ))
+            out.append(
+                _table(
+                    [
+                        "strategy",
+                        "cap",
+                        "makespan s",
+                        "bound s",
+                        "makespan / bound",
+                        "429s",
+                        "retries",
+                        "429s after the first back-off",
+                    ],
+                    [
+                        [
+                            r["strategy"].replace("_", ", "),
+                            r["cap"] or "none",
+                            _fmt(r["makespan_s"]),
+                            _fmt(r["bound_s"]),
+                            _fmt(r["vs_bound"], 3),
+                            _fmt(r["rate_limited"], 0),
+                            _fmt(r["retries"], 0),
+                            _fmt(r["rate_limited_after_first_backoff"], 0),
+                        ]
+                        for r in table
+                    ],
+                )
+            )
             out.append("")
         if plots.get("storm"):
-            out += [f"![Storm timelines]({plots['storm']})", "",
-                    "Each task of the storm (one row each): a bar from the task's first request (for the engine: the "
-                    "attempt that was accepted) to its end, a cross at each request answered 429.", ""]
+            out += [
+                f"![Storm timelines]({plots['storm']})",
+                "",
+                "Each task of the storm (one row each): a bar from the task's first request (for the engine: the "
+                "attempt that was accepted) to its end, a cross at each request answered 429.",
+                "",
+            ]
     # 4. live view
     out += ["## 4. Live-view latency", ""]
     live_any = False
@@ -327,11 +443,23 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             out += [f"Profile `{name}`: not measured: {live['skipped']}.", ""]
             continue
         out += [f"### Profile `{name}`", ""]
-        out.append(_table(
-            ["viewers", "events/s", "samples", "missing", "p50 ms", "p95 ms", "max ms"],
-            [[r["viewers"], r["events_per_s"], r["samples"], r["missing"], _fmt(r["p50_ms"], 0), _fmt(r["p95_ms"], 0),
-              _fmt(r["max_ms"], 0)] for r in live["rows"]],
-        ))
+        out.append(
+            _table(
+                ["viewers", "events/s", "samples", "missing", "p50 ms", "p95 ms", "max ms"],
+                [
+                    [
+                        r["viewers"],
+                        r["events_per_s"],
+                        r["samples"],
+                        r["missing"],
+                        _fmt(r["p50_ms"], 0),
+                        _fmt(r["p95_ms"], 0),
+                        _fmt(r["max_ms"], 0),
+                    ]
+                    for r in live["rows"]
+                ],
+            )
+        )
         out.append("")
     if live_any:
         out.append(
@@ -361,13 +489,22 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             row = [dag_name, cap]
             for name in names:
                 r = per.get(name, {})
-                row += [_fmt(r.get("efficiency"), 3), _fmt(r.get("dispatch_p95_ms"), 0), _fmt(r.get("advance_cpu_ms_per_task"), 1)]
+                row += [
+                    _fmt(r.get("efficiency"), 3),
+                    _fmt(r.get("dispatch_p95_ms"), 0),
+                    _fmt(r.get("advance_cpu_ms_per_task"), 1),
+                ]
             rows.append(row)
         out.append(_table(headers, rows))
         out.append("")
     # goals
     out += ["## Goals", ""]
-    out.append(_table(["goal", "measured", "met"], [[g["goal"], _fmt(g["measured"], 3), "yes" if g["met"] else "**no**"] for g in s["goals"]]))
+    out.append(
+        _table(
+            ["goal", "measured", "met"],
+            [[g["goal"], _fmt(g["measured"], 3), "yes" if g["met"] else "**no**"] for g in s["goals"]],
+        )
+    )
     out.append("")
     out += [FINDINGS.strip(), ""]
     return "\n".join(out)
@@ -449,7 +586,11 @@ def write(results: dict, results_path: Path, docs_path: Path, plots_dir: Path) -
     results_path.parent.mkdir(parents=True, exist_ok=True)
     results_path.write_text(json.dumps(results, indent=1) + "\n")
     made = plots.make_all(results, plots_dir)
-    shown = {key: (Path(value).resolve().relative_to(docs_path.parent.resolve()).as_posix() if key in plots.IMAGES else value)
-             for key, value in made.items()}
+    shown = {
+        key: (
+            Path(value).resolve().relative_to(docs_path.parent.resolve()).as_posix() if key in plots.IMAGES else value
+        )
+        for key, value in made.items()
+    }
     docs_path.write_text(markdown(results, shown))
     return made

@@ -83,7 +83,13 @@ def save_plan(dag: dags.Dag, agent):
     data = {
         "goal": f"Benchmark DAG {dag.name} (seed {dag.seed})",
         "subtasks": [
-            {"key": key, "agent": agent.name, "title": key, "instructions": f"Benchmark node {key}.", "depends_on": ups[key]}
+            {
+                "key": key,
+                "agent": agent.name,
+                "title": key,
+                "instructions": f"Benchmark node {key}.",
+                "depends_on": ups[key],
+            }
             for key in dag.keys
         ],
     }
@@ -107,7 +113,9 @@ def wait_for_run(run_id: int, timeout_s: float, cluster: Cluster):
     states = defaultdict(int)
     for state in TaskRun.objects.filter(run_id=run_id).values_list("state", flat=True):
         states[state] += 1
-    raise BenchError(f"run {run_id} did not finish in {timeout_s:.0f} s; task states {dict(states)}\n{cluster.log_tail()}")
+    raise BenchError(
+        f"run {run_id} did not finish in {timeout_s:.0f} s; task states {dict(states)}\n{cluster.log_tail()}"
+    )
 
 
 def launch_run(plan, cap: int):
@@ -123,7 +131,9 @@ def run_metrics(run, dag: dags.Dag, cap: int, *, timeline: bool = False) -> dict
     keys = dict(TaskRun.objects.filter(run=run).values_list("pk", "subtask__key"))
     done = {}
     attempts = 0
-    for row in Attempt.objects.filter(task_run__run=run).values("task_run_id", "state", "worker", "started_at", "finished_at"):
+    for row in Attempt.objects.filter(task_run__run=run).values(
+        "task_run_id", "state", "worker", "started_at", "finished_at"
+    ):
         attempts += 1
         if row["state"] == Attempt.State.SUCCEEDED:
             done[keys[row["task_run_id"]]] = row
@@ -160,8 +170,13 @@ def run_metrics(run, dag: dags.Dag, cap: int, *, timeline: bool = False) -> dict
     }
     if timeline:
         result["timeline"] = [
-            {"key": k, "start": round(start[k], 4), "end": round(end[k], 4), "worker": done[k]["worker"],
-             "ready": round(data_ready[k], 4)}
+            {
+                "key": k,
+                "start": round(start[k], 4),
+                "end": round(end[k], 4),
+                "worker": done[k]["worker"],
+                "ready": round(data_ready[k], 4),
+            }
             for k in sorted(dag.keys, key=start.__getitem__)
         ]
     return result
@@ -272,9 +287,13 @@ class ProfileRunner:
             rows = []
             for viewers in spec["viewers"]:
                 for rate in spec["rates"]:
-                    row = liveview.measure(dict(os.environ), self.workdir, viewers, rate, spec["seconds"], daphne, session, run)
-                    log(f"{self.name} live view: {viewers:>2} viewers, {rate:>4} events/s: p50 {row['p50_ms']} ms, "
-                        f"p95 {row['p95_ms']} ms ({row['samples']} samples, {row['missing']} missing)")
+                    row = liveview.measure(
+                        dict(os.environ), self.workdir, viewers, rate, spec["seconds"], daphne, session, run
+                    )
+                    log(
+                        f"{self.name} live view: {viewers:>2} viewers, {rate:>4} events/s: p50 {row['p50_ms']} ms, "
+                        f"p95 {row['p95_ms']} ms ({row['samples']} samples, {row['missing']} missing)"
+                    )
                     rows.append(row)
             return {"rows": rows}
         finally:
@@ -322,19 +341,43 @@ class ProfileRunner:
                         cluster_cpu = self.cluster.cpu_seconds() - cpu0
                         theirs = waves_future.result()
                         their_naive = naive_future.result() if naive_future else None
-                    row = run_metrics(run, dag, cap, timeline=(repeat == 0 and dag.kind == gantt_kind and cap == gantt_cap))
-                    row.update({"dag": dag.kind, "dag_name": dag.name, "nodes": len(dag.keys), "cap": cap, "repeat": repeat,
-                                "cluster_cpu_ms_per_task": rnd(1000 * cluster_cpu / len(dag.keys), 2)})
+                    row = run_metrics(
+                        run, dag, cap, timeline=(repeat == 0 and dag.kind == gantt_kind and cap == gantt_cap)
+                    )
+                    row.update(
+                        {
+                            "dag": dag.kind,
+                            "dag_name": dag.name,
+                            "nodes": len(dag.keys),
+                            "cap": cap,
+                            "repeat": repeat,
+                            "cluster_cpu_ms_per_task": rnd(1000 * cluster_cpu / len(dag.keys), 2),
+                        }
+                    )
                     ours.append(row)
-                    waves.append({**theirs.to_json(), "dag": dag.kind, "repeat": repeat,
-                                  "lower_bound_s": rnd(dag.lower_bound_s(cap), 4)})
-                    line = (f"{self.name} r{repeat} {dag.name:>14} cap {cap:>2}: ours {row['makespan_s']:.2f} s "
-                            f"(bound {row['lower_bound_s']:.2f}, eff {row['efficiency']:.3f}, dispatch p95 "
-                            f"{row['dispatch_p95_ms']:.0f} ms) "
-                            f"waves {theirs.makespan_s:.2f} s")
+                    waves.append(
+                        {
+                            **theirs.to_json(),
+                            "dag": dag.kind,
+                            "repeat": repeat,
+                            "lower_bound_s": rnd(dag.lower_bound_s(cap), 4),
+                        }
+                    )
+                    line = (
+                        f"{self.name} r{repeat} {dag.name:>14} cap {cap:>2}: ours {row['makespan_s']:.2f} s "
+                        f"(bound {row['lower_bound_s']:.2f}, eff {row['efficiency']:.3f}, dispatch p95 "
+                        f"{row['dispatch_p95_ms']:.0f} ms) "
+                        f"waves {theirs.makespan_s:.2f} s"
+                    )
                     if their_naive is not None:
-                        naive.append({**their_naive.to_json(), "dag": dag.kind, "repeat": repeat,
-                                      "lower_bound_s": rnd(dag.lower_bound_s(None), 4)})
+                        naive.append(
+                            {
+                                **their_naive.to_json(),
+                                "dag": dag.kind,
+                                "repeat": repeat,
+                                "lower_bound_s": rnd(dag.lower_bound_s(None), 4),
+                            }
+                        )
                         line += f" naive {their_naive.makespan_s:.2f} s"
                     log(line)
         return ours, waves, naive
@@ -377,8 +420,13 @@ class ProfileRunner:
         agent_n = setups["naive"][0]
         agent_w = setups["waves"][0]
         threads = [
-            threading.Thread(target=reference, args=("naive", lambda: strategies.naive(dag, strategies.ProviderCall(agent_n)))),
-            threading.Thread(target=reference, args=("waves", lambda: strategies.waves(dag, spec.waves_cap, strategies.ProviderCall(agent_w)))),
+            threading.Thread(
+                target=reference, args=("naive", lambda: strategies.naive(dag, strategies.ProviderCall(agent_n)))
+            ),
+            threading.Thread(
+                target=reference,
+                args=("waves", lambda: strategies.waves(dag, spec.waves_cap, strategies.ProviderCall(agent_w))),
+            ),
         ]
         launched = {}
         for thread in threads:
@@ -394,12 +442,16 @@ class ProfileRunner:
         rows = []
         for name in ("naive", "waves", "ours_adaptive", "ours_configured"):
             if name in results:
-                rows.append(self.storm_row_reference(name, results[name]["result"], dag, spec, first_window_end, repeat))
+                rows.append(
+                    self.storm_row_reference(name, results[name]["result"], dag, spec, first_window_end, repeat)
+                )
             else:
                 rows.append(self.storm_row_ours(name, launched[name], dag, spec, first_window_end, repeat))
         for row in rows:
-            log(f"{self.name} storm r{repeat} {row['strategy']:>15}: {row['makespan_s']:.1f} s (bound {row['bound_s']:.1f}), "
-                f"{row['rate_limited']} x 429, {row['rate_limited_after_first_backoff']} after the first back-off")
+            log(
+                f"{self.name} storm r{repeat} {row['strategy']:>15}: {row['makespan_s']:.1f} s (bound {row['bound_s']:.1f}), "
+                f"{row['rate_limited']} x 429, {row['rate_limited_after_first_backoff']} after the first back-off"
+            )
         return rows
 
     def align_window(self, spec: StormSpec, models: list[str]) -> float:
@@ -431,7 +483,9 @@ class ProfileRunner:
         return math.floor(time.time() / 60) * 60 + 60
 
     def storm_bound(self, dag, spec, start_unix: float, first_window_end: float) -> float:
-        accept = strategies.sliding_window_accept_times(start_unix, len(dag.keys), spec.requests_per_minute, first_window_end)
+        accept = strategies.sliding_window_accept_times(
+            start_unix, len(dag.keys), spec.requests_per_minute, first_window_end
+        )
         return strategies.rate_limit_bound_s(list(dag.durations.values()), accept, start_unix)
 
     def storm_row_reference(self, name, result: strategies.StrategyResult, dag, spec, first_window_end, repeat) -> dict:
@@ -446,8 +500,15 @@ class ProfileRunner:
             "rate_limited": result.rate_limited,
             "retries": result.retries,
             "rate_limited_after_first_backoff": result.rate_limited_after_first_backoff(),
-            "timeline": [{"key": r.key, "start": round(r.start, 3), "end": round(r.end, 3),
-                          "rate_limited": [round(sent, 3) for sent, _ in r.rate_limited]} for r in result.records],
+            "timeline": [
+                {
+                    "key": r.key,
+                    "start": round(r.start, 3),
+                    "end": round(r.end, 3),
+                    "rate_limited": [round(sent, 3) for sent, _ in r.rate_limited],
+                }
+                for r in result.records
+            ],
         }
 
     def storm_row_ours(self, name, run, dag, spec, first_window_end, repeat) -> dict:
@@ -456,7 +517,9 @@ class ProfileRunner:
         if run.status != "succeeded":
             raise BenchError(f"storm run {run.pk} ({name}) ended {run.status}: {run.summary}")
         t0 = run.started_at
-        attempts = list(Attempt.objects.filter(task_run__run=run).select_related("task_run__subtask").order_by("started_at"))
+        attempts = list(
+            Attempt.objects.filter(task_run__run=run).select_related("task_run__subtask").order_by("started_at")
+        )
         limited = [a for a in attempts if a.error.startswith("429")]
         # 429s to requests sent after the first back-off had ended (provider.backoff event + its wait)
         first = Event.objects.filter(run=run, type="provider.backoff").order_by("id").first()
@@ -472,12 +535,16 @@ class ProfileRunner:
         timeline = []
         for key, rows in by_key.items():
             ok = [a for a in rows if a.state == Attempt.State.SUCCEEDED]
-            timeline.append({
-                "key": key,
-                "start": round((ok[0].started_at - t0).total_seconds(), 3) if ok else None,
-                "end": round((ok[0].finished_at - t0).total_seconds(), 3) if ok else None,
-                "rate_limited": [round((a.started_at - t0).total_seconds(), 3) for a in rows if a.error.startswith("429")],
-            })
+            timeline.append(
+                {
+                    "key": key,
+                    "start": round((ok[0].started_at - t0).total_seconds(), 3) if ok else None,
+                    "end": round((ok[0].finished_at - t0).total_seconds(), 3) if ok else None,
+                    "rate_limited": [
+                        round((a.started_at - t0).total_seconds(), 3) for a in rows if a.error.startswith("429")
+                    ],
+                }
+            )
         return {
             "strategy": name,
             "repeat": repeat,

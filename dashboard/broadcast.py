@@ -88,7 +88,9 @@ def render_round(run_id: int, latest: int, wanted: dict[int, set[tuple[fragments
     result = Round(latest)
     for cursor, keys in wanted.items():
         per_class = result.runs.setdefault(cursor, {})
-        for shared, watched in sorted(keys, key=lambda k: (k[0].can_control, k[0].can_decide, k[0].csrf_token, k[1] or 0)):
+        for shared, watched in sorted(
+            keys, key=lambda k: (k[0].can_control, k[0].can_decide, k[0].csrf_token, k[1] or 0)
+        ):
             if shared not in per_class:
                 try:
                     per_class[shared] = fragments.render_run_batch(run_id, cursor, shared, upto=latest)
@@ -100,7 +102,9 @@ def render_round(run_id: int, latest: int, wanted: dict[int, set[tuple[fragments
             if batch is None or not watched or (cursor, shared, watched) in result.panels:
                 continue
             try:
-                result.panels[(cursor, shared, watched)] = fragments.render_watched_panel(run_id, batch, shared, watched)
+                result.panels[(cursor, shared, watched)] = fragments.render_watched_panel(
+                    run_id, batch, shared, watched
+                )
             except Exception:
                 log.exception("run %s: could not render the panel of task %s", run_id, watched)
                 per_class[shared] = None  # no frame without its panel: the next round tries again

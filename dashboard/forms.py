@@ -90,7 +90,14 @@ class NewRunForm(RunSettingsForm):
     """Goal, plan source and run settings. The plan itself is checked by the preflight."""
 
     field_order = [
-        "goal", "source", "plan_file", "saved_plan", "cap", "budget_usd", "failure_policy", "require_plan_approval",
+        "goal",
+        "source",
+        "plan_file",
+        "saved_plan",
+        "cap",
+        "budget_usd",
+        "failure_policy",
+        "require_plan_approval",
     ]
 
     goal = forms.CharField(

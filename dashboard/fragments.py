@@ -59,8 +59,15 @@ TEMPLATES = {
 }
 # Event families whose events change the timeline (attempts start and end) or the result.
 GANTT_TYPES = {
-    "task.queued", "task.started", "task.succeeded", "task.output_ready", "task.failed",
-    "task.retry_scheduled", "task.cancelled", "attempt.lost", "attempt.late_result_discarded",
+    "task.queued",
+    "task.started",
+    "task.succeeded",
+    "task.output_ready",
+    "task.failed",
+    "task.retry_scheduled",
+    "task.cancelled",
+    "attempt.lost",
+    "attempt.late_result_discarded",
 }
 RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
 
@@ -380,8 +387,9 @@ def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int 
     if batch is None:
         return None
     panel = render_watched_panel(run_id, batch, viewer, watched_task)
-    return Batch(batch.html + panel, batch.from_seq, batch.to_seq, batch.task_ids, batch.full,
-                 batch.tasks_beyond_progress)
+    return Batch(
+        batch.html + panel, batch.from_seq, batch.to_seq, batch.task_ids, batch.full, batch.tasks_beyond_progress
+    )
 
 
 def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | None = None) -> Batch | None:
@@ -395,8 +403,9 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
         return None
     run = Run.objects.select_related("plan").get(pk=run_id)
     meta = list(
-        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
-        .values_list("seq", "type", "task_run_id")
+        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).values_list(
+            "seq", "type", "task_run_id"
+        )
     )
     types = {t for _, t, _ in meta}
     task_ids = list(dict.fromkeys(task for _, _, task in meta if task))

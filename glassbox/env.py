@@ -32,8 +32,7 @@ def env_bool(name: str, default: bool) -> bool:
     if value.lower() in FALSE_WORDS:
         return False
     raise ImproperlyConfigured(
-        f"{name}={value!r} is not a boolean: use one of {', '.join(TRUE_WORDS)} (on) "
-        f"or {', '.join(FALSE_WORDS)} (off)"
+        f"{name}={value!r} is not a boolean: use one of {', '.join(TRUE_WORDS)} (on) or {', '.join(FALSE_WORDS)} (off)"
     )
 
 

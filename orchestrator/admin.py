@@ -120,7 +120,17 @@ def _report_action(modeladmin, request, done: list[str], refused: list[str], ver
 
 @admin.register(Agent)
 class AgentAdmin(AuditedAdmin):
-    list_display = ["name", "role", "provider", "model", "status", "max_concurrency", "timeout_s", "max_retries", "owner"]
+    list_display = [
+        "name",
+        "role",
+        "provider",
+        "model",
+        "status",
+        "max_concurrency",
+        "timeout_s",
+        "max_retries",
+        "owner",
+    ]
     list_filter = ["status", "provider"]
     search_fields = ["name", "role", "model"]
     readonly_fields = ["created_at", "updated_at"]
@@ -152,8 +162,16 @@ class AgentAdmin(AuditedAdmin):
 @admin.register(ProviderLimit)
 class ProviderLimitAdmin(AuditedAdmin):
     list_display = [
-        "provider", "model", "requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute",
-        "max_in_flight", "effective_in_flight", "input_price_per_mtok", "output_price_per_mtok", "backoff_until",
+        "provider",
+        "model",
+        "requests_per_minute",
+        "input_tokens_per_minute",
+        "output_tokens_per_minute",
+        "max_in_flight",
+        "effective_in_flight",
+        "input_price_per_mtok",
+        "output_price_per_mtok",
+        "backoff_until",
     ]
     list_filter = ["provider"]
     # Written by the engine (adaptive concurrency, 429 backoff), shown for information.
@@ -176,8 +194,17 @@ class ProviderLimitAdmin(AuditedAdmin):
 class SubtaskInline(ReadOnlyInline):
     model = Subtask
     show_change_link = False
-    fields = ["key", "title", "agent", "gate", "priority", "timeout_s", "max_retries",
-              "estimated_input_tokens", "estimated_output_tokens"]
+    fields = [
+        "key",
+        "title",
+        "agent",
+        "gate",
+        "priority",
+        "timeout_s",
+        "max_retries",
+        "estimated_input_tokens",
+        "estimated_output_tokens",
+    ]
 
 
 class DependencyInline(ReadOnlyInline):
@@ -251,7 +278,17 @@ class RunAdmin(ControlActions, ReadOnlyAdmin):
 class AttemptInline(ReadOnlyInline):
     model = Attempt
     show_change_link = False
-    fields = ["number", "state", "worker", "started_at", "finished_at", "input_tokens", "output_tokens", "cost_usd", "error"]
+    fields = [
+        "number",
+        "state",
+        "worker",
+        "started_at",
+        "finished_at",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "error",
+    ]
 
 
 @admin.register(TaskRun)
@@ -298,8 +335,17 @@ class PlannerAttemptAdmin(ReadOnlyAdmin):
     search_fields = ["goal", "error", "raw_answer"]
     list_select_related = ["plan", "created_by"]
     fields = (
-        "goal", "model", "simulated", "round", "plan", "error", "raw_answer",
-        "input_tokens", "output_tokens", "created_by", "created_at",
+        "goal",
+        "model",
+        "simulated",
+        "round",
+        "plan",
+        "error",
+        "raw_answer",
+        "input_tokens",
+        "output_tokens",
+        "created_by",
+        "created_at",
     )
     readonly_fields = fields
 
@@ -418,7 +464,18 @@ def export_response(request, queryset, fmt: str) -> StreamingHttpResponse:
 class EventAdmin(ReadOnlyAdmin):
     """Append-only: read-only for everyone, superusers included."""
 
-    list_display = ["pk", "created_at", "run", "seq", "type", "actor_kind", "actor_name", "agent", "task_run", "message"]
+    list_display = [
+        "pk",
+        "created_at",
+        "run",
+        "seq",
+        "type",
+        "actor_kind",
+        "actor_name",
+        "agent",
+        "task_run",
+        "message",
+    ]
     list_filter = [
         EventTypeFilter,
         EventRunFilter,

@@ -212,9 +212,7 @@ def _build_storage(kind: str, redis_url: str, redis_prefix: str) -> Storage:
         if not redis_url:
             raise ImproperlyConfigured("GLASSBOX_RATE_LIMIT_STORAGE is 'redis' but REDIS_URL is not set.")
         return RedisStorage(redis_url, key_prefix=f"{redis_prefix}:ratelimit")
-    raise ImproperlyConfigured(
-        f"GLASSBOX_RATE_LIMIT_STORAGE must be 'database' or 'redis', not {kind!r}."
-    )
+    raise ImproperlyConfigured(f"GLASSBOX_RATE_LIMIT_STORAGE must be 'database' or 'redis', not {kind!r}.")
 
 
 def _limiter() -> SlidingWindowCounterRateLimiter:

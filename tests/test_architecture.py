@@ -98,7 +98,8 @@ def test_architecture_doc_names_every_module():
     missing = [
         path.relative_to(ROOT).as_posix()
         for path in project_modules().values()
-        if "migrations" not in path.parts and not (path.name == "__init__.py" and not path.read_text().strip())
+        if "migrations" not in path.parts
+        and not (path.name == "__init__.py" and not path.read_text().strip())
         and not named_in_doc(doc, path)
     ]
     assert missing == [], "docs/architecture.md does not mention: " + ", ".join(missing)
@@ -122,9 +123,14 @@ def named_in_doc(doc: str, path: Path) -> bool:
     return False
 
 
-@pytest.mark.parametrize("module, expected", [
-    ("orchestrator.engine.scheduler", 3), ("orchestrator.models", 8), ("dashboard.views.run", 1),
-    ("orchestrator.management.commands.launch", 2),
-])
+@pytest.mark.parametrize(
+    "module, expected",
+    [
+        ("orchestrator.engine.scheduler", 3),
+        ("orchestrator.models", 8),
+        ("dashboard.views.run", 1),
+        ("orchestrator.management.commands.launch", 2),
+    ],
+)
 def test_layer_lookup_takes_the_longest_prefix(module, expected):
     assert layer_of(module) == expected

@@ -71,10 +71,26 @@ def _get(queryset, pk: int, what: str):
 def run_detail(run: Run) -> dict:
     run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
     progress = runs.progress(run)
-    totals = {name: getattr(progress, name) for name in (
-        "total", "done", "succeeded", "failed", "skipped", "cancelled", "running", "queued", "ready",
-        "throttled", "waiting", "pending", "elapsed_s", "input_tokens", "output_tokens",
-    )}
+    totals = {
+        name: getattr(progress, name)
+        for name in (
+            "total",
+            "done",
+            "succeeded",
+            "failed",
+            "skipped",
+            "cancelled",
+            "running",
+            "queued",
+            "ready",
+            "throttled",
+            "waiting",
+            "pending",
+            "elapsed_s",
+            "input_tokens",
+            "output_tokens",
+        )
+    }
     totals["cost_usd"] = format(progress.cost_usd, "f")
     return {
         "run": RunRecord.of(run),
@@ -135,7 +151,10 @@ def create_run(request, body: RunCreateIn):
         run = runs.launch(_get(Plan.objects.all(), body.plan_id, "plan"), launched_by=user, **settings.as_dict())
     elif body.document is not None:
         run = launch_document(
-            body.document, filename=body.filename, source_name=body.filename or "api", settings=settings,
+            body.document,
+            filename=body.filename,
+            source_name=body.filename or "api",
+            settings=settings,
             launched_by=user,
         )
     else:  # RunCreateIn.one_source lets no body through without one of them
@@ -186,9 +205,7 @@ def run_events(
     require(request, VIEW_RUN, run=run_id)
     run = _get(Run.objects.all(), run_id, "run")
     events = list(
-        run.events.filter(seq__gt=after)
-        .select_related("task_run__subtask", "agent")
-        .order_by("seq")[: limit + 1]
+        run.events.filter(seq__gt=after).select_related("task_run__subtask", "agent").order_by("seq")[: limit + 1]
     )
     has_more = len(events) > limit
     events = events[:limit]

@@ -120,8 +120,12 @@ def install(api: NinjaAPI) -> None:
         count = len(exc.errors)
         details = [detail(e.where, e.message, e.field) for e in exc.errors]
         return respond(
-            api, request, 422, "invalid_plan",
-            f"The plan has {count} problem{'' if count == 1 else 's'}; nothing was saved.", details,
+            api,
+            request,
+            422,
+            "invalid_plan",
+            f"The plan has {count} problem{'' if count == 1 else 's'}; nothing was saved.",
+            details,
         )
 
     @api.exception_handler(runs.LaunchRefused)
@@ -136,7 +140,10 @@ def install(api: NinjaAPI) -> None:
     def too_large(request, exc):
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return respond(
-            api, request, 413, "request_too_large",
+            api,
+            request,
+            413,
+            "request_too_large",
             f"The request body is larger than {limit:,} bytes; a plan document may be at most "
             f"{plans.MAX_PLAN_BYTES:,} bytes.",
         )
@@ -150,16 +157,26 @@ def install(api: NinjaAPI) -> None:
         cause = exc.__cause__
         if exc.status_code == 400 and isinstance(cause, json.JSONDecodeError):
             return respond(
-                api, request, 400, "invalid_json",
+                api,
+                request,
+                400,
+                "invalid_json",
                 f"The request body is not valid JSON: line {cause.lineno}, column {cause.colno}: {cause.msg}.",
             )
         if exc.status_code == 400 and cause is not None:
             return respond(api, request, 400, "invalid_json", "The request body is not valid UTF-8 JSON.")
-        code = {400: "bad_request", 403: "permission_denied", 404: "not_found", 405: "method_not_allowed",
-                429: "throttled"}.get(exc.status_code, "error")
+        code = {
+            400: "bad_request",
+            403: "permission_denied",
+            404: "not_found",
+            405: "method_not_allowed",
+            429: "throttled",
+        }.get(exc.status_code, "error")
         return respond(api, request, exc.status_code, code, str(exc))
 
     @api.exception_handler(Exception)
     def server_error(request, exc):
         log.exception("API error on %s %s", request.method, request.path)
-        return respond(api, request, 500, "internal_error", "Internal error: it was logged; try again or tell the operators.")
+        return respond(
+            api, request, 500, "internal_error", "Internal error: it was logged; try again or tell the operators."
+        )

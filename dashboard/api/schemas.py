@@ -149,7 +149,6 @@ def _run_setting(parse):
     return check
 
 
-
 class RunCreateIn(Schema):
     """Launch a run of a saved plan (`plan_id`) or of a plan document (`document`), not both."""
 

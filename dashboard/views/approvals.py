@@ -143,7 +143,9 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
         error = " ".join(str(message) for message in form.errors["comment"])
     else:
         try:
-            checkpoint = runs.decide(checkpoint, approve=approve, user=request.user, comment=form.cleaned_data["comment"])
+            checkpoint = runs.decide(
+                checkpoint, approve=approve, user=request.user, comment=form.cleaned_data["comment"]
+            )
         except runs.ActionError as refused:
             error = str(refused)
     if is_htmx(request):

@@ -181,7 +181,10 @@ def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]
         try:
             if draft["source"] == SOURCE_FILE:
                 run = launch_document(
-                    draft["document"], filename=draft["filename"], goal=draft["goal"], settings=settings,
+                    draft["document"],
+                    filename=draft["filename"],
+                    goal=draft["goal"],
+                    settings=settings,
                     launched_by=request.user,
                 )
             else:

@@ -203,7 +203,13 @@ def _task_action(request, run_id: int, task_id: int, action, message: str):
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
     return _answer(
-        request, run, message=message.format(key=task.subtask.key), ok=True, parts=RUN_PARTS, tasks=[task.pk], panel=task
+        request,
+        run,
+        message=message.format(key=task.subtask.key),
+        ok=True,
+        parts=RUN_PARTS,
+        tasks=[task.pk],
+        panel=task,
     )
 
 
@@ -216,9 +222,7 @@ def run_task_retry(request, run_id: int, task_id: int):
 @require_POST
 @permission_required(CONTROL_RUN)
 def run_task_skip(request, run_id: int, task_id: int):
-    return _task_action(
-        request, run_id, task_id, runs.skip_task, "{key} skipped: tasks below it go on without it."
-    )
+    return _task_action(request, run_id, task_id, runs.skip_task, "{key} skipped: tasks below it go on without it.")
 
 
 # --- Checkpoints and plan edits -----------------------------------------------------------------
@@ -237,7 +241,9 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
     if decision not in ("approve", "reject"):
         return _answer(request, run, message="Choose Approve or Reject.", ok=False)
     try:
-        runs.decide(checkpoint, approve=decision == "approve", user=request.user, comment=request.POST.get("comment", ""))
+        runs.decide(
+            checkpoint, approve=decision == "approve", user=request.user, comment=request.POST.get("comment", "")
+        )
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
     task_run = checkpoint.task_run  # None for the plan checkpoint
@@ -277,6 +283,8 @@ def run_plan_remove(request, run_id: int, checkpoint_id: int, key: str):
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
     message = f"{key} removed from the plan." + (
-        f" {', '.join(downstream)} no longer {'waits' if len(downstream) == 1 else 'wait'} for it." if downstream else ""
+        f" {', '.join(downstream)} no longer {'waits' if len(downstream) == 1 else 'wait'} for it."
+        if downstream
+        else ""
     )
     return _answer(request, run, message=message, ok=True, parts=PLAN_PARTS)

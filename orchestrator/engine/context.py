@@ -47,7 +47,9 @@ def prompt_token_bound(task: TaskRun) -> int:
     Admission reserves cost with it, so a plan whose estimates are too low cannot overspend.
     """
     subtask = task.subtask
-    own = (len(task.run.plan.goal) + len(subtask.title) + len(subtask.instructions) + len(task.agent.system_prompt)) // 4
+    own = (
+        len(task.run.plan.goal) + len(subtask.title) + len(subtask.instructions) + len(task.agent.system_prompt)
+    ) // 4
     upstreams = Dependency.objects.filter(downstream_id=task.subtask_id).count()
     context_tokens = FAN_IN_BUDGET_TOKENS if upstreams >= 2 else upstreams * (settings.GLASSBOX_SUMMARY_TOKENS + 20)
     return own + context_tokens + 50

@@ -98,7 +98,11 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
             TaskRun.objects.filter(pk=attempt.task_run_id, attempt_count=attempt.number),
             State.RUNNING,
             from_states=[State.QUEUED],
-            lease_owner=worker, lease_expires_at=lease_until, started_at=now, progress=0, output="",
+            lease_owner=worker,
+            lease_expires_at=lease_until,
+            started_at=now,
+            progress=0,
+            output="",
         )
         if not took:
             transaction.set_rollback(True)
@@ -351,7 +355,11 @@ def fail(
                 back_off_provider(run, task, error)
             retryable = error.retryable if error else True
             outcome = schedule_retry_or_fail(
-                run, task, message, retryable=retryable, own_fault=not provider_wide,
+                run,
+                task,
+                message,
+                retryable=retryable,
+                own_fault=not provider_wide,
                 retry_after=error.retry_after_s if error else None,
             )
     if late:
@@ -396,9 +404,16 @@ def schedule_retry_or_fail(
         delay = backoff_seconds(faults, retry_after)
         wait = waits.RetryBackoff(delay, message)
         transitions.move(
-            task, State.READY, fault_count=faults, not_before=now + timedelta(seconds=delay),
-            lease_owner="", lease_expires_at=None, error=message[:2000], ready_at=now,
-            wait_reason=wait.message, wait_code=wait.code,
+            task,
+            State.READY,
+            fault_count=faults,
+            not_before=now + timedelta(seconds=delay),
+            lease_owner="",
+            lease_expires_at=None,
+            error=message[:2000],
+            ready_at=now,
+            wait_reason=wait.message,
+            wait_code=wait.code,
         )
         events.record(
             "task.retry_scheduled",
@@ -410,8 +425,13 @@ def schedule_retry_or_fail(
         return "retry scheduled"
     reason = message if not retryable else f"{message} (after {task.attempt_count} attempts)"
     transitions.move(
-        task, State.FAILED, fault_count=faults, lease_owner="", lease_expires_at=None,
-        error=reason[:2000], finished_at=now,
+        task,
+        State.FAILED,
+        fault_count=faults,
+        lease_owner="",
+        lease_expires_at=None,
+        error=reason[:2000],
+        finished_at=now,
     )
     events.record("task.failed", run=run, task=task, message=reason[:500], payload={"error": reason[:2000]})
     if run.failure_policy == Run.FailurePolicy.FAIL_FAST:
@@ -425,10 +445,14 @@ def stop_fail_fast(run: Run, failed: TaskRun) -> None:
     transitions.move_where(
         run.tasks.exclude(state__in=TaskRun.TERMINAL),
         State.CANCELLED,
-        error=f"run stopped: {failed.subtask.key} failed (fail_fast)", finished_at=now,
-        lease_owner="", lease_expires_at=None,
+        error=f"run stopped: {failed.subtask.key} failed (fail_fast)",
+        finished_at=now,
+        lease_owner="",
+        lease_expires_at=None,
     )
-    scheduler.end_run(run, Run.Status.FAILED, f"stopped at the first failure (fail_fast): {failed.subtask.key}: {failed.error}")
+    scheduler.end_run(
+        run, Run.Status.FAILED, f"stopped at the first failure (fail_fast): {failed.subtask.key}: {failed.error}"
+    )
 
 
 def cancel_attempt(claim: Claim) -> str:
@@ -441,7 +465,9 @@ def cancel_attempt(claim: Claim) -> str:
             TaskRun.objects.filter(pk=claim.task.pk),
             State.CANCELLED,
             from_states=[State.RUNNING, State.CANCELLED],
-            lease_owner="", lease_expires_at=None, finished_at=timezone.now(),
+            lease_owner="",
+            lease_expires_at=None,
+            finished_at=timezone.now(),
         )
     return "cancelled"
 

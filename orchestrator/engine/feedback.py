@@ -98,11 +98,7 @@ def _learn_limits(limit: ProviderLimit, reports: dict[str, BudgetReport], result
 def _back_off_when_empty(limit: ProviderLimit, reports: dict[str, BudgetReport], result: FeedbackResult) -> None:
     now = timezone.now()
     latest = now + timedelta(seconds=MAX_BACKOFF_S)
-    resets = [
-        min(report.reset or latest, latest)
-        for report in reports.values()
-        if report.remaining == 0
-    ]
+    resets = [min(report.reset or latest, latest) for report in reports.values() if report.remaining == 0]
     if not resets:
         return
     until = max(resets)

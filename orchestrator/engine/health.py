@@ -120,9 +120,11 @@ def channel_layer_backend() -> str:
     if layer is None:
         return "none"
     name = type(layer).__name__
-    return {"RedisChannelLayer": "redis", "RedisPubSubChannelLayer": "redis-pubsub", "InMemoryChannelLayer": "in-memory"}.get(
-        name, name
-    )
+    return {
+        "RedisChannelLayer": "redis",
+        "RedisPubSubChannelLayer": "redis-pubsub",
+        "InMemoryChannelLayer": "in-memory",
+    }.get(name, name)
 
 
 async def check_channel_layer() -> dict[str, Any]:
@@ -144,7 +146,9 @@ async def check_channel_layer() -> dict[str, Any]:
 # --- running them ------------------------------------------------------------------------------
 
 
-async def _timed(name: str, backend: str, work: Callable[[], Awaitable[dict[str, Any]]], timeout_s: float) -> CheckResult:
+async def _timed(
+    name: str, backend: str, work: Callable[[], Awaitable[dict[str, Any]]], timeout_s: float
+) -> CheckResult:
     started = time.perf_counter()
     result: CheckResult = {"ok": False, "backend": backend, "latency_ms": 0.0}
     try:

@@ -32,7 +32,10 @@ def launch_document(
     """
     spec = plans.validate_document(document, filename=filename, goal=goal)
     return launch_spec(
-        spec, document=document, settings=settings, source_name=filename if source_name is None else source_name,
+        spec,
+        document=document,
+        settings=settings,
+        source_name=filename if source_name is None else source_name,
         launched_by=launched_by,
     )
 

@@ -34,15 +34,19 @@ def reap_expired() -> int:
     """Declare running attempts with an expired lease lost, and retry their tasks."""
     now = timezone.now()
     expired = list(
-        TaskRun.objects.filter(state=State.RUNNING, lease_expires_at__lt=now).values_list("pk", "run_id", "attempt_count")
+        TaskRun.objects.filter(state=State.RUNNING, lease_expires_at__lt=now).values_list(
+            "pk", "run_id", "attempt_count"
+        )
     )
     reaped = 0
     for task_id, run_id, number in expired:
         with transaction.atomic():
             run = scheduler.lock_run(run_id)
-            task = TaskRun.objects.select_related("subtask", "agent").filter(
-                pk=task_id, state=State.RUNNING, attempt_count=number, lease_expires_at__lt=now
-            ).first()
+            task = (
+                TaskRun.objects.select_related("subtask", "agent")
+                .filter(pk=task_id, state=State.RUNNING, attempt_count=number, lease_expires_at__lt=now)
+                .first()
+            )
             if task is None:
                 continue  # it heartbeated or finished meanwhile
             attempt = Attempt.objects.get(task_run=task, number=number)
@@ -66,13 +70,17 @@ def reap_expired() -> int:
 def requeue_stale() -> int:
     """Hand queued attempts that nobody claimed back to the broker (claiming stays exactly-once)."""
     now = timezone.now()
-    stale = list(TaskRun.objects.filter(state=State.QUEUED, lease_expires_at__lt=now).values_list("pk", "run_id", "attempt_count"))
+    stale = list(
+        TaskRun.objects.filter(state=State.QUEUED, lease_expires_at__lt=now).values_list(
+            "pk", "run_id", "attempt_count"
+        )
+    )
     for task_id, run_id, number in stale:
         with transaction.atomic():
             run = scheduler.lock_run(run_id)
-            updated = TaskRun.objects.filter(pk=task_id, state=State.QUEUED, attempt_count=number, lease_expires_at__lt=now).update(
-                lease_expires_at=now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)
-            )
+            updated = TaskRun.objects.filter(
+                pk=task_id, state=State.QUEUED, attempt_count=number, lease_expires_at__lt=now
+            ).update(lease_expires_at=now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S))
             if not updated:
                 continue
             attempt = Attempt.objects.get(task_run_id=task_id, number=number)
@@ -106,7 +114,9 @@ def tick() -> dict[str, int]:
     advanced = 0
     due = set(runs_with_due_work())
     if reaped:  # a task that failed for good may finish its run or skip its downstream
-        due |= set(Run.objects.filter(status=Run.Status.RUNNING, tasks__state=State.FAILED).values_list("pk", flat=True))
+        due |= set(
+            Run.objects.filter(status=Run.Status.RUNNING, tasks__state=State.FAILED).values_list("pk", flat=True)
+        )
     for run_id in sorted(due):
         scheduler.advance(run_id)
         advanced += 1

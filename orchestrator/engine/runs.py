@@ -92,23 +92,29 @@ def launch(
             started_at=None if require_plan_approval else timezone.now(),
         )
         TaskRun.objects.bulk_create(
-            [
-                TaskRun(run=run, subtask=s, agent_id=s.agent_id, rank=ranks.get(s.key, 0.0))
-                for s in plan.subtasks.all()
-            ]
+            [TaskRun(run=run, subtask=s, agent_id=s.agent_id, rank=ranks.get(s.key, 0.0)) for s in plan.subtasks.all()]
         )
         events.record(
             "run.created",
             run=run,
             user=launched_by,
             message=f"run of plan {plan.pk} created: cap {cap}, budget ${budget}, policy {failure_policy}",
-            payload={"plan": plan.pk, "cap": cap, "budget_usd": str(budget), "estimate_usd": str(estimate),
-                     "failure_policy": failure_policy},
+            payload={
+                "plan": plan.pk,
+                "cap": cap,
+                "budget_usd": str(budget),
+                "estimate_usd": str(estimate),
+                "failure_policy": failure_policy,
+            },
         )
         if require_plan_approval:
             checkpoint = Checkpoint.objects.create(run=run, kind=Checkpoint.Kind.PLAN)
-            events.record("checkpoint.created", run=run, message="the plan needs approval before it runs",
-                          payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN})
+            events.record(
+                "checkpoint.created",
+                run=run,
+                message="the plan needs approval before it runs",
+                payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN},
+            )
         else:
             events.record("run.started", run=run, user=launched_by)
             scheduler.advance(run.pk)
@@ -132,11 +138,15 @@ def _change_status(run: Run, *, allowed: tuple, new: str, event: str, user, verb
 
 def pause(run: Run, *, user=None) -> Run:
     """Stop admitting new tasks; running tasks finish."""
-    return _change_status(run, allowed=(Run.Status.RUNNING,), new=Run.Status.PAUSED, event="run.paused", user=user, verb="paused")
+    return _change_status(
+        run, allowed=(Run.Status.RUNNING,), new=Run.Status.PAUSED, event="run.paused", user=user, verb="paused"
+    )
 
 
 def resume(run: Run, *, user=None) -> Run:
-    return _change_status(run, allowed=(Run.Status.PAUSED,), new=Run.Status.RUNNING, event="run.resumed", user=user, verb="resumed")
+    return _change_status(
+        run, allowed=(Run.Status.PAUSED,), new=Run.Status.RUNNING, event="run.resumed", user=user, verb="resumed"
+    )
 
 
 def cancel(run: Run, *, user=None) -> Run:
@@ -151,9 +161,15 @@ def cancel(run: Run, *, user=None) -> Run:
             events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
         pending = locked.checkpoints.filter(status=Checkpoint.Status.PENDING)
         for checkpoint in pending:
-            checkpoint.status, checkpoint.decided_at, checkpoint.comment = Checkpoint.Status.REJECTED, now, "run cancelled"
+            checkpoint.status, checkpoint.decided_at, checkpoint.comment = (
+                Checkpoint.Status.REJECTED,
+                now,
+                "run cancelled",
+            )
             checkpoint.save(update_fields=["status", "decided_at", "comment"])
-        scheduler.end_run(locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}")
+        scheduler.end_run(
+            locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}"
+        )
     run.refresh_from_db()
     return run
 
@@ -182,12 +198,20 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
         run = scheduler.lock_run(task.run_id)
         task = TaskRun.objects.select_related("run", "subtask", "agent").get(pk=task.pk)
         if task.state not in (State.FAILED, State.CANCELLED, State.SKIPPED):
-            raise ActionError(f"task {task.key} is {task.get_state_display().lower()}: only a failed, cancelled or skipped task can be retried")
+            raise ActionError(
+                f"task {task.key} is {task.get_state_display().lower()}: only a failed, cancelled or skipped task can be retried"
+            )
         if run.status == Run.Status.CANCELLED:
             raise ActionError(f"run {run.pk} was cancelled: launch it again instead")
         now = timezone.now()
         transitions.move(
-            task, State.READY, fault_count=0, skip_cascades=False, error="", not_before=None, ready_at=now,
+            task,
+            State.READY,
+            fault_count=0,
+            skip_cascades=False,
+            error="",
+            not_before=None,
+            ready_at=now,
             finished_at=None,
         )
         # Tasks that gave up because of this one wait for it again, and so does work that
@@ -199,7 +223,9 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
             ),
             State.PENDING,
             from_states=[State.SKIPPED, State.CANCELLED],
-            skip_cascades=False, error="", finished_at=None,
+            skip_cascades=False,
+            error="",
+            finished_at=None,
         )
         events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         if run.is_finished:
@@ -221,19 +247,28 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
         why = reason or f"skipped by {user.get_username() if user else 'the command line'}"
         transitions.move(
-            task, State.SKIPPED, skip_cascades=False, error=why, finished_at=timezone.now(),
-            lease_owner="", lease_expires_at=None,
+            task,
+            State.SKIPPED,
+            skip_cascades=False,
+            error=why,
+            finished_at=timezone.now(),
+            lease_owner="",
+            lease_expires_at=None,
         )
         transitions.move_where(
             run.tasks.filter(subtask_id__in=downstream_closure(task), skip_cascades=True),
             State.PENDING,
             from_states=[State.SKIPPED],
-            skip_cascades=False, error="", finished_at=None,
+            skip_cascades=False,
+            error="",
+            finished_at=None,
         )
         task.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
             status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
         )
-        events.record("task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True})
+        events.record(
+            "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}
+        )
         if run.is_finished:
             transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
     scheduler.advance(task.run_id)
@@ -279,7 +314,8 @@ def decide(checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "
             run=run,
             task=checkpoint.task_run,
             user=user,
-            message=f"{checkpoint.get_kind_display()} checkpoint {checkpoint.status}" + (f": {comment}" if comment else ""),
+            message=f"{checkpoint.get_kind_display()} checkpoint {checkpoint.status}"
+            + (f": {comment}" if comment else ""),
             payload={"checkpoint": checkpoint.pk, "kind": checkpoint.kind, "comment": comment},
         )
         apply_decision(run, checkpoint, now)
@@ -311,15 +347,20 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
     else:  # AFTER: a review of the task's output
         if approved:
             transitions.move_where(
-                TaskRun.objects.filter(pk=task.pk), State.SUCCEEDED, from_states=[State.AWAITING_REVIEW],
+                TaskRun.objects.filter(pk=task.pk),
+                State.SUCCEEDED,
+                from_states=[State.AWAITING_REVIEW],
                 finished_at=now,
             )
             events.record("task.succeeded", run=run, task=task, message="output approved")
         else:
             reason = f"output rejected in review: {checkpoint.comment}"
             transitions.move_where(
-                TaskRun.objects.filter(pk=task.pk), State.FAILED, from_states=[State.AWAITING_REVIEW],
-                error=reason, finished_at=now,
+                TaskRun.objects.filter(pk=task.pk),
+                State.FAILED,
+                from_states=[State.AWAITING_REVIEW],
+                error=reason,
+                finished_at=now,
             )
             events.record("task.failed", run=run, task=task, message=reason, payload={"error": reason})
 

@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 State = TaskRun.State
 
 
-
 @dataclass
 class AdvanceResult:
     run_id: int
@@ -120,7 +119,10 @@ def promote_pending(run: Run) -> int:
             progress = True
     if not decided:
         return 0
-    tasks = {t.subtask_id: t for t in run.tasks.filter(subtask_id__in=[d[0] for d in decided]).select_related("subtask", "agent")}
+    tasks = {
+        t.subtask_id: t
+        for t in run.tasks.filter(subtask_id__in=[d[0] for d in decided]).select_related("subtask", "agent")
+    }
     blocker_ids = {u for _, _, blockers in decided for u in blockers}
     keys = dict(Subtask.objects.filter(pk__in=blocker_ids).values_list("id", "key")) if blocker_ids else {}
     now = timezone.now()
@@ -230,12 +232,12 @@ def read_capacity(run: Run, agent_ids, pairs) -> Capacity:
     limit_q = Q(pk__in=[])
     for provider, model in pairs:
         limit_q |= Q(provider=provider, model=model)
-    limits = {(pl.provider, pl.model): pl for pl in ProviderLimit.objects.select_for_update().filter(limit_q).order_by("pk")}
+    limits = {
+        (pl.provider, pl.model): pl for pl in ProviderLimit.objects.select_for_update().filter(limit_q).order_by("pk")
+    }
     agents = {a.pk: a for a in Agent.objects.select_for_update().filter(pk__in=agent_ids).order_by("pk")}
     active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE)
-    agent_busy = dict(
-        active.filter(agent_id__in=agent_ids).order_by().values_list("agent_id").annotate(n=Count("pk"))
-    )
+    agent_busy = dict(active.filter(agent_id__in=agent_ids).order_by().values_list("agent_id").annotate(n=Count("pk")))
     provider_slots: dict[tuple[str, str], int | None] = {}
     for pair in pairs:
         limit = limits.get(pair)
@@ -421,7 +423,10 @@ def dispatch(task: TaskRun, reserve: Decimal, now, *, enqueue: bool = True) -> A
         "task.queued",
         run=task.run_id,
         task=task,
-        payload={"attempt": attempt.number, "latency_ms": int((now - task.ready_at).total_seconds() * 1000) if task.ready_at else None},
+        payload={
+            "attempt": attempt.number,
+            "latency_ms": int((now - task.ready_at).total_seconds() * 1000) if task.ready_at else None,
+        },
     )
     if enqueue:
         transaction.on_commit(lambda: enqueue_attempt(attempt.pk))
@@ -436,7 +441,9 @@ def enqueue_attempt(attempt_id: int) -> None:
     try:
         async_task("orchestrator.tasks.execute_attempt", attempt_id, task_name=f"attempt-{attempt_id}", save=False)
     except Exception as exc:  # a broker outage must not break the commit callbacks after this one
-        log.warning("attempt %s not handed to the broker (%s: %s); the reaper will retry", attempt_id, type(exc).__name__, exc)
+        log.warning(
+            "attempt %s not handed to the broker (%s: %s); the reaper will retry", attempt_id, type(exc).__name__, exc
+        )
 
 
 def stop_over_budget(run: Run) -> None:

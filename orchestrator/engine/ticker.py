@@ -29,7 +29,9 @@ def claim_tick(interval_s: float) -> bool:
 
     now = time.time()
     RateCounter.objects.get_or_create(key=TICKER_KEY, defaults={"count": 0, "expires_at": 0})
-    return bool(RateCounter.objects.filter(key=TICKER_KEY, expires_at__lte=now).update(expires_at=now + interval_s * 0.9))
+    return bool(
+        RateCounter.objects.filter(key=TICKER_KEY, expires_at__lte=now).update(expires_at=now + interval_s * 0.9)
+    )
 
 
 def ticker_loop(interval_s: float) -> None:

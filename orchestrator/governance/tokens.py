@@ -85,11 +85,7 @@ def authenticate(raw: str | None):
     """The active user a token belongs to, or None (unknown, malformed or revoked token, inactive user)."""
     if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
-    token = (
-        ApiToken.objects.select_related("user")
-        .filter(token_hash=hash_token(raw), revoked_at__isnull=True)
-        .first()
-    )
+    token = ApiToken.objects.select_related("user").filter(token_hash=hash_token(raw), revoked_at__isnull=True).first()
     if token is None or not token.user.is_active:
         return None
     now = timezone.now()

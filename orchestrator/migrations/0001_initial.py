@@ -9,7 +9,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -18,266 +17,523 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='RateCounter',
+            name="RateCounter",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=255, unique=True)),
-                ('count', models.BigIntegerField(default=0)),
-                ('expires_at', models.FloatField(help_text='Unix time at which the window resets')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=255, unique=True)),
+                ("count", models.BigIntegerField(default=0)),
+                ("expires_at", models.FloatField(help_text="Unix time at which the window resets")),
             ],
         ),
         migrations.CreateModel(
-            name='Agent',
+            name="Agent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(max_length=64, unique=True)),
-                ('role', models.CharField(blank=True, max_length=200)),
-                ('capabilities', models.JSONField(blank=True, default=list)),
-                ('provider', models.CharField(choices=[('simulated', 'Simulated'), ('anthropic', 'Anthropic')], default='simulated', max_length=20)),
-                ('model', models.CharField(default='sim-1', max_length=100)),
-                ('system_prompt', models.TextField(blank=True)),
-                ('max_concurrency', models.PositiveIntegerField(default=2, validators=[django.core.validators.MinValueValidator(1)])),
-                ('timeout_s', models.PositiveIntegerField(default=30, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(3600)])),
-                ('max_retries', models.PositiveIntegerField(default=3, validators=[django.core.validators.MaxValueValidator(20)])),
-                ('max_output_tokens', models.PositiveIntegerField(default=1024, validators=[django.core.validators.MinValueValidator(1)])),
-                ('provider_options', models.JSONField(blank=True, default=dict)),
-                ('status', models.CharField(choices=[('draft', 'Draft'), ('active', 'Active'), ('retired', 'Retired')], default='active', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('owner', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.SlugField(max_length=64, unique=True)),
+                ("role", models.CharField(blank=True, max_length=200)),
+                ("capabilities", models.JSONField(blank=True, default=list)),
+                (
+                    "provider",
+                    models.CharField(
+                        choices=[("simulated", "Simulated"), ("anthropic", "Anthropic")],
+                        default="simulated",
+                        max_length=20,
+                    ),
+                ),
+                ("model", models.CharField(default="sim-1", max_length=100)),
+                ("system_prompt", models.TextField(blank=True)),
+                (
+                    "max_concurrency",
+                    models.PositiveIntegerField(default=2, validators=[django.core.validators.MinValueValidator(1)]),
+                ),
+                (
+                    "timeout_s",
+                    models.PositiveIntegerField(
+                        default=30,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(3600),
+                        ],
+                    ),
+                ),
+                (
+                    "max_retries",
+                    models.PositiveIntegerField(default=3, validators=[django.core.validators.MaxValueValidator(20)]),
+                ),
+                (
+                    "max_output_tokens",
+                    models.PositiveIntegerField(default=1024, validators=[django.core.validators.MinValueValidator(1)]),
+                ),
+                ("provider_options", models.JSONField(blank=True, default=dict)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("draft", "Draft"), ("active", "Active"), ("retired", "Retired")],
+                        default="active",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='Plan',
+            name="Plan",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('goal', models.TextField()),
-                ('source', models.CharField(choices=[('planner', 'Planner'), ('file', 'File'), ('manual', 'Manual')], default='file', max_length=10)),
-                ('source_name', models.CharField(blank=True, help_text='File name or planner model', max_length=255)),
-                ('document', models.TextField(blank=True, help_text='The plan document as submitted')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("goal", models.TextField()),
+                (
+                    "source",
+                    models.CharField(
+                        choices=[("planner", "Planner"), ("file", "File"), ("manual", "Manual")],
+                        default="file",
+                        max_length=10,
+                    ),
+                ),
+                ("source_name", models.CharField(blank=True, help_text="File name or planner model", max_length=255)),
+                ("document", models.TextField(blank=True, help_text="The plan document as submitted")),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ProviderLimit',
+            name="ProviderLimit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('provider', models.CharField(choices=[('simulated', 'Simulated'), ('anthropic', 'Anthropic')], max_length=20)),
-                ('model', models.CharField(max_length=100)),
-                ('requests_per_minute', models.PositiveIntegerField(blank=True, null=True)),
-                ('input_tokens_per_minute', models.PositiveIntegerField(blank=True, null=True)),
-                ('output_tokens_per_minute', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_in_flight', models.PositiveIntegerField(blank=True, null=True)),
-                ('effective_in_flight', models.PositiveIntegerField(blank=True, null=True)),
-                ('input_price_per_mtok', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=10)),
-                ('output_price_per_mtok', models.DecimalField(decimal_places=4, default=Decimal('0'), max_digits=10)),
-                ('backoff_until', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "provider",
+                    models.CharField(choices=[("simulated", "Simulated"), ("anthropic", "Anthropic")], max_length=20),
+                ),
+                ("model", models.CharField(max_length=100)),
+                ("requests_per_minute", models.PositiveIntegerField(blank=True, null=True)),
+                ("input_tokens_per_minute", models.PositiveIntegerField(blank=True, null=True)),
+                ("output_tokens_per_minute", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_in_flight", models.PositiveIntegerField(blank=True, null=True)),
+                ("effective_in_flight", models.PositiveIntegerField(blank=True, null=True)),
+                ("input_price_per_mtok", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=10)),
+                ("output_price_per_mtok", models.DecimalField(decimal_places=4, default=Decimal("0"), max_digits=10)),
+                ("backoff_until", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['provider', 'model'],
-                'constraints': [models.UniqueConstraint(fields=('provider', 'model'), name='unique_provider_model')],
+                "ordering": ["provider", "model"],
+                "constraints": [models.UniqueConstraint(fields=("provider", "model"), name="unique_provider_model")],
             },
         ),
         migrations.CreateModel(
-            name='Run',
+            name="Run",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('awaiting_approval', 'Awaiting Approval'), ('running', 'Running'), ('paused', 'Paused'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled'), ('over_budget', 'Over Budget')], default='running', max_length=20)),
-                ('cap', models.PositiveIntegerField(default=4, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(1000)])),
-                ('budget_usd', models.DecimalField(decimal_places=4, default=Decimal('0.50'), max_digits=12)),
-                ('failure_policy', models.CharField(choices=[('continue', 'Continue'), ('fail_fast', 'Fail Fast')], default='continue', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('input_tokens', models.PositiveBigIntegerField(default=0)),
-                ('output_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=14)),
-                ('reserved_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=14)),
-                ('peak_running', models.PositiveIntegerField(default=0)),
-                ('summary', models.TextField(blank=True, help_text='How the run ended, in words')),
-                ('last_event_seq', models.PositiveBigIntegerField(default=0)),
-                ('launched_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='runs', to='orchestrator.plan')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("awaiting_approval", "Awaiting Approval"),
+                            ("running", "Running"),
+                            ("paused", "Paused"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                            ("over_budget", "Over Budget"),
+                        ],
+                        default="running",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "cap",
+                    models.PositiveIntegerField(
+                        default=4,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(1000),
+                        ],
+                    ),
+                ),
+                ("budget_usd", models.DecimalField(decimal_places=4, default=Decimal("0.50"), max_digits=12)),
+                (
+                    "failure_policy",
+                    models.CharField(
+                        choices=[("continue", "Continue"), ("fail_fast", "Fail Fast")],
+                        default="continue",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("input_tokens", models.PositiveBigIntegerField(default=0)),
+                ("output_tokens", models.PositiveBigIntegerField(default=0)),
+                ("cost_usd", models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=14)),
+                ("reserved_usd", models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=14)),
+                ("peak_running", models.PositiveIntegerField(default=0)),
+                ("summary", models.TextField(blank=True, help_text="How the run ended, in words")),
+                ("last_event_seq", models.PositiveBigIntegerField(default=0)),
+                (
+                    "launched_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="runs", to="orchestrator.plan"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Subtask',
+            name="Subtask",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('key', models.CharField(max_length=100)),
-                ('title', models.CharField(max_length=200)),
-                ('instructions', models.TextField(blank=True)),
-                ('priority', models.IntegerField(default=0)),
-                ('gate', models.CharField(choices=[('none', 'None'), ('before', 'Before'), ('after', 'After')], default='none', max_length=10)),
-                ('timeout_s', models.PositiveIntegerField(blank=True, null=True)),
-                ('max_retries', models.PositiveIntegerField(blank=True, null=True)),
-                ('estimated_input_tokens', models.PositiveIntegerField(default=0)),
-                ('estimated_output_tokens', models.PositiveIntegerField(default=0)),
-                ('position', models.PositiveIntegerField(default=0)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='subtasks', to='orchestrator.agent')),
-                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='subtasks', to='orchestrator.plan')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("key", models.CharField(max_length=100)),
+                ("title", models.CharField(max_length=200)),
+                ("instructions", models.TextField(blank=True)),
+                ("priority", models.IntegerField(default=0)),
+                (
+                    "gate",
+                    models.CharField(
+                        choices=[("none", "None"), ("before", "Before"), ("after", "After")],
+                        default="none",
+                        max_length=10,
+                    ),
+                ),
+                ("timeout_s", models.PositiveIntegerField(blank=True, null=True)),
+                ("max_retries", models.PositiveIntegerField(blank=True, null=True)),
+                ("estimated_input_tokens", models.PositiveIntegerField(default=0)),
+                ("estimated_output_tokens", models.PositiveIntegerField(default=0)),
+                ("position", models.PositiveIntegerField(default=0)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="subtasks", to="orchestrator.agent"
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="subtasks", to="orchestrator.plan"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['plan', 'position'],
+                "ordering": ["plan", "position"],
             },
         ),
         migrations.CreateModel(
-            name='Dependency',
+            name="Dependency",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('plan', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='dependencies', to='orchestrator.plan')),
-                ('downstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='upstream_edges', to='orchestrator.subtask')),
-                ('upstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='downstream_edges', to='orchestrator.subtask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="dependencies", to="orchestrator.plan"
+                    ),
+                ),
+                (
+                    "downstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="upstream_edges",
+                        to="orchestrator.subtask",
+                    ),
+                ),
+                (
+                    "upstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="downstream_edges",
+                        to="orchestrator.subtask",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'dependencies',
+                "verbose_name_plural": "dependencies",
             },
         ),
         migrations.CreateModel(
-            name='TaskRun',
+            name="TaskRun",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('state', models.CharField(choices=[('pending', 'Pending'), ('waiting_gate', 'Waiting Gate'), ('ready', 'Ready'), ('queued', 'Queued'), ('running', 'Running'), ('awaiting_review', 'Awaiting Review'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled')], default='pending', max_length=20)),
-                ('wait_reason', models.CharField(blank=True, max_length=255)),
-                ('rank', models.FloatField(default=0.0)),
-                ('progress', models.PositiveSmallIntegerField(default=0)),
-                ('output', models.TextField(blank=True)),
-                ('summary', models.TextField(blank=True)),
-                ('error', models.TextField(blank=True)),
-                ('input_tokens', models.PositiveBigIntegerField(default=0)),
-                ('output_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=14)),
-                ('attempt_count', models.PositiveIntegerField(default=0)),
-                ('fault_count', models.PositiveIntegerField(default=0)),
-                ('skip_cascades', models.BooleanField(default=False)),
-                ('lease_owner', models.CharField(blank=True, max_length=200)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('not_before', models.DateTimeField(blank=True, help_text='Retry backoff: not admitted before', null=True)),
-                ('ready_at', models.DateTimeField(blank=True, null=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='task_runs', to='orchestrator.agent')),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tasks', to='orchestrator.run')),
-                ('subtask', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='task_runs', to='orchestrator.subtask')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("waiting_gate", "Waiting Gate"),
+                            ("ready", "Ready"),
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("awaiting_review", "Awaiting Review"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("skipped", "Skipped"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("wait_reason", models.CharField(blank=True, max_length=255)),
+                ("rank", models.FloatField(default=0.0)),
+                ("progress", models.PositiveSmallIntegerField(default=0)),
+                ("output", models.TextField(blank=True)),
+                ("summary", models.TextField(blank=True)),
+                ("error", models.TextField(blank=True)),
+                ("input_tokens", models.PositiveBigIntegerField(default=0)),
+                ("output_tokens", models.PositiveBigIntegerField(default=0)),
+                ("cost_usd", models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=14)),
+                ("attempt_count", models.PositiveIntegerField(default=0)),
+                ("fault_count", models.PositiveIntegerField(default=0)),
+                ("skip_cascades", models.BooleanField(default=False)),
+                ("lease_owner", models.CharField(blank=True, max_length=200)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "not_before",
+                    models.DateTimeField(blank=True, help_text="Retry backoff: not admitted before", null=True),
+                ),
+                ("ready_at", models.DateTimeField(blank=True, null=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="task_runs", to="orchestrator.agent"
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="tasks", to="orchestrator.run"
+                    ),
+                ),
+                (
+                    "subtask",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT, related_name="task_runs", to="orchestrator.subtask"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['run', 'subtask__position'],
+                "ordering": ["run", "subtask__position"],
             },
         ),
         migrations.CreateModel(
-            name='Event',
+            name="Event",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveBigIntegerField(blank=True, null=True)),
-                ('type', models.CharField(max_length=64)),
-                ('actor_kind', models.CharField(choices=[('user', 'User'), ('agent', 'Agent'), ('system', 'System')], default='system', max_length=10)),
-                ('actor_name', models.CharField(blank=True, max_length=150)),
-                ('message', models.CharField(blank=True, max_length=500)),
-                ('payload', models.JSONField(blank=True, default=dict)),
-                ('created_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('actor_user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('agent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='events', to='orchestrator.agent')),
-                ('run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='events', to='orchestrator.run')),
-                ('task_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.PROTECT, related_name='events', to='orchestrator.taskrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("seq", models.PositiveBigIntegerField(blank=True, null=True)),
+                ("type", models.CharField(max_length=64)),
+                (
+                    "actor_kind",
+                    models.CharField(
+                        choices=[("user", "User"), ("agent", "Agent"), ("system", "System")],
+                        default="system",
+                        max_length=10,
+                    ),
+                ),
+                ("actor_name", models.CharField(blank=True, max_length=150)),
+                ("message", models.CharField(blank=True, max_length=500)),
+                ("payload", models.JSONField(blank=True, default=dict)),
+                ("created_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                (
+                    "actor_user",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="events",
+                        to="orchestrator.agent",
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="orchestrator.run",
+                    ),
+                ),
+                (
+                    "task_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="events",
+                        to="orchestrator.taskrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['id'],
+                "ordering": ["id"],
             },
         ),
         migrations.CreateModel(
-            name='Checkpoint',
+            name="Checkpoint",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('kind', models.CharField(choices=[('plan', 'Plan'), ('before', 'Before'), ('after', 'After')], max_length=10)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('approved', 'Approved'), ('rejected', 'Rejected')], default='pending', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('decided_at', models.DateTimeField(blank=True, null=True)),
-                ('comment', models.TextField(blank=True)),
-                ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='orchestrator.run')),
-                ('task_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='checkpoints', to='orchestrator.taskrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("plan", "Plan"), ("before", "Before"), ("after", "After")], max_length=10
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("approved", "Approved"), ("rejected", "Rejected")],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("decided_at", models.DateTimeField(blank=True, null=True)),
+                ("comment", models.TextField(blank=True)),
+                (
+                    "decided_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="checkpoints", to="orchestrator.run"
+                    ),
+                ),
+                (
+                    "task_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="checkpoints",
+                        to="orchestrator.taskrun",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created_at'],
+                "ordering": ["created_at"],
             },
         ),
         migrations.CreateModel(
-            name='Attempt',
+            name="Attempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('number', models.PositiveIntegerField()),
-                ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('timed_out', 'Timed Out'), ('lost', 'Lost'), ('cancelled', 'Cancelled')], default='queued', max_length=12)),
-                ('worker', models.CharField(blank=True, max_length=200)),
-                ('queued_at', models.DateTimeField(auto_now_add=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('heartbeat_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('input_tokens', models.PositiveBigIntegerField(default=0)),
-                ('output_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cache_read_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cache_creation_tokens', models.PositiveBigIntegerField(default=0)),
-                ('cost_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=14)),
-                ('reserved_usd', models.DecimalField(decimal_places=6, default=Decimal('0'), max_digits=14)),
-                ('error', models.TextField(blank=True)),
-                ('late_result_discarded', models.BooleanField(default=False)),
-                ('task_run', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='orchestrator.taskrun')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("number", models.PositiveIntegerField()),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed Out"),
+                            ("lost", "Lost"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=12,
+                    ),
+                ),
+                ("worker", models.CharField(blank=True, max_length=200)),
+                ("queued_at", models.DateTimeField(auto_now_add=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("heartbeat_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("input_tokens", models.PositiveBigIntegerField(default=0)),
+                ("output_tokens", models.PositiveBigIntegerField(default=0)),
+                ("cache_read_tokens", models.PositiveBigIntegerField(default=0)),
+                ("cache_creation_tokens", models.PositiveBigIntegerField(default=0)),
+                ("cost_usd", models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=14)),
+                ("reserved_usd", models.DecimalField(decimal_places=6, default=Decimal("0"), max_digits=14)),
+                ("error", models.TextField(blank=True)),
+                ("late_result_discarded", models.BooleanField(default=False)),
+                (
+                    "task_run",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="attempts", to="orchestrator.taskrun"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['task_run', 'number'],
+                "ordering": ["task_run", "number"],
             },
         ),
         migrations.AddConstraint(
-            model_name='subtask',
-            constraint=models.UniqueConstraint(fields=('plan', 'key'), name='unique_subtask_key_in_plan'),
+            model_name="subtask",
+            constraint=models.UniqueConstraint(fields=("plan", "key"), name="unique_subtask_key_in_plan"),
         ),
         migrations.AddConstraint(
-            model_name='dependency',
-            constraint=models.UniqueConstraint(fields=('upstream', 'downstream'), name='unique_dependency'),
+            model_name="dependency",
+            constraint=models.UniqueConstraint(fields=("upstream", "downstream"), name="unique_dependency"),
         ),
         migrations.AddConstraint(
-            model_name='dependency',
-            constraint=models.CheckConstraint(condition=models.Q(('upstream', models.F('downstream')), _negated=True), name='no_self_dependency'),
+            model_name="dependency",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("upstream", models.F("downstream")), _negated=True), name="no_self_dependency"
+            ),
         ),
         migrations.AddIndex(
-            model_name='taskrun',
-            index=models.Index(fields=['run', 'state'], name='orchestrato_run_id_9eebe4_idx'),
+            model_name="taskrun",
+            index=models.Index(fields=["run", "state"], name="orchestrato_run_id_9eebe4_idx"),
         ),
         migrations.AddIndex(
-            model_name='taskrun',
-            index=models.Index(fields=['agent', 'state'], name='orchestrato_agent_i_06990f_idx'),
+            model_name="taskrun",
+            index=models.Index(fields=["agent", "state"], name="orchestrato_agent_i_06990f_idx"),
         ),
         migrations.AddIndex(
-            model_name='taskrun',
-            index=models.Index(fields=['state', 'lease_expires_at'], name='orchestrato_state_e653a4_idx'),
+            model_name="taskrun",
+            index=models.Index(fields=["state", "lease_expires_at"], name="orchestrato_state_e653a4_idx"),
         ),
         migrations.AddConstraint(
-            model_name='taskrun',
-            constraint=models.UniqueConstraint(fields=('run', 'subtask'), name='unique_subtask_per_run'),
+            model_name="taskrun",
+            constraint=models.UniqueConstraint(fields=("run", "subtask"), name="unique_subtask_per_run"),
         ),
         migrations.AddIndex(
-            model_name='event',
-            index=models.Index(fields=['type'], name='orchestrato_type_87cc6f_idx'),
+            model_name="event",
+            index=models.Index(fields=["type"], name="orchestrato_type_87cc6f_idx"),
         ),
         migrations.AddConstraint(
-            model_name='event',
-            constraint=models.UniqueConstraint(fields=('run', 'seq'), name='unique_event_seq_per_run'),
+            model_name="event",
+            constraint=models.UniqueConstraint(fields=("run", "seq"), name="unique_event_seq_per_run"),
         ),
         migrations.AddConstraint(
-            model_name='checkpoint',
-            constraint=models.UniqueConstraint(fields=('task_run', 'kind'), name='unique_checkpoint_per_task_kind'),
+            model_name="checkpoint",
+            constraint=models.UniqueConstraint(fields=("task_run", "kind"), name="unique_checkpoint_per_task_kind"),
         ),
         migrations.AddConstraint(
-            model_name='attempt',
-            constraint=models.UniqueConstraint(fields=('task_run', 'number'), name='unique_attempt_number'),
+            model_name="attempt",
+            constraint=models.UniqueConstraint(fields=("task_run", "number"), name="unique_attempt_number"),
         ),
     ]

@@ -4,18 +4,26 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('orchestrator', '0002_reaper_schedule'),
+        ("orchestrator", "0002_reaper_schedule"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='checkpoint',
-            options={'ordering': ['created_at'], 'permissions': [('decide_checkpoint', 'Can approve or reject checkpoints')]},
+            name="checkpoint",
+            options={
+                "ordering": ["created_at"],
+                "permissions": [("decide_checkpoint", "Can approve or reject checkpoints")],
+            },
         ),
         migrations.AlterModelOptions(
-            name='run',
-            options={'ordering': ['-created_at'], 'permissions': [('launch_run', 'Can launch runs'), ('control_run', 'Can pause, resume and cancel runs, and retry or skip tasks')]},
+            name="run",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [
+                    ("launch_run", "Can launch runs"),
+                    ("control_run", "Can pause, resume and cancel runs, and retry or skip tasks"),
+                ],
+            },
         ),
     ]

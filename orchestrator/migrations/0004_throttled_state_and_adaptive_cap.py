@@ -4,20 +4,35 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('orchestrator', '0003_permissions'),
+        ("orchestrator", "0003_permissions"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='providerlimit',
-            name='successes_since_change',
+            model_name="providerlimit",
+            name="successes_since_change",
             field=models.PositiveIntegerField(default=0),
         ),
         migrations.AlterField(
-            model_name='taskrun',
-            name='state',
-            field=models.CharField(choices=[('pending', 'Pending'), ('waiting_gate', 'Waiting Gate'), ('ready', 'Ready'), ('throttled', 'Throttled'), ('queued', 'Queued'), ('running', 'Running'), ('awaiting_review', 'Awaiting Review'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('skipped', 'Skipped'), ('cancelled', 'Cancelled')], default='pending', max_length=20),
+            model_name="taskrun",
+            name="state",
+            field=models.CharField(
+                choices=[
+                    ("pending", "Pending"),
+                    ("waiting_gate", "Waiting Gate"),
+                    ("ready", "Ready"),
+                    ("throttled", "Throttled"),
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("awaiting_review", "Awaiting Review"),
+                    ("succeeded", "Succeeded"),
+                    ("failed", "Failed"),
+                    ("skipped", "Skipped"),
+                    ("cancelled", "Cancelled"),
+                ],
+                default="pending",
+                max_length=20,
+            ),
         ),
     ]

@@ -6,31 +6,55 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('orchestrator', '0006_roles'),
+        ("orchestrator", "0006_roles"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PlannerAttempt',
+            name="PlannerAttempt",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('goal', models.TextField()),
-                ('model', models.CharField(help_text="The Claude model asked, or 'simulated planner'", max_length=100)),
-                ('simulated', models.BooleanField(default=False)),
-                ('round', models.PositiveSmallIntegerField(default=1, help_text='2 = the answer to the repair request')),
-                ('raw_answer', models.TextField(blank=True, help_text="The answer as received (the tool call's input, or the text)")),
-                ('error', models.TextField(blank=True, help_text='Why the answer was rejected, or why the call failed')),
-                ('input_tokens', models.PositiveIntegerField(default=0)),
-                ('output_tokens', models.PositiveIntegerField(default=0)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('plan', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='planner_attempts', to='orchestrator.plan')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("goal", models.TextField()),
+                ("model", models.CharField(help_text="The Claude model asked, or 'simulated planner'", max_length=100)),
+                ("simulated", models.BooleanField(default=False)),
+                (
+                    "round",
+                    models.PositiveSmallIntegerField(default=1, help_text="2 = the answer to the repair request"),
+                ),
+                (
+                    "raw_answer",
+                    models.TextField(
+                        blank=True, help_text="The answer as received (the tool call's input, or the text)"
+                    ),
+                ),
+                (
+                    "error",
+                    models.TextField(blank=True, help_text="Why the answer was rejected, or why the call failed"),
+                ),
+                ("input_tokens", models.PositiveIntegerField(default=0)),
+                ("output_tokens", models.PositiveIntegerField(default=0)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "plan",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="planner_attempts",
+                        to="orchestrator.plan",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at', '-id'],
+                "ordering": ["-created_at", "-id"],
             },
         ),
     ]

@@ -75,9 +75,7 @@ def layers(keys: Sequence[Node], edges: Iterable[tuple[Node, Node]]) -> list[lis
     return [sorted(generation, key=order.__getitem__) for generation in nx.topological_generations(graph)]
 
 
-def remaining_path_lengths(
-    keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, float]
-) -> dict[str, float]:
+def remaining_path_lengths(keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, float]) -> dict[str, float]:
     """For each key: the heaviest path from it (its own weight included) to any sink.
 
     The scheduler ranks ready tasks by this number (critical path first). A key missing from
@@ -91,9 +89,7 @@ def remaining_path_lengths(
     return {key: remaining[key] for key in keys}
 
 
-def critical_path(
-    keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, float]
-) -> tuple[list[str], float]:
+def critical_path(keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, float]) -> tuple[list[str], float]:
     """The heaviest source-to-sink path and its total weight (ties go to the earlier key)."""
     edges = list(edges)
     if not keys:

@@ -45,4 +45,3 @@ class PlanValidationError(Exception):
 
     def __str__(self) -> str:
         return self.report("plan")
-

@@ -203,7 +203,6 @@ def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
     return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
 
 
-
 def read_file(path: str | os.PathLike) -> str:
     """The text of a plan file (UTF-8, without a byte-order mark). Size is checked before reading."""
     path = Path(path)

@@ -296,9 +296,7 @@ def interpret(answer: _Answer, goal: str, agents: list[Agent]) -> tuple[plans.Pl
         try:
             subtasks = data["subtasks"] = json.loads(subtasks)
         except json.JSONDecodeError as exc:
-            raise _Rejected(
-                [f"subtasks is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"]
-            ) from None
+            raise _Rejected([f"subtasks is not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}"]) from None
     if isinstance(subtasks, list) and len(subtasks) > MAX_PLANNER_SUBTASKS:
         raise _Rejected(
             [f"the plan has {len(subtasks)} subtasks; the planner may propose at most {MAX_PLANNER_SUBTASKS}"]
@@ -320,8 +318,10 @@ def repair_request(answer: _Answer, problems: list[str]) -> list[MessageParam]:
     )
     tool_ids = [block["id"] for block in answer.content if block["type"] == "tool_use"]
     if not tool_ids:
-        return [{"role": "assistant", "content": answer.content or [{"type": "text", "text": answer.raw or "-"}]},
-                {"role": "user", "content": feedback}]
+        return [
+            {"role": "assistant", "content": answer.content or [{"type": "text", "text": answer.raw or "-"}]},
+            {"role": "user", "content": feedback},
+        ]
     results: list[ToolResultBlockParam] = [
         {"type": "tool_result", "tool_use_id": tool_id, "is_error": True, "content": feedback} for tool_id in tool_ids
     ]
@@ -374,19 +374,80 @@ def _claude_plan(goal: str, agents: list[Agent], created_by, on_feedback: Feedba
 # Words that point a goal at one shape of plan.
 SHAPE_WORDS = {
     "research": {
-        "research", "compare", "comparison", "investigate", "survey", "evaluate", "assess", "study",
-        "explore", "analyse", "analyze", "analysis", "options", "market", "decide", "decision",
-        "choose", "whether", "which", "pros", "cons", "risks", "brief", "versus", "vs",
+        "research",
+        "compare",
+        "comparison",
+        "investigate",
+        "survey",
+        "evaluate",
+        "assess",
+        "study",
+        "explore",
+        "analyse",
+        "analyze",
+        "analysis",
+        "options",
+        "market",
+        "decide",
+        "decision",
+        "choose",
+        "whether",
+        "which",
+        "pros",
+        "cons",
+        "risks",
+        "brief",
+        "versus",
+        "vs",
     },
     "build": {
-        "build", "implement", "develop", "code", "feature", "add", "create", "ship", "fix", "refactor",
-        "api", "app", "application", "service", "endpoint", "migrate", "integrate", "deploy",
-        "prototype", "bug", "library", "website", "backend", "frontend", "cli", "database",
+        "build",
+        "implement",
+        "develop",
+        "code",
+        "feature",
+        "add",
+        "create",
+        "ship",
+        "fix",
+        "refactor",
+        "api",
+        "app",
+        "application",
+        "service",
+        "endpoint",
+        "migrate",
+        "integrate",
+        "deploy",
+        "prototype",
+        "bug",
+        "library",
+        "website",
+        "backend",
+        "frontend",
+        "cli",
+        "database",
     },
     "write": {
-        "write", "draft", "document", "documentation", "report", "article", "blog", "post", "guide",
-        "proposal", "announcement", "newsletter", "essay", "tutorial", "readme", "summarise",
-        "summarize", "presentation", "email",
+        "write",
+        "draft",
+        "document",
+        "documentation",
+        "report",
+        "article",
+        "blog",
+        "post",
+        "guide",
+        "proposal",
+        "announcement",
+        "newsletter",
+        "essay",
+        "tutorial",
+        "readme",
+        "summarise",
+        "summarize",
+        "presentation",
+        "email",
     },
 }
 SHAPE_ORDER = ("research", "build", "write")  # ties go to the earlier shape
@@ -396,7 +457,16 @@ STEP_WORDS = {
     "research": {"research", "researcher", "facts", "sources", "investigate", "analysis", "analyst", "questions"},
     "design": {"design", "designs", "architect", "architecture", "system", "systems", "modelling", "modeling"},
     "code": {
-        "code", "coder", "developer", "python", "django", "sql", "implement", "engineer", "programming", "refactoring",
+        "code",
+        "coder",
+        "developer",
+        "python",
+        "django",
+        "sql",
+        "implement",
+        "engineer",
+        "programming",
+        "refactoring",
     },
     "test": {"test", "tests", "tester", "pytest", "qa", "testing", "measurements", "instrumentation"},
     "review": {"review", "reviews", "reviewer", "security", "consistency", "correctness", "audit"},
@@ -454,7 +524,8 @@ RESEARCH_ANGLES = (
     ("options", "Options and alternatives", "the realistic options, including doing nothing, and how they differ"),
     ("risks", "Risks and constraints", "what could go wrong with each option and which constraints rule options out"),
     (
-        "costs", "Costs and effort",
+        "costs",
+        "Costs and effort",
         "what each option costs in money, time and people, with the evidence for the numbers",
     ),
 )
@@ -465,27 +536,40 @@ def research_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
     angle_list = "; ".join(f"{title.lower()} ({what})" for _, title, what in RESEARCH_ANGLES)
     steps = [
         _step(
-            "scope", "research", "Frame the question",
+            "scope",
+            "research",
+            "Frame the question",
             "State the question behind the goal in one sentence, the assumptions you make, and for each of "
             f"these angles the two or three questions it must answer: {angle_list}.",
-            [], staff, priority=10, output_tokens=500,
+            [],
+            staff,
+            priority=10,
+            output_tokens=500,
         )
     ]
     for key, title, what in RESEARCH_ANGLES:
         steps.append(
             _step(
-                f"research_{key}", "research", title,
+                f"research_{key}",
+                "research",
+                title,
                 f"Using the frame from the scoping step, investigate {what}. Report each finding with its "
                 "evidence and say how certain it is.",
-                ["scope"], staff,
+                ["scope"],
+                staff,
             )
         )
     steps.append(
         _step(
-            "synthesis", "write", "Bring the findings together",
+            "synthesis",
+            "write",
+            "Bring the findings together",
             "Merge the four investigations into one brief: the answer to the question, the reasons for it, "
             "the open risks and a recommendation. Say where the investigations disagree.",
-            [f"research_{key}" for key, _, _ in RESEARCH_ANGLES], staff, input_tokens=3000, output_tokens=1000,
+            [f"research_{key}" for key, _, _ in RESEARCH_ANGLES],
+            staff,
+            input_tokens=3000,
+            output_tokens=1000,
         )
     )
     return steps
@@ -495,35 +579,61 @@ def build_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
     """A build pipeline: spec → design (reviewed by a person) → code ∥ tests → review."""
     return [
         _step(
-            "spec", "research", "Write the specification",
+            "spec",
+            "research",
+            "Write the specification",
             "Write a short specification for the goal: user stories, behaviour at the edges (errors, limits), "
             "security requirements, and acceptance criteria a tester can check one by one.",
-            [], staff, priority=10,
+            [],
+            staff,
+            priority=10,
         ),
         _step(
-            "design", "design", "Design the implementation",
+            "design",
+            "design",
+            "Design the implementation",
             "From the specification, design the implementation: components, data model, interfaces and the "
             "trade-offs you chose. A person reviews this design before any code is written.",
-            ["spec"], staff, gate="after", priority=8, output_tokens=1000,
+            ["spec"],
+            staff,
+            gate="after",
+            priority=8,
+            output_tokens=1000,
         ),
         _step(
-            "implement", "code", "Implement the approved design",
+            "implement",
+            "code",
+            "Implement the approved design",
             "Implement the approved design. Where it is silent, choose the simplest option and note it. Return "
             "the code as files with their paths, then the list of deviations from the design.",
-            ["design"], staff, priority=5, input_tokens=2000, output_tokens=1000,
+            ["design"],
+            staff,
+            priority=5,
+            input_tokens=2000,
+            output_tokens=1000,
         ),
         _step(
-            "tests", "test", "Write the tests",
+            "tests",
+            "test",
+            "Write the tests",
             "From the acceptance criteria and the approved design, write tests that fail when the behaviour is "
             "wrong, one or more per criterion, against the design's names.",
-            ["design"], staff, priority=5, input_tokens=2000, output_tokens=900,
+            ["design"],
+            staff,
+            priority=5,
+            input_tokens=2000,
+            output_tokens=900,
         ),
         _step(
-            "review", "review", "Review implementation and tests",
+            "review",
+            "review",
+            "Review implementation and tests",
             "Review the implementation and the tests together against the specification: security first, then "
             "correctness, then coverage of every acceptance criterion. List blocking issues and suggestions "
             'separately, each with a concrete fix, and end with "approve" or "changes requested".',
-            ["implement", "tests"], staff, input_tokens=4000,
+            ["implement", "tests"],
+            staff,
+            input_tokens=4000,
         ),
     ]
 
@@ -539,26 +649,39 @@ def writing_plan(goal: str, staff: _Staffing) -> list[dict[str, Any]]:
     """A writing pipeline: outline → sections side by side → one edited document."""
     steps = [
         _step(
-            "outline", "research", "Outline the document",
+            "outline",
+            "research",
+            "Outline the document",
             "Name the audience and the purpose, then outline the document: for each section "
             f"({', '.join(title.lower() for _, title, _ in WRITING_SECTIONS)}) the points it must make.",
-            [], staff, priority=10, output_tokens=500,
+            [],
+            staff,
+            priority=10,
+            output_tokens=500,
         )
     ]
     for key, title, what in WRITING_SECTIONS:
         steps.append(
             _step(
-                f"section_{key}", "write", f"Draft: {title.lower()}",
+                f"section_{key}",
+                "write",
+                f"Draft: {title.lower()}",
                 f"Following the outline, draft the section on {what}. Keep to the outline's points.",
-                ["outline"], staff,
+                ["outline"],
+                staff,
             )
         )
     steps.append(
         _step(
-            "edit", "write", "Edit into one document",
+            "edit",
+            "write",
+            "Edit into one document",
             "Merge the drafted sections into one consistent document: one voice, no repetition, transitions "
             "between sections, and a title. Note any point of the outline that no section covered.",
-            [f"section_{key}" for key, _, _ in WRITING_SECTIONS], staff, input_tokens=3000, output_tokens=1200,
+            [f"section_{key}" for key, _, _ in WRITING_SECTIONS],
+            staff,
+            input_tokens=3000,
+            output_tokens=1200,
         )
     )
     return steps

@@ -41,10 +41,7 @@ class PlanSpec:
 
     def weights(self) -> dict[str, float]:
         """Estimated seconds per subtask: the critical-path weights."""
-        return {
-            subtask.key: estimated_duration_s(subtask, self.agents.get(subtask.agent)) for subtask in self.subtasks
-        }
+        return {subtask.key: estimated_duration_s(subtask, self.agents.get(subtask.agent)) for subtask in self.subtasks}
 
     def summary(self) -> dag.DagSummary:
         return dag.summarize(self.keys, self.edges, self.weights())
-

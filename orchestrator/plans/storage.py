@@ -78,7 +78,6 @@ def _subtask_rows(plan: Plan, spec: PlanSpec, agents: Mapping[str, Agent]) -> li
     ]
 
 
-
 def plan_graph(plan: Plan) -> tuple[list[str], list[dag.Edge]]:
     """The keys (in position order) and edges of a saved plan, ready for the dag functions."""
     keys = list(plan.subtasks.order_by("position").values_list("key", flat=True))

@@ -400,7 +400,6 @@ def _agent_problems(name: str, agents: Mapping[str, Agent], suggestions: Iterabl
     return []
 
 
-
 def _subtask_index(path: Path_) -> int:
     """Sort key: plan-level problems first, then each subtask's problems in file order."""
     return path[1] if len(path) >= 2 and path[0] == "subtasks" and isinstance(path[1], int) else -1
@@ -441,4 +440,3 @@ def _describe(value: Any) -> str:
     if isinstance(value, list):
         return f"a list of {len(value)}" if value else "an empty list"
     return f"a {type(value).__name__}"
-

@@ -146,13 +146,22 @@ class Reply:
 
     @classmethod
     def error(
-        cls, status: int, error_type: str | None = None, message: str = "", *, retry_after: float | None = None,
+        cls,
+        status: int,
+        error_type: str | None = None,
+        message: str = "",
+        *,
+        retry_after: float | None = None,
         **options: Any,
     ) -> Reply:
         error_type = error_type or next((t for t, s in ERROR_STATUS.items() if s == status), "api_error")
         return cls(
-            kind="error", status=status, error_type=error_type, message=message or _default_message(error_type),
-            retry_after=retry_after, **options,
+            kind="error",
+            status=status,
+            error_type=error_type,
+            message=message or _default_message(error_type),
+            retry_after=retry_after,
+            **options,
         )
 
     @classmethod
@@ -160,8 +169,11 @@ class Reply:
         cls, error_type: str = "overloaded_error", message: str = "", *, after_words: int = 5, **options: Any
     ) -> Reply:
         return cls(
-            kind="stream_error", error_type=error_type, message=message or _default_message(error_type),
-            error_after_words=after_words, **options,
+            kind="stream_error",
+            error_type=error_type,
+            message=message or _default_message(error_type),
+            error_after_words=after_words,
+            **options,
         )
 
     @classmethod
@@ -299,7 +311,7 @@ def default_text(body: dict[str, Any]) -> str:
     quoted = " ".join(prompt_words[:12]) + (" …" if len(prompt_words) > 12 else "")
     model = body.get("model", DEFAULT_MODEL)
     return (
-        f"This is the fake Anthropic API answering as {model}. You asked: \"{quoted}\". "
+        f'This is the fake Anthropic API answering as {model}. You asked: "{quoted}". '
         "A real model would answer here; this server returns the same words for the same "
         "request so that tests and offline demos are reproducible. It streams them a few "
         "words at a time, reports usage like the real API, and ends with a short summary. "
@@ -391,8 +403,12 @@ def build_answer(reply: Reply, body: dict[str, Any]) -> Answer:
             parsed = json.loads(raw)
         except ValueError:
             parsed = None  # malformed on purpose: only a stream can carry it
-        blocks.append({"type": "tool_use", "id": _new_id("toolu"), "name": reply.tool_name, "input": parsed, "raw": raw})
-        produced = sum(len(b["words"]) for b in blocks if b["type"] == "text") + math.ceil(len(raw) / CHARS_PER_TOOL_TOKEN)
+        blocks.append(
+            {"type": "tool_use", "id": _new_id("toolu"), "name": reply.tool_name, "input": parsed, "raw": raw}
+        )
+        produced = sum(len(b["words"]) for b in blocks if b["type"] == "text") + math.ceil(
+            len(raw) / CHARS_PER_TOOL_TOKEN
+        )
         stop_reason = reply.stop_reason or "tool_use"
     else:
         if len(words) > max_tokens:
@@ -448,7 +464,9 @@ def stream_events(answer: Answer, reply: Reply) -> list[tuple[str, dict[str, Any
             deltas = [{"type": "input_json_delta", "partial_json": ""}] + [
                 {"type": "input_json_delta", "partial_json": piece} for piece in pieces
             ]
-        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}, 0.0))
+        events.append(
+            ("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}, 0.0)
+        )
         if index == 0:
             events.append(("ping", {"type": "ping"}, 0.0))
         for delta in deltas:
@@ -746,10 +764,12 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
         wait = self.fake._admit(count_input_tokens(body))
         if wait > 0:
             self._send_error(
-                429, "rate_limit_error",
+                429,
+                "rate_limit_error",
                 "This request would exceed your organization's rate limit. Please reduce the prompt length "
                 "or the maximum tokens requested, or try again later.",
-                request_id=request_id, retry_after=max(1, math.ceil(wait)),
+                request_id=request_id,
+                retry_after=max(1, math.ceil(wait)),
             )
             return
         reply = self.fake._next_reply()
@@ -765,8 +785,12 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
         if reply.kind == "error" or (reply.kind == "stream_error" and not body.get("stream")):
             status = reply.status if reply.kind == "error" else ERROR_STATUS.get(reply.error_type, 500)
             self._send_error(
-                status, reply.error_type, self._message_of(reply), request_id=request_id,
-                retry_after=reply.retry_after, extra=extra,
+                status,
+                reply.error_type,
+                self._message_of(reply),
+                request_id=request_id,
+                retry_after=reply.retry_after,
+                extra=extra,
             )
             return
         answer = build_answer(reply, body)
@@ -836,13 +860,17 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
     def _read_body(self) -> bytes | None:
         length = int(self.headers.get("content-length") or 0)
         if length > MAX_BODY_BYTES:
-            self._send_error(413, "request_too_large", f"Request exceeds the maximum allowed size of {MAX_BODY_BYTES} bytes")
+            self._send_error(
+                413, "request_too_large", f"Request exceeds the maximum allowed size of {MAX_BODY_BYTES} bytes"
+            )
             return None
         return self.rfile.read(length) if length else b""
 
     def _safe_headers(self) -> dict[str, str]:
         secret = {"x-api-key", "authorization"}
-        return {name.lower(): ("[present]" if name.lower() in secret else value) for name, value in self.headers.items()}
+        return {
+            name.lower(): ("[present]" if name.lower() in secret else value) for name, value in self.headers.items()
+        }
 
     def _write_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
@@ -867,8 +895,14 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _send_error(
-        self, status: int, error_type: str, message: str, *, request_id: str | None = None,
-        retry_after: float | None = None, extra: dict[str, str] | None = None,
+        self,
+        status: int,
+        error_type: str,
+        message: str,
+        *,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+        extra: dict[str, str] | None = None,
     ) -> None:
         request_id = request_id or _new_id("req")
         headers = dict(extra or {})
@@ -880,4 +914,3 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
 
 def _seconds(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:g}"
-

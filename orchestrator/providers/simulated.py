@@ -201,12 +201,34 @@ _BULLETS = [
     "- **{Noun}**: about {number} units, {adj} rather than {adj2}.",
 ]
 _NOUNS = [
-    "constraint", "dependency", "risk", "assumption", "trade-off", "requirement", "milestone",
-    "metric", "interface", "bottleneck", "estimate", "scenario", "budget", "deadline",
+    "constraint",
+    "dependency",
+    "risk",
+    "assumption",
+    "trade-off",
+    "requirement",
+    "milestone",
+    "metric",
+    "interface",
+    "bottleneck",
+    "estimate",
+    "scenario",
+    "budget",
+    "deadline",
 ]
 _ADJECTIVES = [
-    "critical", "minor", "likely", "costly", "reversible", "measurable", "hidden", "obvious",
-    "shared", "independent", "stable", "uncertain",
+    "critical",
+    "minor",
+    "likely",
+    "costly",
+    "reversible",
+    "measurable",
+    "hidden",
+    "obvious",
+    "shared",
+    "independent",
+    "stable",
+    "uncertain",
 ]
 _VERBS = ["validate", "measure", "simplify", "document", "prototype", "review", "isolate", "test", "compare"]
 
@@ -226,7 +248,7 @@ def _topic(prompt: str) -> str:
 
 
 def _introduction(agent: str, topic: str) -> str:
-    return f"{agent} worked on \"{topic}\" and reports the findings below."
+    return f'{agent} worked on "{topic}" and reports the findings below.'
 
 
 def _sentence(rng: random.Random, template: str, agent: str, topic: str) -> str:
@@ -234,8 +256,16 @@ def _sentence(rng: random.Random, template: str, agent: str, topic: str) -> str:
     adj, adj2 = rng.sample(_ADJECTIVES, 2)
     verb, verb2 = rng.sample(_VERBS, 2)
     return template.format(
-        agent=agent, topic=topic, noun=noun, noun2=noun2, Noun=noun.capitalize(),
-        adj=adj, adj2=adj2, verb=verb, verb2=verb2, number=rng.randint(2, 97),
+        agent=agent,
+        topic=topic,
+        noun=noun,
+        noun2=noun2,
+        Noun=noun.capitalize(),
+        adj=adj,
+        adj2=adj2,
+        verb=verb,
+        verb2=verb2,
+        number=rng.randint(2, 97),
     )
 
 
@@ -341,7 +371,9 @@ class SimulatedProvider(Provider):
 
     def _maybe_overloaded(self, request: AgentRequest, options: SimulationOptions) -> None:
         if _attempt_random(request, "overloaded").random() < options.overloaded_rate:
-            raise Overloaded("529 overloaded_error: the simulated provider is overloaded", retry_after_s=1, status_code=529)
+            raise Overloaded(
+                "529 overloaded_error: the simulated provider is overloaded", retry_after_s=1, status_code=529
+            )
 
     def _failing_slice(self, request: AgentRequest, options: SimulationOptions, slices: int) -> int | None:
         """The slice at which this attempt fails, part-way through, or None if it succeeds."""

@@ -24,7 +24,12 @@ def _totals(run: Run, group_by: tuple[str, ...], label: Callable[[dict[str, Any]
         Attempt.objects.filter(task_run__run=run)
         .order_by()
         .values(*group_by)
-        .annotate(attempts=Count("pk"), input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"), cost_usd=Sum("cost_usd"))
+        .annotate(
+            attempts=Count("pk"),
+            input_tokens=Sum("input_tokens"),
+            output_tokens=Sum("output_tokens"),
+            cost_usd=Sum("cost_usd"),
+        )
     )
     lines = [
         CostLine(
@@ -47,5 +52,5 @@ def by_model(run: Run) -> list[CostLine]:
     return _totals(
         run,
         ("task_run__agent__provider", "task_run__agent__model"),
-        lambda row: f'{row["task_run__agent__provider"]}:{row["task_run__agent__model"]}',
+        lambda row: f"{row['task_run__agent__provider']}:{row['task_run__agent__model']}",
     )

@@ -45,8 +45,11 @@ def fanout_groups(
 
 
 def collapsed_by_default(
-    nodes: Sequence[Hashable], edges: Iterable[tuple[Hashable, Hashable]], groups: Sequence[Sequence[Hashable]],
-    *, max_layer: int = MAX_LAYER_NODES,
+    nodes: Sequence[Hashable],
+    edges: Iterable[tuple[Hashable, Hashable]],
+    groups: Sequence[Sequence[Hashable]],
+    *,
+    max_layer: int = MAX_LAYER_NODES,
 ) -> set[int]:
     """Indexes of the groups to show collapsed: the largest group of the widest layer, then the
     next, until every layer shows at most `max_layer` nodes (or nothing is left to collapse).

@@ -21,9 +21,7 @@ EXPORT_FORMAT = "glassbox.run/1"
 
 def run_tasks(run: Run) -> list[TaskRun]:
     """The run's tasks in plan order, with subtask, agent and attempts read in three queries."""
-    return list(
-        run.tasks.select_related("subtask", "agent").prefetch_related("attempts").order_by("subtask__position")
-    )
+    return list(run.tasks.select_related("subtask", "agent").prefetch_related("attempts").order_by("subtask__position"))
 
 
 def task_run_records(tasks: Iterable[TaskRun]) -> list[TaskRunRecord]:

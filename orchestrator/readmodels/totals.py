@@ -46,10 +46,7 @@ def pace(tasks: Iterable[TaskRun | TaskView], estimates: Mapping[str, float]) ->
     ratios = [
         (t.finished_at - t.started_at).total_seconds() / estimates[t.key]
         for t in tasks
-        if t.state == State.SUCCEEDED
-        and t.started_at
-        and t.finished_at
-        and estimates.get(t.key, 0) > 0
+        if t.state == State.SUCCEEDED and t.started_at and t.finished_at and estimates.get(t.key, 0) > 0
     ]
     if not ratios:
         return 1.0
@@ -67,17 +64,13 @@ def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> Effective
     summed limits of the agents that still have work, and the providers' in-flight caps in force
     (which adaptive concurrency lowers after 429 answers)."""
     if agent_ids is None:
-        agent_ids = (
-            run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
-        )
+        agent_ids = run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
     agents = list(Agent.objects.filter(pk__in=list(agent_ids)))
     candidates = [(run.cap, "run cap")]
     if agents:
         candidates.append((sum(a.max_concurrency for a in agents), "agent limits"))
         pairs = {(a.provider, a.model) for a in agents}
-        limits = [
-            pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs
-        ]
+        limits = [pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
         if limits and len(limited) == len(limits) == len(pairs):

@@ -158,7 +158,9 @@ def cluster(qcluster):
 def browser_user(transactional_db) -> User:
     """A user (not a superuser) holding every dashboard permission; password BROWSER_PASSWORD."""
     user = User.objects.create_user("browser", email="browser@example.com", password=BROWSER_PASSWORD)
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="orchestrator", codename__in=DASHBOARD_PERMISSIONS))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="orchestrator", codename__in=DASHBOARD_PERMISSIONS)
+    )
     return user
 
 
@@ -229,11 +231,13 @@ def page(request, chromium, daphne_server):
     page.on("pageerror", lambda error: problems.append(f"on {page.url}: JavaScript error: {error}"))
     page.on(
         "console",
-        lambda message: problems.append(
-            f"on {page.url}: console {message.type}: {message.text} ({message.location.get('url', '')})"
-        )
-        if message.type == "error"
-        else None,
+        lambda message: (
+            problems.append(
+                f"on {page.url}: console {message.type}: {message.text} ({message.location.get('url', '')})"
+            )
+            if message.type == "error"
+            else None
+        ),
     )
     page.js_problems = problems
     yield page
@@ -261,4 +265,3 @@ def logged_in_page(page, browser_user):
     """`page`, logged in as `browser_user` through the login form, on the runs page."""
     log_in(page, browser_user.username, BROWSER_PASSWORD)
     return page
-

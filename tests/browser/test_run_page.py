@@ -110,7 +110,11 @@ def test_watch_a_run_pause_resume_stream_and_approve_a_gate(
             "load_test": ("tester", ["frame"]),
             "caching": ("architect", ["frame"]),
             "serializer": ("coder", ["frame"]),
-            "ranked_plan": ("writer", ["queries", "indexes", "pool", "load_test", "caching", "serializer"], {"gate": "before"}),
+            "ranked_plan": (
+                "writer",
+                ["queries", "indexes", "pool", "load_test", "caching", "serializer"],
+                {"gate": "before"},
+            ),
         },
         goal="Bring the checkout API's p95 latency from 900 ms to 300 ms",
     )

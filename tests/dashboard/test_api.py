@@ -67,7 +67,9 @@ def error(response) -> dict:
 
 
 def test_launch_from_a_document(api, personas):
-    response = api["launcher"].post("/runs", {"document": DOCUMENT, "filename": "brief.yaml", "cap": 2, "budget_usd": "1.5"})
+    response = api["launcher"].post(
+        "/runs", {"document": DOCUMENT, "filename": "brief.yaml", "cap": 2, "budget_usd": "1.5"}
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     assert body["run"]["status"] == "running" and body["run"]["launched_by"] == "launcher"
@@ -80,7 +82,9 @@ def test_launch_from_a_document(api, personas):
 
 def test_launch_a_saved_plan_with_plan_approval(api, make_plan):
     plan = make_plan({"a": ("researcher", [])})
-    response = api["launcher"].post("/runs", {"plan_id": plan.pk, "require_plan_approval": True, "failure_policy": "fail_fast"})
+    response = api["launcher"].post(
+        "/runs", {"plan_id": plan.pk, "require_plan_approval": True, "failure_policy": "fail_fast"}
+    )
     assert response.status_code == 201
     body = response.json()
     assert body["run"]["status"] == "awaiting_approval" and body["run"]["failure_policy"] == "fail_fast"
@@ -157,7 +161,9 @@ def test_a_document_over_5_mb_is_refused_in_words(api):
 
 
 def test_a_body_over_the_upload_limit_is_413_json(api, settings):
-    response = api["launcher"].post("/runs", raw=json.dumps({"document": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)}))
+    response = api["launcher"].post(
+        "/runs", raw=json.dumps({"document": "x" * (settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 10)})
+    )
     assert response.status_code == 413
     body = error(response)
     assert body["code"] == "request_too_large" and "5,242,880" in body["message"]
@@ -208,7 +214,11 @@ def test_pause_resume_cancel(api, two_runs):
     assert launcher.post(f"/runs/{first.pk}/pause").json()["run"]["status"] == "paused"
     conflict = launcher.post(f"/runs/{first.pk}/pause")
     assert conflict.status_code == 409
-    assert error(conflict) == {"code": "action_refused", "message": f"Run {first.pk} is paused: it cannot be paused", "details": []}
+    assert error(conflict) == {
+        "code": "action_refused",
+        "message": f"Run {first.pk} is paused: it cannot be paused",
+        "details": [],
+    }
     assert launcher.post(f"/runs/{first.pk}/resume").json()["run"]["status"] == "running"
     assert launcher.post(f"/runs/{first.pk}/cancel").json()["run"]["status"] == "cancelled"
     actors = set(Event.objects.filter(type__in=["run.paused", "run.resumed"]).values_list("actor_name", flat=True))
@@ -219,11 +229,16 @@ def test_retry_and_skip_tasks(api, two_runs):
     first, _ = two_runs
     task = first.tasks.get(subtask__key="a")
     skipped = api["launcher"].post(f"/tasks/{task.pk}/skip", {"reason": "not needed"})
-    assert skipped.status_code == 200 and skipped.json()["state"] == "skipped" and skipped.json()["error"] == "not needed"
+    assert (
+        skipped.status_code == 200 and skipped.json()["state"] == "skipped" and skipped.json()["error"] == "not needed"
+    )
     retried = api["launcher"].post(f"/tasks/{task.pk}/retry")
     assert retried.status_code == 200 and retried.json()["state"] in ("ready", "queued")
     again = api["launcher"].post(f"/tasks/{task.pk}/retry")
-    assert again.status_code == 409 and "only a failed, cancelled or skipped task can be retried" in error(again)["message"]
+    assert (
+        again.status_code == 409
+        and "only a failed, cancelled or skipped task can be retried" in error(again)["message"]
+    )
     assert error(api["launcher"].post("/tasks/999999/retry"))["message"] == "No task with id 999999."
 
 
@@ -240,7 +255,9 @@ def test_list_pending_checkpoints(api, two_runs):
 
 
 def test_approve_a_plan_launched_by_someone_else(api, personas, make_plan):
-    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
     checkpoint = run.checkpoints.get()
     response = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve", {"comment": "fine"})
     assert response.status_code == 200
@@ -285,7 +302,9 @@ def test_reject_needs_a_comment(api, two_runs, body):
 
 
 def test_deciding_twice_is_a_conflict(api, personas, make_plan):
-    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
     checkpoint = run.checkpoints.get()
     api["approver"].post(f"/checkpoints/{checkpoint.pk}/reject", {"comment": "no"})
     again = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve")
@@ -325,7 +344,10 @@ def test_no_credentials_is_401_and_audited(api):
     response = api["anonymous"].get("/runs")
     assert response.status_code == 401 and error(response)["code"] == "not_authenticated"
     denial = Event.objects.get(type="access.denied")
-    assert denial.actor_name == "anonymous" and denial.payload == {"permission": "authentication", "action": "GET /api/runs"}
+    assert denial.actor_name == "anonymous" and denial.payload == {
+        "permission": "authentication",
+        "action": "GET /api/runs",
+    }
 
 
 def test_a_revoked_token_is_401(personas, team):
@@ -355,7 +377,9 @@ def test_a_token_needs_no_csrf(personas, two_runs):
     first, _ = two_runs
     _, raw = tokens.issue(personas["launcher"], "ci")
     client = Client(enforce_csrf_checks=True)
-    response = client.post(f"/api/runs/{first.pk}/pause", "{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    response = client.post(
+        f"/api/runs/{first.pk}/pause", "{}", content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {raw}"
+    )
     assert response.status_code == 200
 
 
@@ -378,11 +402,19 @@ def test_the_schema_documents_every_operation_and_error(personas, team):
     schema = client.get("/api/openapi.json").json()
     operations = {(method.upper(), path) for path, item in schema["paths"].items() for method in item}
     assert operations == {
-        ("GET", "/api/runs"), ("POST", "/api/runs"), ("GET", "/api/runs/{run_id}"),
-        ("POST", "/api/runs/{run_id}/pause"), ("POST", "/api/runs/{run_id}/resume"), ("POST", "/api/runs/{run_id}/cancel"),
-        ("GET", "/api/runs/{run_id}/events"), ("POST", "/api/tasks/{task_id}/retry"), ("POST", "/api/tasks/{task_id}/skip"),
-        ("GET", "/api/checkpoints"), ("POST", "/api/checkpoints/{checkpoint_id}/approve"),
-        ("POST", "/api/checkpoints/{checkpoint_id}/reject"), ("GET", "/api/agents"),
+        ("GET", "/api/runs"),
+        ("POST", "/api/runs"),
+        ("GET", "/api/runs/{run_id}"),
+        ("POST", "/api/runs/{run_id}/pause"),
+        ("POST", "/api/runs/{run_id}/resume"),
+        ("POST", "/api/runs/{run_id}/cancel"),
+        ("GET", "/api/runs/{run_id}/events"),
+        ("POST", "/api/tasks/{task_id}/retry"),
+        ("POST", "/api/tasks/{task_id}/skip"),
+        ("GET", "/api/checkpoints"),
+        ("POST", "/api/checkpoints/{checkpoint_id}/approve"),
+        ("POST", "/api/checkpoints/{checkpoint_id}/reject"),
+        ("GET", "/api/agents"),
     }
     for path, item in schema["paths"].items():
         for method, operation in item.items():
@@ -420,7 +452,12 @@ def test_the_audit_log_cannot_be_changed_through_the_api(api, two_runs):
 
 def test_totals_cover_the_progress_counts():
     fields = set(schemas.TotalsOut.model_fields)
-    progress_fields = set(runs.RunProgress.__dataclass_fields__) - {"run_id", "status", "summary", "pending_checkpoints"}
+    progress_fields = set(runs.RunProgress.__dataclass_fields__) - {
+        "run_id",
+        "status",
+        "summary",
+        "pending_checkpoints",
+    }
     assert fields == progress_fields
 
 
@@ -431,12 +468,18 @@ def test_money_is_text(api, two_runs):
 
 
 def test_approve_and_skip_need_no_body(api, personas, make_plan):
-    run = runs.launch(make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
     approver, launcher = api["approver"], api["launcher"]
-    approved = approver.client.post(f"/api/checkpoints/{run.checkpoints.get().pk}/approve", "", content_type="application/json", **approver.headers)
+    approved = approver.client.post(
+        f"/api/checkpoints/{run.checkpoints.get().pk}/approve", "", content_type="application/json", **approver.headers
+    )
     assert approved.status_code == 200 and approved.json()["comment"] == ""
     task = run.tasks.get()
-    skipped = launcher.client.post(f"/api/tasks/{task.pk}/skip", "", content_type="application/json", **launcher.headers)
+    skipped = launcher.client.post(
+        f"/api/tasks/{task.pk}/skip", "", content_type="application/json", **launcher.headers
+    )
     assert skipped.status_code == 200 and skipped.json()["error"] == "skipped by launcher"
 
 

@@ -19,7 +19,10 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 def gated_run(demo_agents, make_plan, personas):
     """A running run whose task "publish" waits at its gate, and its pending checkpoint."""
     plan = make_plan(
-        {"draft": ("writer", []), "publish": ("writer", ["draft"], {"gate": "before", "instructions": "Publish <b>it</b>"})},
+        {
+            "draft": ("writer", []),
+            "publish": ("writer", ["draft"], {"gate": "before", "instructions": "Publish <b>it</b>"}),
+        },
         goal="Write and publish the notes",
     )
     run = runs.launch(plan, launched_by=personas["launcher"])
@@ -91,7 +94,9 @@ def test_deciding_needs_a_post(client, personas, gated_run):
 # --- The inbox ------------------------------------------------------------------------------------
 
 
-def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(client, personas, gated_run, plan_checkpoint):
+def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(
+    client, personas, gated_run, plan_checkpoint
+):
     run, gate = gated_run
     plan_run, plan_cp = plan_checkpoint
     Checkpoint.objects.filter(pk=plan_cp.pk).update(created_at=timezone.now() - timedelta(minutes=12))
@@ -116,7 +121,9 @@ def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(cli
 def test_an_output_review_shows_the_output_as_escaped_text(client, personas, gated_run):
     run, gate = gated_run
     draft = run.tasks.get(subtask__key="draft")
-    TaskRun.objects.filter(pk=draft.pk).update(state=TaskRun.State.AWAITING_REVIEW, output="<img src=x onerror=alert(1)> done")
+    TaskRun.objects.filter(pk=draft.pk).update(
+        state=TaskRun.State.AWAITING_REVIEW, output="<img src=x onerror=alert(1)> done"
+    )
     review = Checkpoint.objects.create(run=run, task_run=draft, kind=Checkpoint.Kind.AFTER)
     client.force_login(personas["approver"])
     html = client.get("/approvals/").text

@@ -249,7 +249,7 @@ def test_a_client_asking_again_gets_the_events_again(run, personas):
         await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 0}))
         latest = await database_sync_to_async(last_seq)(run)
         frames = await receive_until(comm, latest)
-        assert frame_seq(frames[0]) [0] == 1
+        assert frame_seq(frames[0])[0] == 1
         await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": 1}))
         frames = await receive_until(comm, latest)
         assert frame_seq(frames[0])[0] == 2
@@ -261,6 +261,7 @@ def test_a_client_asking_again_gets_the_events_again(run, personas):
 
 def test_progress_bursts_are_coalesced_and_stream_to_a_watched_panel(run, personas):
     cookie = cookies_for(personas["viewer"])
+
     def burst():
         task = run.tasks.get(subtask__key="scope")
         TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING, output="streamed words so far")
@@ -391,7 +392,14 @@ def test_task_events_bring_the_row_lanes_totals_bars_and_log(run):
         events.record("task.started", run=run, task=task, payload={"attempt": 1})
     html = batch_after(run, seen)
     ids = oob_ids(html)
-    assert {f"task-{task.pk}", "agent-lanes", "run-totals", f"attempt-{attempt.pk}", "event-log-rows", "live-seq"} <= ids
+    assert {
+        f"task-{task.pk}",
+        "agent-lanes",
+        "run-totals",
+        f"attempt-{attempt.pk}",
+        "event-log-rows",
+        "live-seq",
+    } <= ids
     # The new bar joins its agent's lane if the page does not show it yet.
     assert f'data-upsert="#gantt-lane-{task.agent_id}"' in html
     assert "run-header" not in ids and "run-gantt" not in ids

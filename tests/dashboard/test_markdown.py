@@ -21,7 +21,7 @@ def test_scripts_images_handlers_and_javascript_urls_are_removed():
         'Hi <script>alert("x")</script> <img src=x onerror="alert(1)"> <b onclick="alert(2)">bold</b> '
         '<a href="javascript:alert(3)">js</a> [md](javascript:alert(4)) <style>body{}</style> <iframe src="/"></iframe>'
     )
-    for bad in ("<script", "alert(\"x\")", "<img", "onerror", "onclick", "javascript:", "<style", "<iframe"):
+    for bad in ("<script", 'alert("x")', "<img", "onerror", "onclick", "javascript:", "<style", "<iframe"):
         assert bad not in html, bad
     assert "<b>bold</b>" in html
 

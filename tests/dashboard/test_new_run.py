@@ -106,9 +106,16 @@ def test_the_form_offers_the_sources_and_run_settings_with_defaults(launcher_cli
     response = launcher_client.get("/runs/new/")
     assert response.status_code == 200
     html = response.text
-    for text in ('name="goal"', 'name="plan_file"', 'name="saved_plan"', 'name="cap" value="4"',
-                 'name="budget_usd" value="0.50"',
-                 'value="fail_fast"', 'name="require_plan_approval"', 'enctype="multipart/form-data"'):
+    for text in (
+        'name="goal"',
+        'name="plan_file"',
+        'name="saved_plan"',
+        'name="cap" value="4"',
+        'name="budget_usd" value="0.50"',
+        'value="fail_fast"',
+        'name="require_plan_approval"',
+        'enctype="multipart/form-data"',
+    ):
         assert text in html
     assert 'value="planner"' in html  # orchestrator/planner.py exists in this build
 

@@ -63,8 +63,15 @@ def finish(t: TaskRun, output: str = "Done.", state: str = TaskRun.State.SUCCEED
         state=Attempt.State.SUCCEEDED, worker="host:1", started_at=now, finished_at=now, output_tokens=12
     )
     TaskRun.objects.filter(pk=t.pk).update(
-        state=state, output=output, summary=output[:50], progress=100, output_tokens=12, input_tokens=30,
-        cost_usd=Decimal("0.0004"), started_at=now, finished_at=now,
+        state=state,
+        output=output,
+        summary=output[:50],
+        progress=100,
+        output_tokens=12,
+        input_tokens=30,
+        cost_usd=Decimal("0.0004"),
+        started_at=now,
+        finished_at=now,
     )
 
 
@@ -89,8 +96,18 @@ def test_viewer_sees_every_part_without_controls(login, personas, brief):
     response = login(personas["viewer"]).get(url("run_detail", brief))
     assert response.status_code == 200
     html = response.content.decode()
-    for root in ("run-header", "run-totals", "run-checkpoints", "agent-lanes", "run-gantt", "task-table",
-                 "event-log-rows", "run-result", "dag-graph", "task-panel"):
+    for root in (
+        "run-header",
+        "run-totals",
+        "run-checkpoints",
+        "agent-lanes",
+        "run-gantt",
+        "task-table",
+        "event-log-rows",
+        "run-result",
+        "dag-graph",
+        "task-panel",
+    ):
         assert f'id="{root}"' in html, root
     for t in brief.tasks.all():
         assert f'id="task-{t.pk}"' in html
@@ -123,7 +140,12 @@ def test_graph_json_has_every_dependency(login, personas, brief):
     assert len(data["nodes"]) == 4
     pairs = {(e["source"], e["target"]) for e in data["edges"]}
     ids = {n["key"]: n["id"] for n in data["nodes"]}
-    assert pairs == {(ids["scope"], ids["a"]), (ids["scope"], ids["b"]), (ids["a"], ids["write"]), (ids["b"], ids["write"])}
+    assert pairs == {
+        (ids["scope"], ids["a"]),
+        (ids["scope"], ids["b"]),
+        (ids["a"], ids["write"]),
+        (ids["b"], ids["write"]),
+    }
 
 
 # --- Untrusted text -----------------------------------------------------------------------------
@@ -273,12 +295,18 @@ def test_pending_review_is_shown_with_approve_and_reject(login, personas, brief,
 
 def test_reject_needs_a_comment(login, personas, brief, review):
     client = login(personas["approver"])
-    response = client.post(url("run_checkpoint_decide", brief, review.pk), {"decision": "reject", "comment": " "}, HTTP_HX_REQUEST="true")
+    response = client.post(
+        url("run_checkpoint_decide", brief, review.pk), {"decision": "reject", "comment": " "}, HTTP_HX_REQUEST="true"
+    )
     assert response["X-Glassbox-Refused"] == "1"
     assert "comment is required" in response.content.decode()
     review.refresh_from_db()
     assert review.status == Checkpoint.Status.PENDING
-    response = client.post(url("run_checkpoint_decide", brief, review.pk), {"decision": "reject", "comment": "too vague"}, HTTP_HX_REQUEST="true")
+    response = client.post(
+        url("run_checkpoint_decide", brief, review.pk),
+        {"decision": "reject", "comment": "too vague"},
+        HTTP_HX_REQUEST="true",
+    )
     assert response.status_code == 200
     review.refresh_from_db()
     assert review.status == Checkpoint.Status.REJECTED
@@ -287,7 +315,9 @@ def test_reject_needs_a_comment(login, personas, brief, review):
 
 
 def test_approve(login, personas, brief, review):
-    response = login(personas["approver"]).post(url("run_checkpoint_decide", brief, review.pk), {"decision": "approve"}, HTTP_HX_REQUEST="true")
+    response = login(personas["approver"]).post(
+        url("run_checkpoint_decide", brief, review.pk), {"decision": "approve"}, HTTP_HX_REQUEST="true"
+    )
     assert response.status_code == 200
     assert task(brief, "write").state == TaskRun.State.SUCCEEDED
     brief.refresh_from_db()
@@ -295,7 +325,9 @@ def test_approve(login, personas, brief, review):
 
 
 def test_unknown_decision_is_refused(login, personas, brief, review):
-    response = login(personas["approver"]).post(url("run_checkpoint_decide", brief, review.pk), {"decision": "maybe"}, HTTP_HX_REQUEST="true")
+    response = login(personas["approver"]).post(
+        url("run_checkpoint_decide", brief, review.pk), {"decision": "maybe"}, HTTP_HX_REQUEST="true"
+    )
     assert response["X-Glassbox-Refused"] == "1"
     review.refresh_from_db()
     assert review.status == Checkpoint.Status.PENDING
@@ -324,7 +356,11 @@ def test_plan_checkpoint_shows_the_plan_with_edit_and_remove(login, personas, aw
 def test_edit_and_remove_through_the_views(login, personas, awaiting):
     cp = awaiting.checkpoints.get()
     client = login(personas["approver"])
-    response = client.post(reverse("run_plan_edit", args=[awaiting.pk, cp.pk, "a"]), {"instructions": "Look deeper."}, HTTP_HX_REQUEST="true")
+    response = client.post(
+        reverse("run_plan_edit", args=[awaiting.pk, cp.pk, "a"]),
+        {"instructions": "Look deeper."},
+        HTTP_HX_REQUEST="true",
+    )
     assert response.status_code == 200
     awaiting.refresh_from_db()
     assert awaiting.plan.subtasks.get(key="a").instructions == "Look deeper."
@@ -334,7 +370,9 @@ def test_edit_and_remove_through_the_views(login, personas, awaiting):
     assert "write no longer waits for it" in html
     assert 'id="dag-graph"' in html and 'id="task-table"' in html
     assert not awaiting.tasks.filter(subtask__key="a").exists()
-    response = client.post(reverse("run_checkpoint_decide", args=[awaiting.pk, cp.pk]), {"decision": "approve"}, HTTP_HX_REQUEST="true")
+    response = client.post(
+        reverse("run_checkpoint_decide", args=[awaiting.pk, cp.pk]), {"decision": "approve"}, HTTP_HX_REQUEST="true"
+    )
     assert response.status_code == 200
     awaiting.refresh_from_db()
     assert awaiting.status == Run.Status.RUNNING

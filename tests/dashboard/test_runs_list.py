@@ -44,7 +44,9 @@ def test_the_page_is_empty_before_any_run(client, personas):
 
 @pytest.fixture
 def two_runs(demo_agents, priced_limit, make_plan, personas):
-    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["a"])}, goal="Compare databases")
+    plan = make_plan(
+        {"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["a"])}, goal="Compare databases"
+    )
     first = runs.launch(plan, cap=2, budget_usd="0.50", launched_by=personas["launcher"])
     started = timezone.now() - timedelta(minutes=3, seconds=5)
     first.tasks.filter(subtask__key="a").update(state=TaskRun.State.SUCCEEDED)
@@ -69,7 +71,12 @@ def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, pe
         assert row.cost_over_budget and row.budget_used_percent == 100
         assert row.url == f"/runs/{first.pk}/"
         waiting = rows[second.pk]
-        assert (waiting.done, waiting.total, waiting.elapsed, waiting.launched_by) == (0, 3, "not started", "command line")
+        assert (waiting.done, waiting.total, waiting.elapsed, waiting.launched_by) == (
+            0,
+            3,
+            "not started",
+            "command line",
+        )
         assert waiting.pending_checkpoints == 1
         html = response.text
         assert f'id="run-row-{first.pk}"' in html
@@ -106,7 +113,14 @@ def test_goals_are_escaped(client, personas, demo_agents, make_plan):
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(None, "—"), (0.84, "0.8 s"), (42, "42 s"), (185, "3 min 05 s"), (7440, "2 h 04 min"), (3 * 86400 + 7200, "3 d 2 h")],
+    [
+        (None, "—"),
+        (0.84, "0.8 s"),
+        (42, "42 s"),
+        (185, "3 min 05 s"),
+        (7440, "2 h 04 min"),
+        (3 * 86400 + 7200, "3 d 2 h"),
+    ],
 )
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text

@@ -40,8 +40,12 @@ def world(superuser, make_agent, make_plan, priced_limit):
     plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
     run = runs.launch(plan, launched_by=User.objects.create_user("someone"), require_plan_approval=True)
     return {
-        "plan": plan.pk, "run_id": run.pk, "task_id": run.tasks.get(subtask__key="a").pk,
-        "checkpoint_id": run.checkpoints.get().pk, "key": "a", "token": "no-such-draft",
+        "plan": plan.pk,
+        "run_id": run.pk,
+        "task_id": run.tasks.get(subtask__key="a").pk,
+        "checkpoint_id": run.checkpoints.get().pk,
+        "key": "a",
+        "token": "no-such-draft",
     }
 
 
@@ -50,18 +54,27 @@ def dashboard_get_urls(world) -> list[str]:
 
 
 ADMIN_PAGES = [
-    "admin:index", "admin:orchestrator_agent_changelist", "admin:orchestrator_agent_add",
-    "admin:orchestrator_providerlimit_changelist", "admin:orchestrator_plan_changelist", "admin:orchestrator_run_changelist",
-    "admin:orchestrator_taskrun_changelist", "admin:orchestrator_checkpoint_changelist",
-    "admin:orchestrator_event_changelist", "admin:orchestrator_apitoken_changelist", "admin:orchestrator_apitoken_add",
+    "admin:index",
+    "admin:orchestrator_agent_changelist",
+    "admin:orchestrator_agent_add",
+    "admin:orchestrator_providerlimit_changelist",
+    "admin:orchestrator_plan_changelist",
+    "admin:orchestrator_run_changelist",
+    "admin:orchestrator_taskrun_changelist",
+    "admin:orchestrator_checkpoint_changelist",
+    "admin:orchestrator_event_changelist",
+    "admin:orchestrator_apitoken_changelist",
+    "admin:orchestrator_apitoken_add",
 ]
 
 
 def html_pages(client, world) -> dict[str, str]:
     """Every HTML page a superuser can open: dashboard views, the admin, the API docs, the login page."""
     urls = dashboard_get_urls(world) + [reverse(name) for name in ADMIN_PAGES] + ["/api/docs"]
-    urls += [reverse("admin:orchestrator_run_change", args=[world["run_id"]]),
-             reverse("admin:orchestrator_plan_change", args=[world["plan"]])]
+    urls += [
+        reverse("admin:orchestrator_run_change", args=[world["run_id"]]),
+        reverse("admin:orchestrator_plan_change", args=[world["plan"]]),
+    ]
     pages = {}
     for url in urls:
         response = client.get(url, follow=True)
@@ -171,7 +184,9 @@ def test_every_post_form_carries_a_csrf_token(superuser, world):
     counted = 0
     for url, html in pages.items():
         markup = parse(html)
-        assert markup.csrf_fields >= markup.post_forms, f"{url}: {markup.post_forms} POST forms, {markup.csrf_fields} CSRF tokens"
+        assert markup.csrf_fields >= markup.post_forms, (
+            f"{url}: {markup.post_forms} POST forms, {markup.csrf_fields} CSRF tokens"
+        )
         counted += markup.post_forms
     assert counted >= 5  # the run page's controls, the admin's forms, the login form
 
@@ -192,9 +207,9 @@ def test_posts_without_the_csrf_token_are_refused(personas, world):
 
 ATTACKS = [
     "<script>alert('x1')</script>",
-    '<img src=x onerror="alert(\'x2\')">',
+    "<img src=x onerror=\"alert('x2')\">",
     "[click](javascript:alert('x3'))",
-    '<a href="javascript:alert(\'x4\')">link</a>',
+    "<a href=\"javascript:alert('x4')\">link</a>",
     "<iframe src=//evil.example/x5></iframe>",
     '<div style="background:url(//evil.example/x6)">styled</div>',
     "<svg onload=alert('x7')></svg>",
@@ -204,9 +219,7 @@ ATTACKS = [
 def test_agent_output_is_sanitised_wherever_it_is_shown(superuser, world):
     output = "**bold claim**\n\n" + "\n\n".join(ATTACKS)
     TaskRun.objects.filter(pk=world["task_id"]).update(state="succeeded", output=output, summary=output, error=output)
-    TaskRun.objects.filter(run_id=world["run_id"]).exclude(pk=world["task_id"]).update(
-        state="succeeded", output=output
-    )
+    TaskRun.objects.filter(run_id=world["run_id"]).exclude(pk=world["task_id"]).update(state="succeeded", output=output)
     client = Client()
     client.force_login(superuser)
     urls = [view_url(name, world) for name in ("run_detail", "run_task", "run_task_output")]
@@ -217,7 +230,10 @@ def test_agent_output_is_sanitised_wherever_it_is_shown(superuser, world):
         markup = parse(html)
         assert not markup.handlers, (url, markup.handlers)
         for marker in ("x1", "x2", "x3", "x4", "x5", "x6", "x7"):
-            assert not re.search(rf"<(script|img|iframe|svg)[^>]*>[^<]*{marker}|<[^>]+(onerror|onload|href=\"javascript)[^>]*{marker}", html), (url, marker)
+            assert not re.search(
+                rf"<(script|img|iframe|svg)[^>]*>[^<]*{marker}|<[^>]+(onerror|onload|href=\"javascript)[^>]*{marker}",
+                html,
+            ), (url, marker)
         assert "evil.example" not in "".join(markup.external), url
         assert 'style="background' not in html
 
@@ -235,8 +251,15 @@ def test_the_api_key_never_appears_in_a_response_or_a_log(superuser, world, sett
     client.force_login(superuser)
     _, raw = tokens.issue(superuser, "scan")
     bodies = list(html_pages(client, world).values())
-    for url in ["/api/runs", f"/api/runs/{world['run_id']}", f"/api/runs/{world['run_id']}/events", "/api/checkpoints",
-                "/api/agents", "/api/openapi.json", reverse("health")]:
+    for url in [
+        "/api/runs",
+        f"/api/runs/{world['run_id']}",
+        f"/api/runs/{world['run_id']}/events",
+        "/api/checkpoints",
+        "/api/agents",
+        "/api/openapi.json",
+        reverse("health"),
+    ]:
         response = client.get(url, HTTP_AUTHORIZATION=f"Bearer {raw}")
         bodies.append(response.content.decode() + str(dict(response.items())))
     for name in ("run_download_md", "run_download_json"):

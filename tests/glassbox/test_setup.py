@@ -10,13 +10,18 @@ from tests.conftest import ROOT
 
 
 def test_migrate_alone_creates_the_cache_table_that_launch_needs(tmp_path):
-    env = {**os.environ, "GLASSBOX_SQLITE_PATH": str(tmp_path / "fresh.sqlite3"), "DJANGO_SETTINGS_MODULE": "glassbox.settings"}
+    env = {
+        **os.environ,
+        "GLASSBOX_SQLITE_PATH": str(tmp_path / "fresh.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "glassbox.settings",
+    }
     for name in ("DATABASE_URL", "REDIS_URL"):
         env.pop(name, None)
 
     def manage(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=300)
+        return subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
 
     assert manage("migrate", "--noinput").returncode == 0
     used = manage("shell", "-c", "from django.core.cache import cache; cache.set('k', 41); print(cache.get('k') + 1)")

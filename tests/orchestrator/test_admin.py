@@ -71,7 +71,9 @@ def test_attempts_to_tamper_with_the_log_are_themselves_audited(client, superuse
     client.post(reverse("admin:orchestrator_event_delete", args=[event.pk]), {"post": "yes"})
     denials = Event.objects.filter(type="access.denied").order_by("id")
     assert [d.payload["permission"] for d in denials] == [
-        "orchestrator.add_event", "orchestrator.change_event", "orchestrator.delete_event",
+        "orchestrator.add_event",
+        "orchestrator.change_event",
+        "orchestrator.delete_event",
     ]
     assert {d.actor_user for d in denials} == {superuser}
 
@@ -88,7 +90,9 @@ def test_the_event_changelist_offers_no_add_and_no_delete(client, superuser, a_r
 def test_deleting_events_through_a_bulk_action_is_impossible(client, superuser, a_run):
     client.force_login(superuser)
     count = Event.objects.count()
-    response = changelist_action(client, "event", "delete_selected", Event.objects.values_list("pk", flat=True), post="yes")
+    response = changelist_action(
+        client, "event", "delete_selected", Event.objects.values_list("pk", flat=True), post="yes"
+    )
     assert response.status_code == 200
     assert Event.objects.count() == count
 
@@ -125,7 +129,9 @@ def test_events_filter_by_run_agent_and_date(client, superuser, a_run, make_plan
     assert _listed_ids(by_agent) == set(Event.objects.filter(agent=agent).values_list("pk", flat=True))
     assert _listed_ids(by_agent)
     first = Event.objects.order_by("created_at").first().created_at
-    by_date = client.get(f"{url}?created_at__year={first.year}&created_at__month={first.month}&created_at__day={first.day}")
+    by_date = client.get(
+        f"{url}?created_at__year={first.year}&created_at__month={first.month}&created_at__day={first.day}"
+    )
     assert _listed_ids(by_date) == set(Event.objects.values_list("pk", flat=True))
     assert not _listed_ids(client.get(f"{url}?created_at__year={first.year - 1}"))
     bad = client.get(f"{url}?run=abc")
@@ -134,7 +140,9 @@ def test_events_filter_by_run_agent_and_date(client, superuser, a_run, make_plan
 
 def test_export_link_streams_the_filtered_events_as_csv_and_is_audited(client, superuser, a_run):
     client.force_login(superuser)
-    response = client.get(reverse("admin:orchestrator_event_export", args=["csv"]) + f"?run={a_run.pk}&type=run.created")
+    response = client.get(
+        reverse("admin:orchestrator_event_export", args=["csv"]) + f"?run={a_run.pk}&type=run.created"
+    )
     assert response.status_code == 200 and response.streaming
     assert response["Content-Type"].startswith("text/csv")
     assert response["Content-Disposition"].startswith('attachment; filename="glassbox-audit-')
@@ -191,11 +199,19 @@ def test_a_viewer_with_staff_status_reads_and_exports_the_log(client, a_run):
 
 def _agent_form(agent: Agent, **changes) -> dict:
     data = {
-        "name": agent.name, "role": agent.role, "capabilities": json.dumps(agent.capabilities),
-        "provider": agent.provider, "model": agent.model, "system_prompt": agent.system_prompt,
-        "max_concurrency": agent.max_concurrency, "timeout_s": agent.timeout_s, "max_retries": agent.max_retries,
-        "max_output_tokens": agent.max_output_tokens, "provider_options": json.dumps(agent.provider_options),
-        "status": agent.status, "owner": "",
+        "name": agent.name,
+        "role": agent.role,
+        "capabilities": json.dumps(agent.capabilities),
+        "provider": agent.provider,
+        "model": agent.model,
+        "system_prompt": agent.system_prompt,
+        "max_concurrency": agent.max_concurrency,
+        "timeout_s": agent.timeout_s,
+        "max_retries": agent.max_retries,
+        "max_output_tokens": agent.max_output_tokens,
+        "provider_options": json.dumps(agent.provider_options),
+        "status": agent.status,
+        "owner": "",
     }
     data.update(changes)
     return data
@@ -205,7 +221,9 @@ def test_an_agent_admin_edits_an_agent_and_the_change_is_audited(client, make_ag
     agent = make_agent("researcher")
     admin_user = staff_in("Agent admin")
     client.force_login(admin_user)
-    response = client.post(reverse("admin:orchestrator_agent_change", args=[agent.pk]), _agent_form(agent, max_concurrency=9))
+    response = client.post(
+        reverse("admin:orchestrator_agent_change", args=[agent.pk]), _agent_form(agent, max_concurrency=9)
+    )
     assert response.status_code == 302, response.content[:2000]
     agent.refresh_from_db()
     assert agent.max_concurrency == 9
@@ -230,10 +248,15 @@ def test_activate_and_retire_actions_are_audited(client, make_agent):
     changelist_action(client, "agent", "activate", [writer.pk, researcher.pk])
     researcher.refresh_from_db(), writer.refresh_from_db()
     assert (researcher.status, writer.status) == ("active", "active")
-    moves = [(e.payload["agent"], e.payload["from"], e.payload["to"]) for e in Event.objects.filter(type="agent.status_changed").order_by("id")]
+    moves = [
+        (e.payload["agent"], e.payload["from"], e.payload["to"])
+        for e in Event.objects.filter(type="agent.status_changed").order_by("id")
+    ]
     assert moves[0] == ("researcher", "active", "retired")
     assert sorted(moves[1:]) == [("researcher", "retired", "active"), ("writer", "draft", "active")]
-    assert set(Event.objects.filter(type="agent.status_changed").values_list("actor_user", flat=True)) == {admin_user.pk}
+    assert set(Event.objects.filter(type="agent.status_changed").values_list("actor_user", flat=True)) == {
+        admin_user.pk
+    }
 
 
 def test_agents_are_never_deleted_not_even_by_a_superuser(client, superuser, make_agent):
@@ -247,10 +270,13 @@ def test_agents_are_never_deleted_not_even_by_a_superuser(client, superuser, mak
 def test_a_viewer_cannot_change_agents_in_the_admin(client, make_agent):
     agent = make_agent("researcher")
     client.force_login(staff_in("Viewer"))
-    response = client.post(reverse("admin:orchestrator_agent_change", args=[agent.pk]), _agent_form(agent, max_concurrency=9))
+    response = client.post(
+        reverse("admin:orchestrator_agent_change", args=[agent.pk]), _agent_form(agent, max_concurrency=9)
+    )
     assert response.status_code == 403
     assert Event.objects.get(type="access.denied").payload == {
-        "permission": "orchestrator.change_agent", "action": f"POST {reverse('admin:orchestrator_agent_change', args=[agent.pk])}",
+        "permission": "orchestrator.change_agent",
+        "action": f"POST {reverse('admin:orchestrator_agent_change', args=[agent.pk])}",
     }
     changelist_action(client, "agent", "retire", [agent.pk])
     agent.refresh_from_db()
@@ -269,9 +295,17 @@ def test_provider_limit_edits_are_audited_and_engine_fields_read_only(client, db
     limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", effective_in_flight=3)
     admin_user = staff_in("Agent admin")
     client.force_login(admin_user)
-    data = {"provider": "simulated", "model": "sim-1", "requests_per_minute": "120", "input_tokens_per_minute": "",
-            "output_tokens_per_minute": "", "max_in_flight": "", "input_price_per_mtok": "3",
-            "output_price_per_mtok": "15", "effective_in_flight": "99"}
+    data = {
+        "provider": "simulated",
+        "model": "sim-1",
+        "requests_per_minute": "120",
+        "input_tokens_per_minute": "",
+        "output_tokens_per_minute": "",
+        "max_in_flight": "",
+        "input_price_per_mtok": "3",
+        "output_price_per_mtok": "15",
+        "effective_in_flight": "99",
+    }
     response = client.post(reverse("admin:orchestrator_providerlimit_change", args=[limit.pk]), data)
     assert response.status_code == 302
     limit.refresh_from_db()
@@ -296,8 +330,14 @@ def test_deleting_a_provider_limit_in_the_admin_is_audited(client, superuser):
 def test_history_cannot_be_added_or_changed_by_a_superuser(client, superuser, a_run, model):
     client.force_login(superuser)
     assert client.get(reverse(f"admin:orchestrator_{model}_add")).status_code == 403
-    obj = {"plan": a_run.plan, "run": a_run, "taskrun": a_run.tasks.first(), "attempt": a_run.tasks.first().attempts.first(),
-           "checkpoint": None, "plannerattempt": None}[model]
+    obj = {
+        "plan": a_run.plan,
+        "run": a_run,
+        "taskrun": a_run.tasks.first(),
+        "attempt": a_run.tasks.first().attempts.first(),
+        "checkpoint": None,
+        "plannerattempt": None,
+    }[model]
     if obj is not None:
         assert client.get(reverse(f"admin:orchestrator_{model}_delete", args=[obj.pk])).status_code == 403
         page = client.get(reverse(f"admin:orchestrator_{model}_change", args=[obj.pk]))
@@ -308,8 +348,11 @@ def test_every_model_is_in_the_admin():
     from django.apps import apps
     from django.contrib import admin as django_admin
 
-    missing = [m.__name__ for m in apps.get_app_config("orchestrator").get_models()
-               if m not in django_admin.site._registry and m.__name__ not in ("Subtask", "Dependency", "RateCounter")]
+    missing = [
+        m.__name__
+        for m in apps.get_app_config("orchestrator").get_models()
+        if m not in django_admin.site._registry and m.__name__ not in ("Subtask", "Dependency", "RateCounter")
+    ]
     assert not missing, f"register these in orchestrator/admin.py: {missing}"
 
 
@@ -368,9 +411,14 @@ def test_issuing_a_token_in_the_admin_shows_it_once(client, superuser):
     assert raw.encode() in page.content and tokens.authenticate(raw) == alice
     token = ApiToken.objects.get()
     assert Event.objects.get(type="api_token.created").actor_user == superuser
-    for url in (reverse("admin:orchestrator_apitoken_changelist"), reverse("admin:orchestrator_apitoken_change", args=[token.pk])):
+    for url in (
+        reverse("admin:orchestrator_apitoken_changelist"),
+        reverse("admin:orchestrator_apitoken_change", args=[token.pk]),
+    ):
         listed = client.get(url)
-        assert listed.status_code == 200 and raw.encode() not in listed.content and token.prefix.encode() in listed.content
+        assert (
+            listed.status_code == 200 and raw.encode() not in listed.content and token.prefix.encode() in listed.content
+        )
 
 
 def test_the_admin_refuses_a_token_for_an_inactive_user(client, superuser):

@@ -22,7 +22,10 @@ from tests.conftest import ROOT
 def test_bench_scheduler_quick_json_prints_one_object_with_the_headline_numbers():
     proc = subprocess.run(
         [sys.executable, "manage.py", "bench_scheduler", "--quick", "--json"],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
@@ -56,7 +59,9 @@ def test_generators_build_the_shapes_of_the_issue():
 
 
 def test_lower_bound_and_policy_schedule():
-    dag = dags.Dag("t", "test", 1, ["a", "b", "c", "d"], [("a", "b")], 1.0, 0.0, {"a": 1.0, "b": 2.0, "c": 1.0, "d": 1.0})
+    dag = dags.Dag(
+        "t", "test", 1, ["a", "b", "c", "d"], [("a", "b")], 1.0, 0.0, {"a": 1.0, "b": 2.0, "c": 1.0, "d": 1.0}
+    )
     assert dag.critical_path_s == 3.0
     assert dag.lower_bound_s(1) == 5.0 and dag.lower_bound_s(2) == 3.0 and dag.lower_bound_s(None) == 3.0
     # cap 2: "a" (two hops to the end) first with "c"; then "b" and "d": 1 + 2 = 3

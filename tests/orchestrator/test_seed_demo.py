@@ -57,7 +57,12 @@ def test_seed_is_idempotent_and_restores_agents():
 
     output = seed()
 
-    assert (Agent.objects.count(), ProviderLimit.objects.count(), Plan.objects.count(), Subtask.objects.count()) == counts
+    assert (
+        Agent.objects.count(),
+        ProviderLimit.objects.count(),
+        Plan.objects.count(),
+        Subtask.objects.count(),
+    ) == counts
     coder = Agent.objects.get(name="coder")
     assert coder.status == Agent.Status.ACTIVE and coder.max_concurrency == 3
     assert get_user_model().objects.filter(username="demo").count() == 1

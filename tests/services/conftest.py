@@ -41,8 +41,19 @@ class RedisServer:
             pytest.fail("redis-server is not installed (apt-get install redis-server): the Redis fault tests need it")
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [executable, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no"],
+            [
+                executable,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

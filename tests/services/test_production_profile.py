@@ -100,7 +100,10 @@ def test_serve_with_two_clusters_on_redis_reports_health_through_a_redis_outage(
     assert status == 503 and body["status"] == "unavailable"
     assert body["checks"]["database"]["ok"] is True
     assert (body["checks"]["broker"]["ok"], body["checks"]["broker"]["error"]) == (False, "ConnectionError")
-    assert (body["checks"]["channel_layer"]["ok"], body["checks"]["channel_layer"]["error"]) == (False, "ConnectionError")
+    assert (body["checks"]["channel_layer"]["ok"], body["checks"]["channel_layer"]["error"]) == (
+        False,
+        "ConnectionError",
+    )
     assert own_redis.url not in json.dumps(body) and str(own_redis.port) not in json.dumps(body)
 
     own_redis.start()

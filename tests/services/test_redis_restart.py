@@ -66,7 +66,9 @@ def test_tasks_lost_in_a_redis_restart_are_requeued_by_the_reaper_and_the_run_co
         60,
         "an admission while Redis is down",
     )
-    admitted_in_outage = set(Attempt.objects.filter(task_run__run=run).exclude(pk__in=before_outage).values_list("pk", flat=True))
+    admitted_in_outage = set(
+        Attempt.objects.filter(task_run__run=run).exclude(pk__in=before_outage).values_list("pk", flat=True)
+    )
     own_redis.start()  # empty: it persisted nothing
 
     run = wait_for_run(run, 180, qcluster)

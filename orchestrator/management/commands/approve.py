@@ -16,4 +16,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, checkpoint, comment, **options):
         decided = console.decide_checkpoint(checkpoint, approve=True, comment=comment)
-        self.stdout.write(f"Approved checkpoint {decided.pk}: {console.checkpoint_target(decided)} (run {decided.run_id}).")
+        self.stdout.write(
+            f"Approved checkpoint {decided.pk}: {console.checkpoint_target(decided)} (run {decided.run_id})."
+        )

@@ -24,7 +24,9 @@ class Command(BaseCommand):
         try:
             owner = User.objects.get(**{User.USERNAME_FIELD: user})
         except User.DoesNotExist:
-            raise CommandError(f"No user named {user!r}. Create one with `python manage.py createsuperuser` or in the admin.") from None
+            raise CommandError(
+                f"No user named {user!r}. Create one with `python manage.py createsuperuser` or in the admin."
+            ) from None
         try:
             token, raw = tokens.issue(owner, name)
         except tokens.TokenError as error:

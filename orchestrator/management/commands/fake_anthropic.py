@@ -48,22 +48,39 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1).")
         parser.add_argument("--port", type=port_number, default=8765, help="Port (default 8765; 0 picks a free one).")
         parser.add_argument(
-            "--chunk-delay", type=non_negative, default=0.05,
+            "--chunk-delay",
+            type=non_negative,
+            default=0.05,
             help="Seconds between two streamed deltas of an unscripted answer (default 0.05).",
         )
         parser.add_argument("--requests-per-minute", type=positive_int, default=RateLimits.requests_per_minute)
         parser.add_argument("--input-tokens-per-minute", type=positive_int, default=RateLimits.input_tokens_per_minute)
-        parser.add_argument("--output-tokens-per-minute", type=positive_int, default=RateLimits.output_tokens_per_minute)
         parser.add_argument(
-            "--enforce-limits", action="store_true",
+            "--output-tokens-per-minute", type=positive_int, default=RateLimits.output_tokens_per_minute
+        )
+        parser.add_argument(
+            "--enforce-limits",
+            action="store_true",
             help="Answer 429 with retry-after when a per-minute budget is used up (default: only report it).",
         )
 
-    def handle(self, *args, host, port, chunk_delay, requests_per_minute, input_tokens_per_minute,
-               output_tokens_per_minute, enforce_limits, **options):
+    def handle(
+        self,
+        *args,
+        host,
+        port,
+        chunk_delay,
+        requests_per_minute,
+        input_tokens_per_minute,
+        output_tokens_per_minute,
+        enforce_limits,
+        **options,
+    ):
         limits = RateLimits(requests_per_minute, input_tokens_per_minute, output_tokens_per_minute)
         try:
-            server = FakeAnthropicServer(host, port, limits=limits, enforce_limits=enforce_limits, chunk_delay_s=chunk_delay)
+            server = FakeAnthropicServer(
+                host, port, limits=limits, enforce_limits=enforce_limits, chunk_delay_s=chunk_delay
+            )
         except OSError as error:
             raise CommandError(f"Cannot listen on {host}:{port}: {error.strerror or error}") from None
         self.stdout.write(f"Fake Anthropic Messages API on {server.url}")

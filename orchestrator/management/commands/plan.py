@@ -42,7 +42,9 @@ class Command(BaseCommand):
         parser.add_argument("--cap", type=cap_argument, help="With --launch: most tasks at once (default: setting).")
         parser.add_argument("--budget", type=budget_argument, help="With --launch: budget in USD (default: setting).")
         parser.add_argument(
-            "--policy", choices=FAILURE_POLICIES, default=None,
+            "--policy",
+            choices=FAILURE_POLICIES,
+            default=None,
             help="With --launch: on a failed task, continue with independent branches (default) or fail_fast.",
         )
 
@@ -57,8 +59,13 @@ class Command(BaseCommand):
             raise database_unavailable(error, doing="plan") from None
         self.print_plan(result)
         if launch:
-            self.launch(result.plan, cap=cap, budget=budget, policy=policy or Run.FailurePolicy.CONTINUE,
-                        approval=not no_approval)
+            self.launch(
+                result.plan,
+                cap=cap,
+                budget=budget,
+                policy=policy or Run.FailurePolicy.CONTINUE,
+                approval=not no_approval,
+            )
         else:
             self.stdout.write(
                 f"Saved as plan {result.plan.pk}. Start it from the dashboard's New run page, or plan and launch in "
@@ -79,8 +86,13 @@ class Command(BaseCommand):
         self.stdout.write(f"  goal: {plan.goal}")
         self.stdout.write("")
         rows = [
-            (s.key, s.agent.name, s.gate if s.gate != "none" else "-", ", ".join(upstream[s.pk]) or "-",
-             console.shorten(s.title, TITLE_WIDTH))
+            (
+                s.key,
+                s.agent.name,
+                s.gate if s.gate != "none" else "-",
+                ", ".join(upstream[s.pk]) or "-",
+                console.shorten(s.title, TITLE_WIDTH),
+            )
             for s in subtasks
         ]
         self.stdout.write(console.table(["key", "agent", "gate", "depends on", "title"], rows))

@@ -27,8 +27,13 @@ def test_a_rate_limit_answer_halves_the_effective_cap(limit):
     limit.refresh_from_db()
     assert limit.effective_in_flight == 2
     event = Event.objects.filter(type="provider.concurrency").last()
-    assert event.payload == {"provider": "simulated", "model": "sim-1", "old": 4, "new": 2,
-                             "reason": "the provider answered 429/529"}
+    assert event.payload == {
+        "provider": "simulated",
+        "model": "sim-1",
+        "old": 4,
+        "new": 2,
+        "reason": "the provider answered 429/529",
+    }
 
 
 def test_the_cap_never_drops_below_one(limit):

@@ -157,7 +157,9 @@ def test_the_task_a_worker_runs_itself_never_goes_through_the_broker(make_agent,
     assert broker.queue_size() == 0  # b and c were run by the same worker, never enqueued
 
 
-def test_an_attempt_kept_for_the_worker_goes_to_the_broker_if_claiming_it_fails(make_agent, make_plan, broker, monkeypatch):
+def test_an_attempt_kept_for_the_worker_goes_to_the_broker_if_claiming_it_fails(
+    make_agent, make_plan, broker, monkeypatch
+):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
     broker.purge_queue()

@@ -214,8 +214,17 @@ class Daphne:
         env = child_env()
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), *self.args,
-             "glassbox.asgi:application"],
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                *self.args,
+                "glassbox.asgi:application",
+            ],
             cwd=ROOT,
             env=env,
             stdout=log,
@@ -321,8 +330,13 @@ class LiveViewer:
         while not self.stopping.is_set():
             try:
                 async with connect(
-                    self.url, additional_headers=self.headers, open_timeout=10, ping_interval=None,
-                    max_size=None, max_queue=4, proxy=None,
+                    self.url,
+                    additional_headers=self.headers,
+                    open_timeout=10,
+                    ping_interval=None,
+                    max_size=None,
+                    max_queue=4,
+                    proxy=None,
                 ) as ws:
                     self.connections += 1
                     self.local_ports.append(ws.local_address[1])
@@ -376,7 +390,9 @@ def test_after_daphne_is_killed_and_restarted_a_viewer_reconnects_and_its_view_e
         server.kill()
         wait_until(lambda: viewer.errors, 30, "the viewer to notice that daphne is gone")
         seen_before = viewer.last_seq
-        wait_until(lambda: Run.objects.get(pk=run.pk).last_event_seq > seen_before + 3, 60, "events while daphne is down")
+        wait_until(
+            lambda: Run.objects.get(pk=run.pk).last_event_seq > seen_before + 3, 60, "events while daphne is down"
+        )
         missed_while_down = Run.objects.get(pk=run.pk).last_event_seq
         server.start()
         wait_for_run(run, 120, qcluster)
@@ -413,7 +429,7 @@ def test_a_viewer_that_stops_reading_is_dropped_and_catches_up_by_replay_when_it
         stalled.pause()
         stopped_at = stalled.last_seq
         baseline_kb = server.rss_kb()
-        dropped = f'127.0.0.1:{stalled.local_ports[0]} - - '
+        dropped = f"127.0.0.1:{stalled.local_ports[0]} - - "
         peak_kb = baseline_kb
 
         def dropped_by_the_server() -> bool:

@@ -51,8 +51,9 @@ def test_launch_document_with_an_invalid_plan_saves_nothing(demo_agents):
 
 def test_problems_in_the_document_name_their_line(demo_agents):
     with pytest.raises(plans.PlanValidationError) as invalid:
-        launch_document("goal: g\nsubtasks:\n  - key: a\n    agent: researcher\n    title: A\n    gate: maybe\n",
-                        settings=SETTINGS)
+        launch_document(
+            "goal: g\nsubtasks:\n  - key: a\n    agent: researcher\n    title: A\n    gate: maybe\n", settings=SETTINGS
+        )
     assert str(invalid.value.errors[0]) == (
         'line 6: subtasks[0] (key "a"): gate: must be one of none, before, after, got "maybe"'
     )

@@ -137,7 +137,11 @@ def test_remove_reconnects_nothing(awaiting, plan, admin_user):
     assert plan.subtasks.filter(key="a").exists()  # the original plan keeps it
     event = Event.objects.get(run=run, type="plan.subtask_removed")
     assert event.actor_user == admin_user
-    assert event.payload["key"] == "a" and event.payload["depends_on"] == ["scope"] and event.payload["downstream"] == ["write"]
+    assert (
+        event.payload["key"] == "a"
+        and event.payload["depends_on"] == ["scope"]
+        and event.payload["downstream"] == ["write"]
+    )
 
 
 def test_remove_recomputes_the_critical_path_ranks(awaiting):

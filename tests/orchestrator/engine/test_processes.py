@@ -21,7 +21,9 @@ pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
 def peak_overlap(intervals) -> int:
     """Most intervals open at one instant (an end before a start at the same instant)."""
-    points = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals], key=lambda p: (p[0], p[1]))
+    points = sorted(
+        [(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals], key=lambda p: (p[0], p[1])
+    )
     peak = current = 0
     for _, step in points:
         current += step
@@ -117,7 +119,9 @@ def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, mak
     run = wait_for_run(runs.launch(plan), 120, qcluster)
     states = dict(run.tasks.values_list("subtask__key", "state"))
     assert states == {"a": "failed", "b": "skipped", "x": "succeeded", "y": "succeeded"}
-    attempts = list(Attempt.objects.filter(task_run__subtask__key="a", task_run__run=run).values_list("state", flat=True))
+    attempts = list(
+        Attempt.objects.filter(task_run__subtask__key="a", task_run__run=run).values_list("state", flat=True)
+    )
     assert attempts == ["timed_out"] * 3
     assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
     assert run.status == "failed" and "a (timed out after 1 s (after 3 attempts))" in run.summary
@@ -138,8 +142,12 @@ def test_a_rate_limit_storm_backs_off_and_the_run_completes(qcluster, make_agent
 
 
 def test_two_qclusters_share_the_work_without_running_a_task_twice(qcluster, make_agent, make_plan):
-    make_agent("researcher", max_concurrency=3, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}})
-    make_agent("writer", max_concurrency=2, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}})
+    make_agent(
+        "researcher", max_concurrency=3, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}}
+    )
+    make_agent(
+        "writer", max_concurrency=2, provider_options={"latency": {"dist": "uniform", "low_s": 0.05, "high_s": 0.3}}
+    )
     plan = make_plan({f"t{i}": ("researcher" if i % 2 else "writer", []) for i in range(60)})
     qcluster.workers = 3
     qcluster.start()

@@ -94,8 +94,12 @@ def test_retired_agent_is_never_scheduled(demo_agents, make_plan):
 def test_longest_remaining_path_goes_first(demo_agents, make_plan):
     # "long" heads a chain of three; "short" stands alone: with one slot, "long" must go first.
     plan = make_plan(
-        {"short": ("researcher", [], {"priority": 5}), "long": ("researcher", []),
-         "l2": ("researcher", ["long"]), "l3": ("researcher", ["l2"])}
+        {
+            "short": ("researcher", [], {"priority": 5}),
+            "long": ("researcher", []),
+            "l2": ("researcher", ["long"]),
+            "l3": ("researcher", ["l2"]),
+        }
     )
     run = runs.launch(plan, cap=1)
     assert states(run)["long"] == "queued"

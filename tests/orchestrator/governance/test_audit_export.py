@@ -22,7 +22,7 @@ def some_events(make_agent, make_plan):
     plan = make_plan({"a": ("researcher", [])})
     user = User.objects.create_user("alice")
     run = runs.launch(plan, launched_by=user)
-    events.record("note", run=run, user=user, message="=HYPERLINK(\"http://evil\")", payload={"comment": "-2+3"})
+    events.record("note", run=run, user=user, message='=HYPERLINK("http://evil")', payload={"comment": "-2+3"})
     return Event.objects.all()
 
 
@@ -54,7 +54,7 @@ def test_csv_has_a_header_and_defuses_formulas(some_events):
     assert len(rows) == some_events.count() + 1
     note = rows[-1]
     record = dict(zip(rows[0], note, strict=True))
-    assert record["message"] == "'=HYPERLINK(\"http://evil\")"
+    assert record["message"] == '\'=HYPERLINK("http://evil")'
     assert json.loads(record["payload"]) == {"comment": "-2+3"}  # JSON text is not a formula: kept as is
     assert record["actor_user_id"].isdigit()
 

@@ -37,7 +37,9 @@ def test_set_status_to_the_same_status_records_nothing(make_agent, admin_user):
 
 def test_set_status_refuses_an_unknown_status(make_agent):
     agent = make_agent("researcher")
-    with pytest.raises(registry.RegistryError, match="unknown agent status 'sleeping': use one of draft, active, retired"):
+    with pytest.raises(
+        registry.RegistryError, match="unknown agent status 'sleeping': use one of draft, active, retired"
+    ):
         registry.set_status(agent, "sleeping")
     agent.refresh_from_db()
     assert agent.status == "active"
@@ -91,7 +93,11 @@ def test_a_status_change_through_save_agent_is_also_a_status_event(make_agent, a
     agent.status = Agent.Status.RETIRED
     registry.save_agent(agent, user=admin_user)
     assert Event.objects.get(type="agent.changed").payload["changes"] == {"status": ["active", "retired"]}
-    assert Event.objects.get(type="agent.status_changed").payload == {"agent": "researcher", "from": "active", "to": "retired"}
+    assert Event.objects.get(type="agent.status_changed").payload == {
+        "agent": "researcher",
+        "from": "active",
+        "to": "retired",
+    }
 
 
 def test_saving_an_unchanged_agent_records_nothing(make_agent, admin_user):
@@ -119,7 +125,10 @@ def test_provider_limit_changes_are_recorded_with_money_as_text(db, admin_user):
     registry.save_provider_limit(limit, user=admin_user)
     changed = Event.objects.get(type="provider_limit.changed")
     assert changed.actor_user == admin_user
-    assert changed.payload["changes"] == {"requests_per_minute": [None, 60], "output_price_per_mtok": ["0.0000", "15.5000"]}
+    assert changed.payload["changes"] == {
+        "requests_per_minute": [None, 60],
+        "output_price_per_mtok": ["0.0000", "15.5000"],
+    }
 
 
 def test_lowering_max_in_flight_brings_the_adaptive_cap_down(db):
@@ -140,8 +149,17 @@ def test_deleting_a_provider_limit_is_recorded(db, admin_user):
 
 # --- Roles (data migration 0006_roles) -----------------------------------------------------------
 
-VIEW = {"view_run", "view_plan", "view_subtask", "view_dependency", "view_taskrun", "view_attempt",
-        "view_checkpoint", "view_event", "view_agent"}
+VIEW = {
+    "view_run",
+    "view_plan",
+    "view_subtask",
+    "view_dependency",
+    "view_taskrun",
+    "view_attempt",
+    "view_checkpoint",
+    "view_event",
+    "view_agent",
+}
 
 
 @pytest.mark.parametrize(
@@ -150,8 +168,17 @@ VIEW = {"view_run", "view_plan", "view_subtask", "view_dependency", "view_taskru
         ("Viewer", VIEW),
         ("Launcher", VIEW | {"launch_run", "control_run"}),
         ("Approver", VIEW | {"decide_checkpoint"}),
-        ("Agent admin", {"view_agent", "add_agent", "change_agent", "view_providerlimit", "add_providerlimit",
-                         "change_providerlimit"}),
+        (
+            "Agent admin",
+            {
+                "view_agent",
+                "add_agent",
+                "change_agent",
+                "view_providerlimit",
+                "add_providerlimit",
+                "change_providerlimit",
+            },
+        ),
     ],
 )
 def test_the_migration_creates_each_role_with_exactly_its_permissions(db, role, expected):

@@ -25,12 +25,24 @@ GOAL = "Compare three vector databases for a small team"
 
 
 def subtask(key, agent="researcher", depends_on=(), **extra):
-    return {"key": key, "agent": agent, "title": key.title(), "instructions": f"Do {key}.",
-            "depends_on": list(depends_on), **extra}
+    return {
+        "key": key,
+        "agent": agent,
+        "title": key.title(),
+        "instructions": f"Do {key}.",
+        "depends_on": list(depends_on),
+        **extra,
+    }
 
 
-VALID = {"subtasks": [subtask("scope"), subtask("a", depends_on=["scope"]), subtask("b", depends_on=["scope"]),
-                      subtask("merge", "writer", ["a", "b"])]}
+VALID = {
+    "subtasks": [
+        subtask("scope"),
+        subtask("a", depends_on=["scope"]),
+        subtask("b", depends_on=["scope"]),
+        subtask("merge", "writer", ["a", "b"]),
+    ]
+}
 CYCLIC = {"subtasks": [subtask("a", depends_on=["b"]), subtask("b", depends_on=["a"])]}
 UNKNOWN_AGENT = {"subtasks": [subtask("a", agent="ghost")]}
 MALFORMED = {"subtasks": '[{"key": "a", "agent": "researcher", "title": '}
@@ -65,7 +77,11 @@ def test_claude_proposes_a_plan_through_the_forced_tool(demo_agents, fake_anthro
     assert plan.goal == GOAL
     assert list(plan.subtasks.values_list("key", flat=True)) == ["scope", "a", "b", "merge"]
     assert sorted(plan.dependencies.values_list("upstream__key", "downstream__key")) == [
-        ("a", "merge"), ("b", "merge"), ("scope", "a"), ("scope", "b")]
+        ("a", "merge"),
+        ("b", "merge"),
+        ("scope", "a"),
+        ("scope", "b"),
+    ]
     assert json.loads(plan.document)["subtasks"][3]["agent"] == "writer"
     attempt = result.attempt
     assert attempt.plan == plan and attempt.round == 1 and not attempt.error and not attempt.simulated
@@ -204,8 +220,12 @@ def test_without_a_key_the_simulated_planner_fans_research_out_and_in(demo_agent
     assert result.simulated and result.attempt.simulated and result.attempt.plan == plan
     assert plan.source == Plan.Source.PLANNER and plan.source_name == "simulated planner"
     assert keys_and_agents(plan) == {
-        "scope": "researcher", "research_background": "researcher", "research_options": "researcher",
-        "research_risks": "researcher", "research_costs": "researcher", "synthesis": "writer",
+        "scope": "researcher",
+        "research_background": "researcher",
+        "research_options": "researcher",
+        "research_risks": "researcher",
+        "research_costs": "researcher",
+        "synthesis": "writer",
     }
     upstream = sorted(plan.dependencies.filter(downstream__key="synthesis").values_list("upstream__key", flat=True))
     assert upstream == ["research_background", "research_costs", "research_options", "research_risks"]
@@ -215,11 +235,17 @@ def test_without_a_key_the_simulated_planner_fans_research_out_and_in(demo_agent
 def test_a_build_goal_gets_the_build_pipeline_with_a_design_review(demo_agents, no_key):
     plan = planner.propose_plan("Build a CLI to export audit events and add an API endpoint for it").plan
     assert keys_and_agents(plan) == {
-        "spec": "researcher", "design": "architect", "implement": "coder", "tests": "tester", "review": "reviewer",
+        "spec": "researcher",
+        "design": "architect",
+        "implement": "coder",
+        "tests": "tester",
+        "review": "reviewer",
     }
     assert plan.subtasks.get(key="design").gate == "after"
     assert sorted(plan.dependencies.filter(downstream__key="review").values_list("upstream__key", flat=True)) == [
-        "implement", "tests"]
+        "implement",
+        "tests",
+    ]
 
 
 def test_a_writing_goal_gets_sections_written_side_by_side(demo_agents, no_key):

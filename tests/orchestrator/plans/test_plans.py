@@ -17,9 +17,7 @@ pytestmark = pytest.mark.django_db
 def agents():
     return {
         "researcher": Agent.objects.create(name="researcher"),
-        "writer": Agent.objects.create(
-            name="writer", provider_options={"latency": {"dist": "fixed", "seconds": 4}}
-        ),
+        "writer": Agent.objects.create(name="writer", provider_options={"latency": {"dist": "fixed", "seconds": 4}}),
         "drafty": Agent.objects.create(name="drafty", status=Agent.Status.DRAFT),
         "old": Agent.objects.create(name="old", status=Agent.Status.RETIRED),
     }
@@ -162,7 +160,7 @@ def test_missing_top_level_fields():
         ({"defaults": {"max_retries": True}}, "defaults: max_retries: must be an integer between 0 and 20, got true"),
         (
             {"defaults": {"timeout": 60}},
-            "defaults: timeout: unknown field (did you mean \"timeout_s\"?); allowed fields: timeout_s, max_retries",
+            'defaults: timeout: unknown field (did you mean "timeout_s"?); allowed fields: timeout_s, max_retries',
         ),
         ({"version": 2}, "plan: version: unknown field; allowed fields: goal, defaults, subtasks"),
     ],
@@ -438,9 +436,7 @@ def test_document_over_five_megabytes_is_refused_before_parsing(monkeypatch):
     monkeypatch.setattr(parsing, "_parse_yaml", lambda text: pytest.fail("parsed an oversized document"))
     text = "#" * (plans.MAX_PLAN_BYTES + 1)
 
-    assert parse_problem(text) == (
-        "size: the plan is 5,242,881 bytes; at most 5,242,880 bytes (5 MB) are allowed"
-    )
+    assert parse_problem(text) == ("size: the plan is 5,242,881 bytes; at most 5,242,880 bytes (5 MB) are allowed")
 
 
 def test_size_limit_counts_bytes_not_characters():

@@ -88,7 +88,9 @@ def claude_run(make_agent, make_plan, claude_limit, fake_anthropic):
     """A one-task run on an anthropic agent, its attempt queued."""
     from orchestrator.engine import runs
 
-    make_agent("researcher", provider="anthropic", model=MODEL, provider_options={}, max_retries=2, max_output_tokens=300)
+    make_agent(
+        "researcher", provider="anthropic", model=MODEL, provider_options={}, max_retries=2, max_output_tokens=300
+    )
     return runs.launch(make_plan({"a": ("researcher", [])}))
 
 
@@ -155,22 +157,26 @@ def test_a_successful_attempt_costs_the_reported_usage_times_the_prices(claude_r
 
 
 def test_cache_tokens_land_on_the_attempt_and_in_its_cost(claude_run, claude_limit, fake_anthropic):
-    fake_anthropic.enqueue(Reply.text_answer(TEXT, input_tokens=100, output_tokens=40, cache_read_tokens=900,
-                                             cache_creation_tokens=80))
+    fake_anthropic.enqueue(
+        Reply.text_answer(TEXT, input_tokens=100, output_tokens=40, cache_read_tokens=900, cache_creation_tokens=80)
+    )
     attempt = queued_attempt(claude_run)
     execution.execute_attempt(attempt.pk)
     attempt.refresh_from_db()
     assert (attempt.cache_read_tokens, attempt.cache_creation_tokens) == (900, 80)
     # $3 per million input, reads at 0.1×, writes at 1.25×; $15 per million output.
-    expected = (Decimal(100) * 3 + Decimal(900) * Decimal("0.3") + Decimal(80) * Decimal("3.75") + Decimal(40) * 15) / Decimal(1_000_000)
+    expected = (
+        Decimal(100) * 3 + Decimal(900) * Decimal("0.3") + Decimal(80) * Decimal("3.75") + Decimal(40) * 15
+    ) / Decimal(1_000_000)
     assert attempt.cost_usd == expected
 
 
 def test_cache_tokens_are_priced_at_the_cache_rates(claude_limit):
     # 0.1 x input price for reads, 1.25 x for 5-minute writes (Anthropic's pricing page).
     cost = claude_limit.cost(1000, 200, cache_read_tokens=10_000, cache_creation_tokens=2_000)
-    assert cost == (Decimal(1000) * 3 + Decimal(10_000) * Decimal("0.3") + Decimal(2_000) * Decimal("3.75")
-                    + Decimal(200) * 15) / Decimal(1_000_000)
+    assert cost == (
+        Decimal(1000) * 3 + Decimal(10_000) * Decimal("0.3") + Decimal(2_000) * Decimal("3.75") + Decimal(200) * 15
+    ) / Decimal(1_000_000)
     assert claude_limit.cost(1000, 200) == Decimal("0.006")
 
 
@@ -218,7 +224,9 @@ def test_an_error_event_in_the_middle_of_the_stream_fails_the_attempt_and_it_is_
     assert execution.execute_attempt(first.pk) == "retry scheduled"
     first.refresh_from_db()
     assert first.state == Attempt.State.FAILED
-    assert first.error.startswith("anthropic: error event in the middle of the stream: api_error: Internal server error")
+    assert first.error.startswith(
+        "anthropic: error event in the middle of the stream: api_error: Internal server error"
+    )
     task = TaskRun.objects.get(pk=first.task_run_id)
     assert task.fault_count == 1  # the task's own failure: it spends one retry
     assert Event.objects.filter(run=claude_run, type="task.retry_scheduled").count() == 1
@@ -288,9 +296,15 @@ def test_retry_after_is_read_as_seconds_or_as_an_http_date():
 
 def test_empty_budgets_back_the_provider_off_until_their_reset(claude_limit, fake_anthropic):
     reset = (timezone.now() + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    fake_anthropic.enqueue(Reply.text_answer(TEXT, headers={
-        "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset,
-    }))
+    fake_anthropic.enqueue(
+        Reply.text_answer(
+            TEXT,
+            headers={
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": reset,
+            },
+        )
+    )
     drain(make_request())
     claude_limit.refresh_from_db()
     assert claude_limit.backoff_until.strftime("%Y-%m-%dT%H:%M:%SZ") == reset
@@ -320,9 +334,16 @@ def test_the_servers_remaining_budget_is_shared_with_the_admission_limiter(claud
 
 def test_a_429s_headers_are_applied_too(claude_limit, fake_anthropic):
     reset = (timezone.now() + timedelta(seconds=30)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    fake_anthropic.enqueue(Reply.error(429, retry_after=2, headers={
-        "anthropic-ratelimit-input-tokens-remaining": "0", "anthropic-ratelimit-input-tokens-reset": reset,
-    }))
+    fake_anthropic.enqueue(
+        Reply.error(
+            429,
+            retry_after=2,
+            headers={
+                "anthropic-ratelimit-input-tokens-remaining": "0",
+                "anthropic-ratelimit-input-tokens-reset": reset,
+            },
+        )
+    )
     error = raised_by(make_request())
     assert isinstance(error, RateLimited) and error.retry_after_s == 2
     claude_limit.refresh_from_db()
@@ -331,9 +352,15 @@ def test_a_429s_headers_are_applied_too(claude_limit, fake_anthropic):
 
 def test_the_provider_reports_feedback_and_changes_no_limits_itself(claude_limit, fake_anthropic):
     reset = (timezone.now() + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    fake_anthropic.enqueue(Reply.text_answer(TEXT, headers={
-        "anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset,
-    }))
+    fake_anthropic.enqueue(
+        Reply.text_answer(
+            TEXT,
+            headers={
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": reset,
+            },
+        )
+    )
     items = list(AnthropicProvider().stream(make_request()))
     reports = [item for item in items if isinstance(item, ProviderFeedback)]
     assert len(reports) == 1 and (reports[0].provider, reports[0].model) == ("anthropic", MODEL)
@@ -354,9 +381,15 @@ def test_a_429_carries_its_headers_as_feedback_on_the_error(claude_limit, fake_a
 
 def test_feedback_applied_by_the_engine_during_an_attempt_updates_the_provider_limit(claude_run, fake_anthropic):
     reset = (timezone.now() + timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    fake_anthropic.enqueue(Reply.text_answer(TEXT, headers={
-        "anthropic-ratelimit-output-tokens-remaining": "0", "anthropic-ratelimit-output-tokens-reset": reset,
-    }))
+    fake_anthropic.enqueue(
+        Reply.text_answer(
+            TEXT,
+            headers={
+                "anthropic-ratelimit-output-tokens-remaining": "0",
+                "anthropic-ratelimit-output-tokens-reset": reset,
+            },
+        )
+    )
     assert execution.execute_attempt(queued_attempt(claude_run).pk) == "succeeded"
     limit = ProviderLimit.objects.get(provider="anthropic", model=MODEL)
     assert limit.backoff_until.strftime("%Y-%m-%dT%H:%M:%SZ") == reset
@@ -377,13 +410,27 @@ def test_the_provider_module_imports_nothing_from_the_engine():
 
 def test_a_backoff_from_headers_is_capped_at_a_minute(claude_limit):
     far = (timezone.now() + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    result = provider_feedback.apply(rate_limit_feedback(MODEL, {
-        "anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": far,
-    }))
+    result = provider_feedback.apply(
+        rate_limit_feedback(
+            MODEL,
+            {
+                "anthropic-ratelimit-tokens-remaining": "0",
+                "anthropic-ratelimit-tokens-reset": far,
+            },
+        )
+    )
     assert result.backoff_until <= timezone.now() + timedelta(seconds=provider_feedback.MAX_BACKOFF_S)
-    assert provider_feedback.apply(rate_limit_feedback("no-such-model", {
-        "anthropic-ratelimit-requests-remaining": "0",
-    })).backoff_until is None
+    assert (
+        provider_feedback.apply(
+            rate_limit_feedback(
+                "no-such-model",
+                {
+                    "anthropic-ratelimit-requests-remaining": "0",
+                },
+            )
+        ).backoff_until
+        is None
+    )
 
 
 # --- The API key -----------------------------------------------------------------------------------

@@ -68,7 +68,12 @@ def client(server: FakeAnthropicServer) -> anthropic.Anthropic:
 
 
 def request_body(**extra) -> dict:
-    return {"model": "claude-sonnet-4-6", "max_tokens": 200, "messages": [{"role": "user", "content": "Plan a picnic for six"}], **extra}
+    return {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 200,
+        "messages": [{"role": "user", "content": "Plan a picnic for six"}],
+        **extra,
+    }
 
 
 # --- The event stream ------------------------------------------------------------------------------
@@ -84,8 +89,13 @@ def test_a_text_stream_sends_the_apis_events_in_order(server):
     deltas = names.count("content_block_delta")
     assert deltas >= 2
     assert names == [
-        "message_start", "content_block_start", "ping", *["content_block_delta"] * deltas,
-        "content_block_stop", "message_delta", "message_stop",
+        "message_start",
+        "content_block_start",
+        "ping",
+        *["content_block_delta"] * deltas,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
     ]
     for name, payload in events:
         assert payload["type"] == name
@@ -114,8 +124,15 @@ def test_the_default_answer_is_deterministic_and_stops_at_max_tokens(server):
 
 
 def test_the_sdk_streams_a_scripted_answer_with_exact_usage(server):
-    server.enqueue(Reply.text_answer("one two three four five six seven", input_tokens=321, output_tokens=9,
-                                     cache_read_tokens=40, cache_creation_tokens=7))
+    server.enqueue(
+        Reply.text_answer(
+            "one two three four five six seven",
+            input_tokens=321,
+            output_tokens=9,
+            cache_read_tokens=40,
+            cache_creation_tokens=7,
+        )
+    )
     with client(server).messages.stream(**request_body()) as stream:
         text = "".join(stream.text_stream)
         final = stream.get_final_message()
@@ -158,7 +175,11 @@ def test_a_dropped_connection_gives_no_answer_at_all(server):
 def test_a_tool_call_streams_its_input_as_json_deltas(server):
     plan = {"subtasks": [{"key": "a", "agent": "researcher", "title": "A", "instructions": "x", "depends_on": []}]}
     server.enqueue(Reply.tool_call("submit_plan", plan))
-    _, _, data = post(server, "/v1/messages", request_body(stream=True, tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}]))
+    _, _, data = post(
+        server,
+        "/v1/messages",
+        request_body(stream=True, tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}]),
+    )
     events = sse_events(data)
     start = events[1][1]["content_block"]
     assert start["type"] == "tool_use" and start["name"] == "submit_plan" and start["input"] == {}
@@ -169,14 +190,20 @@ def test_a_tool_call_streams_its_input_as_json_deltas(server):
     assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
 
     server.enqueue(Reply.tool_call("submit_plan", plan))
-    message = client(server).messages.create(**request_body(tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}]))
+    message = client(server).messages.create(
+        **request_body(tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}])
+    )
     assert message.stop_reason == "tool_use"
     assert message.content[0].type == "tool_use" and message.content[0].input == plan
 
 
 def test_a_scripted_malformed_tool_input_is_streamed_as_is(server):
     server.enqueue(Reply.tool_call("submit_plan", raw_json='{"subtasks": [{"key": "a",'))
-    _, _, data = post(server, "/v1/messages", request_body(stream=True, tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}]))
+    _, _, data = post(
+        server,
+        "/v1/messages",
+        request_body(stream=True, tools=[{"name": "submit_plan", "input_schema": {"type": "object"}}]),
+    )
     sent = "".join(p["delta"]["partial_json"] for n, p in sse_events(data) if n == "content_block_delta")
     assert sent == '{"subtasks": [{"key": "a",'
 
@@ -185,11 +212,19 @@ def test_a_forced_tool_without_a_script_gets_the_smallest_valid_input(server):
     schema = {
         "type": "object",
         "properties": {
-            "items": {"type": "array", "minItems": 1, "items": {
-                "type": "object",
-                "properties": {"name": {"type": "string"}, "kind": {"enum": ["b", "c"]}, "n": {"type": "integer", "minimum": 3}},
-                "required": ["name", "kind", "n"],
-            }},
+            "items": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string"},
+                        "kind": {"enum": ["b", "c"]},
+                        "n": {"type": "integer", "minimum": 3},
+                    },
+                    "required": ["name", "kind", "n"],
+                },
+            },
             "note": {"type": "string"},
         },
         "required": ["items"],
@@ -251,7 +286,9 @@ def test_count_tokens_agrees_with_the_messages_usage(server):
 
 
 def test_replies_can_be_scripted_over_http_and_requests_never_keep_the_key(server):
-    status, _, data = post(server, "/_fake/replies", {"replies": [Reply.text_answer("from afar").to_dict()]}, headers={})
+    status, _, data = post(
+        server, "/_fake/replies", {"replies": [Reply.text_answer("from afar").to_dict()]}, headers={}
+    )
     assert status == 200 and json.loads(data) == {"queued": 1, "pending": 1}
     assert client(server).messages.create(**request_body()).content[0].text == "from afar"
     recorded = get(server, "/_fake/requests")["requests"]
@@ -300,7 +337,11 @@ def test_enforced_limits_answer_429_without_using_up_a_scripted_reply():
 def test_the_command_serves_the_fake_api_until_stopped():
     process = subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), "fake_anthropic", "--port", "0", "--chunk-delay", "0"],
-        cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         first_line = process.stdout.readline()

@@ -53,10 +53,20 @@ def succeed(task: TaskRun, *, took_s: float = 1.0, tokens: tuple[int, int] = (10
         task_run=task, number=1
     )
     Attempt.objects.filter(pk=attempt.pk).update(
-        state=Attempt.State.SUCCEEDED, started_at=begin, finished_at=end,
-        input_tokens=tokens[0], output_tokens=tokens[1],
+        state=Attempt.State.SUCCEEDED,
+        started_at=begin,
+        finished_at=end,
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
     )
     TaskRun.objects.filter(pk=task.pk).update(
-        state=State.SUCCEEDED, started_at=begin, finished_at=end, progress=100, output="ok",
-        input_tokens=tokens[0], output_tokens=tokens[1], cost_usd=Decimal(cost), attempt_count=attempt.number,
+        state=State.SUCCEEDED,
+        started_at=begin,
+        finished_at=end,
+        progress=100,
+        output="ok",
+        input_tokens=tokens[0],
+        output_tokens=tokens[1],
+        cost_usd=Decimal(cost),
+        attempt_count=attempt.number,
     )

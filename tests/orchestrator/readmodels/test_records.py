@@ -33,8 +33,13 @@ def run(make_plan, demo_agents, priced_limit, monkeypatch, admin_user):
     now = timezone.now()
     scope = run.tasks.get(subtask__key="scope")
     Attempt.objects.filter(task_run=scope).update(
-        state=Attempt.State.SUCCEEDED, worker="w:1", started_at=now, finished_at=now, input_tokens=10,
-        output_tokens=20, cost_usd=Decimal("0.000123"),
+        state=Attempt.State.SUCCEEDED,
+        worker="w:1",
+        started_at=now,
+        finished_at=now,
+        input_tokens=10,
+        output_tokens=20,
+        cost_usd=Decimal("0.000123"),
     )
     TaskRun.objects.filter(pk=scope.pk).update(
         state=TaskRun.State.SUCCEEDED, output="Scope output.", cost_usd=Decimal("0.000123"), finished_at=now
@@ -71,8 +76,14 @@ def test_checkpoint_and_event_records(run, admin_user):
     runs.decide(cp, approve=False, user=admin_user, comment="no")
     cp.refresh_from_db()
     assert CheckpointRecord.of(cp).model_dump(mode="json") == {
-        "id": cp.pk, "kind": "after", "task": "w", "status": "rejected", "created_at": cp.created_at.isoformat(),
-        "decided_by": admin_user.username, "decided_at": cp.decided_at.isoformat(), "comment": "no",
+        "id": cp.pk,
+        "kind": "after",
+        "task": "w",
+        "status": "rejected",
+        "created_at": cp.created_at.isoformat(),
+        "decided_by": admin_user.username,
+        "decided_at": cp.decided_at.isoformat(),
+        "comment": "no",
     }
     with transaction.atomic():
         events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 3})
