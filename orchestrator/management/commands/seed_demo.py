@@ -124,7 +124,7 @@ CLAUDE_LIST_PRICES = {
     "claude-haiku-4-5-20251001": (Decimal("1.00"), Decimal("5.00")),
 }
 # Models other than the demo's get prices and an in-flight cap only: their per-minute limits are
-# learned from the API's anthropic-ratelimit-*-limit headers (orchestrator/provider_feedback.py).
+# learned from the API's anthropic-ratelimit-*-limit headers (orchestrator/engine/feedback.py).
 ANTHROPIC_PRICE_ONLY_LIMIT = {"max_in_flight": 4}
 
 
