@@ -17,7 +17,7 @@ SOURCE_PLANNER = "planner"
 
 
 def planner_available() -> bool:
-    """True when the planner module (orchestrator/planner.py) is installed in this build."""
+    """True when the planner module (orchestrator/plans/planner.py) is installed in this build."""
     return importlib.util.find_spec("orchestrator.plans.planner") is not None
 
 

@@ -1,4 +1,4 @@
-"""Websocket routes (orchestrator/asgi.py wraps them in origin validation and authentication)."""
+"""Websocket routes (glassbox/asgi.py wraps them in origin validation and authentication)."""
 
 from django.urls import path
 

@@ -1,10 +1,10 @@
 """The Django admin as the governance console (DESIGN §1 J6, §6).
 
 - Agent registry and provider limits: editable by agent admins; every save, lifecycle action
-  and deletion goes through orchestrator/registry.py, which writes the Event. Agents are never
+  and deletion goes through orchestrator/governance/registry.py, which writes the Event. Agents are never
   deleted (plans and history refer to them): retire them.
 - Plans, runs, task runs, attempts and checkpoints: read-mostly. Nobody edits history here; the
-  run, task and checkpoint actions call the engine (orchestrator/runs.py) under the same
+  run, task and checkpoint actions call the engine (orchestrator/engine/runs.py) under the same
   permissions as the dashboard and the API.
 - The Event audit log: read-only for everyone, superusers included (no add, change or delete),
   filterable by run, agent, actor, type and date, exportable as CSV or JSON Lines (streamed).

@@ -176,7 +176,7 @@ class Dependency(models.Model):
 
 
 class PlannerAttempt(models.Model):
-    """One answer of the planner, kept whole for inspection (orchestrator/planner.py).
+    """One answer of the planner, kept whole for inspection (orchestrator/plans/planner.py).
 
     A proposal that needed the repair round trip has two rows (``round`` 1 and 2). ``plan`` is
     set only on the answer that became a saved plan; a rejected answer keeps its ``error``.
@@ -465,7 +465,7 @@ class RateCounter(models.Model):
 class ApiToken(models.Model):
     """A person's token for the JSON API (scripts, CI). Only its SHA-256 hash is stored.
 
-    The token itself is shown once, when it is created (orchestrator/tokens.py); `prefix` is its
+    The token itself is shown once, when it is created (orchestrator/governance/tokens.py); `prefix` is its
     first characters, kept so that people can tell their tokens apart. A revoked token stays,
     with `revoked_at`, as a record of what was issued.
     """

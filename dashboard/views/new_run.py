@@ -44,7 +44,10 @@ def _save_draft(user, token: str, draft: dict) -> None:
 
 
 def _load_draft(user, token: str) -> dict | None:
-    return cache.get(_draft_key(user, token))
+    draft = cache.get(_draft_key(user, token))
+    if draft is not None and isinstance(draft.get("settings"), dict):  # a draft cached by an earlier version
+        draft["settings"] = RunSettings.of(**draft["settings"])
+    return draft
 
 
 def _draft_preflight(draft: dict, settings: RunSettings) -> preflight.Preflight:

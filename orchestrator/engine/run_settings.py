@@ -14,6 +14,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
+from django.core import checks
 from django.core.validators import BaseValidator, MaxValueValidator, MinValueValidator
 
 from orchestrator.models import Run
@@ -106,3 +107,18 @@ class RunSettings:
     def as_dict(self) -> dict[str, Any]:
         """The settings as keyword arguments of `runs.launch` (and of RunSettings.of)."""
         return asdict(self)
+
+
+def check_defaults(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check: the default cap and budget (GLASSBOX_DEFAULT_CAP, GLASSBOX_DEFAULT_BUDGET_USD)
+    obey the same limits as a person's, so a bad default stops start-up instead of every launch."""
+    problems: list[checks.CheckMessage] = []
+    for variable, parse, value in (
+        ("GLASSBOX_DEFAULT_CAP", parse_cap, settings.GLASSBOX_DEFAULT_CAP),
+        ("GLASSBOX_DEFAULT_BUDGET_USD", parse_budget, settings.GLASSBOX_DEFAULT_BUDGET_USD),
+    ):
+        try:
+            parse(value)
+        except InvalidRunSetting as error:
+            problems.append(checks.Error(f"{variable}={value!r}: {error}", id="glassbox.E001"))
+    return problems

@@ -159,14 +159,7 @@ def cancel(run: Run, *, user=None) -> Run:
         for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
             transitions.move(task, State.CANCELLED, error="run cancelled", finished_at=now)
             events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
-        pending = locked.checkpoints.filter(status=Checkpoint.Status.PENDING)
-        for checkpoint in pending:
-            checkpoint.status, checkpoint.decided_at, checkpoint.comment = (
-                Checkpoint.Status.REJECTED,
-                now,
-                "run cancelled",
-            )
-            checkpoint.save(update_fields=["status", "decided_at", "comment"])
+        scheduler.close_pending_checkpoints(locked, "run cancelled")
         scheduler.end_run(
             locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}"
         )
@@ -343,7 +336,9 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
             )
             events.record("task.ready", run=run, task=task)
         else:
-            scheduler.skip_cascading(task, f"rejected at its gate: {checkpoint.comment}")
+            task.refresh_from_db(fields=["state"])
+            if task.state == State.WAITING_GATE:  # a gate outlived by its task (cancelled, retried) skips nothing
+                scheduler.skip_cascading(task, f"rejected at its gate: {checkpoint.comment}")
     else:  # AFTER: a review of the task's output
         if approved:
             transitions.move_where(

@@ -456,4 +456,13 @@ def stop_over_budget(run: Run) -> None:
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
         transitions.move(task, State.CANCELLED, error="run over budget", finished_at=timezone.now())
         events.record("task.cancelled", run=run, task=task, message="run over budget")
+    close_pending_checkpoints(run, "run over budget")
     end_run(run, Run.Status.OVER_BUDGET, message)
+
+
+def close_pending_checkpoints(run: Run, why: str) -> None:
+    """A run that stops leaves no question open: its pending checkpoints are closed as rejected,
+    with the reason, so nobody decides a gate whose task was already cancelled."""
+    run.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
+        status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
+    )

@@ -43,7 +43,8 @@ TASK_MOVES: dict[str, frozenset[str]] = {
     # a person retries or skips a failed task
     State.FAILED: frozenset({State.READY, State.SKIPPED}),
     # a person retries it; work that gave up because of a failure waits for its retry again
-    State.SKIPPED: frozenset({State.READY, State.PENDING}),
+    # ... and a rejected plan cancels every task, those a person skipped while it waited included
+    State.SKIPPED: frozenset({State.READY, State.PENDING, State.CANCELLED}),
     State.CANCELLED: frozenset({State.READY, State.PENDING}),
 }
 
@@ -83,13 +84,29 @@ def _describe(obj: TaskRun | Run) -> str:
     return f"task {obj.subtask.key}" if obj.subtask_id else f"task {obj.pk}"
 
 
+WAIT_FIELDS = ("wait_reason", "wait_code")
+
+
+def _without_stale_wait(new: str, fields: dict) -> dict:
+    """A wait reason belongs to a task waiting for admission: any other state clears it."""
+    if new in TaskRun.ADMISSIBLE or any(name in fields for name in WAIT_FIELDS):
+        return fields
+    return {**fields, "wait_reason": "", "wait_code": ""}
+
+
 def move(obj: TaskRun | Run, new: str, **fields) -> None:
-    """Move a task (or a run) loaded under the run's lock to ``new`` and save it with ``fields``."""
+    """Move a task (or a run) loaded under the run's lock to ``new`` and save it with ``fields``.
+
+    A task leaving the states that wait for admission loses its wait reason and code, so that no
+    page shows a finished or retried task still "waiting for" something.
+    """
     is_run = isinstance(obj, Run)
     attribute, table = ("status", RUN_MOVES) if is_run else ("state", TASK_MOVES)
     old = getattr(obj, attribute)
     if not allowed(old, new, table=table):
         raise IllegalTransition(_describe(obj), old, new)
+    if isinstance(obj, TaskRun) and (obj.wait_reason or obj.wait_code):
+        fields = _without_stale_wait(new, fields)
     setattr(obj, attribute, new)
     for name, value in fields.items():
         setattr(obj, name, value)
@@ -103,4 +120,4 @@ def move_where(queryset, new: str, *, from_states: Iterable[str] | None = None, 
     for old in states:
         if not allowed(old, new):
             raise IllegalTransition("tasks", old, new)
-    return queryset.filter(state__in=states).update(state=new, **fields)
+    return queryset.filter(state__in=states).update(state=new, **_without_stale_wait(new, fields))

@@ -38,7 +38,37 @@ class AuditRecord(EventRecord):
         return cls.build(event, actor_user_id=event.actor_user_id)
 
 
-COLUMNS = tuple(AuditRecord.model_fields)
+# The export's column order, kept as it was first published (scripts read CSV columns by
+# position); a test checks it names exactly the record's fields.
+COLUMNS = (
+    "id",
+    "created_at",
+    "run",
+    "seq",
+    "type",
+    "actor_kind",
+    "actor",
+    "actor_user_id",
+    "task",
+    "agent",
+    "message",
+    "payload",
+)
+# What the record reads of each event and its relations: nothing else (no task output, no prompt).
+_ROW_FIELDS = (
+    "id",
+    "created_at",
+    "run_id",
+    "seq",
+    "type",
+    "actor_kind",
+    "actor_name",
+    "actor_user_id",
+    "message",
+    "payload",
+    "task_run__subtask__key",
+    "agent__name",
+)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
@@ -48,11 +78,12 @@ class ExportError(Exception):
 
 
 def _rows_query(queryset: QuerySet) -> QuerySet:
-    return queryset.order_by("id").select_related("task_run__subtask", "agent")
+    return queryset.order_by("id").select_related("task_run__subtask", "agent").only(*_ROW_FIELDS)
 
 
 def _record(event: Event) -> dict[str, Any]:
-    return AuditRecord.of(event).model_dump(mode="json")
+    record = AuditRecord.of(event).model_dump(mode="json")
+    return {column: record[column] for column in COLUMNS}
 
 
 def to_json_line(event: Event) -> str:

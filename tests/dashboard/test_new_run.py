@@ -117,7 +117,7 @@ def test_the_form_offers_the_sources_and_run_settings_with_defaults(launcher_cli
         'enctype="multipart/form-data"',
     ):
         assert text in html
-    assert 'value="planner"' in html  # orchestrator/planner.py exists in this build
+    assert 'value="planner"' in html  # orchestrator/plans/planner.py exists in this build
 
 
 def test_the_planner_option_is_hidden_when_the_planner_module_is_absent(launcher_client, monkeypatch):

@@ -8,7 +8,7 @@ It answers every request with deterministic text (streamed a few words at a time
 `--chunk-delay` seconds between deltas so the live view has something to show), forced tool
 calls with the smallest input their schema accepts, and rate-limit headers like the real API.
 Scripted answers (errors, 429s, slow or broken streams) are queued with `POST /_fake/replies`;
-see orchestrator/fake_anthropic.py. Ctrl-C stops it.
+see orchestrator/providers/fake_anthropic.py. Ctrl-C stops it.
 """
 
 from __future__ import annotations

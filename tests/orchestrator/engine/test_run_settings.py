@@ -73,3 +73,15 @@ def test_runs_launch_refuses_bad_settings_with_the_same_words(demo_agents, make_
         runs.launch(plan, cap=0)
     with pytest.raises(runs.LaunchRefused, match="failure policy must be continue or fail_fast, got 'sometimes'"):
         runs.launch(plan, failure_policy="sometimes")
+
+
+def test_a_default_cap_or_budget_outside_the_limits_fails_the_system_check(settings):
+    from orchestrator.engine.run_settings import check_defaults
+
+    assert check_defaults() == []
+    settings.GLASSBOX_DEFAULT_CAP = 5000
+    settings.GLASSBOX_DEFAULT_BUDGET_USD = "0.123456"
+    problems = [str(p.msg) for p in check_defaults()]
+    assert len(problems) == 2
+    assert problems[0].startswith("GLASSBOX_DEFAULT_CAP=5000:") and "1000" in problems[0]
+    assert problems[1].startswith("GLASSBOX_DEFAULT_BUDGET_USD='0.123456':")

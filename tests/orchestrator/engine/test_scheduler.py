@@ -7,6 +7,7 @@ import sys
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from orchestrator.engine import runs, scheduler
@@ -334,3 +335,31 @@ def test_keep_one_leaves_the_first_admitted_attempt_out_of_the_broker(demo_agent
     assert len(result.admitted) == 2 and result.kept == result.admitted[0]
     assert broker.queue_size() == 1  # only the attempt the caller does not run itself
     assert scheduler.advance(run.pk, keep_one=True).kept is None  # nothing new to admit
+
+
+@pytest.mark.django_db
+def test_a_run_stopped_over_budget_closes_its_open_gates(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("writer", [])})
+    run = runs.launch(plan)
+    with transaction.atomic():
+        scheduler.stop_over_budget(scheduler.lock_run(run.pk))
+    gate = Checkpoint.objects.get(run=run, kind="before")
+    assert (gate.status, gate.comment) == ("rejected", "run over budget")
+    assert run.tasks.get(subtask__key="a").state == "cancelled"
+
+
+@pytest.mark.django_db
+def test_rejecting_a_gate_whose_task_no_longer_waits_there_skips_nothing(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("coder", ["a"])})
+    run = runs.launch(plan)
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.CANCELLED)  # as an older stop left it
+    runs.decide(Checkpoint.objects.get(run=run), approve=False, comment="too late")
+    assert states(run)["a"] == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_rejected_plan_cancels_every_task_including_one_a_person_skipped(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}), require_plan_approval=True)
+    runs.skip_task(run.tasks.get(subtask__key="a"), reason="not needed")
+    runs.decide(Checkpoint.objects.get(run=run, kind="plan"), approve=False, comment="wrong goal")
+    assert set(states(run).values()) == {"cancelled"}

@@ -74,3 +74,20 @@ def test_run_status_moves_are_checked_too(demo_agents, make_plan):
     run.refresh_from_db()
     with pytest.raises(IllegalTransition, match=f"run {run.pk} cannot move from cancelled to running"):
         transitions.move(run, Run.Status.RUNNING)
+
+
+@pytest.mark.django_db
+def test_a_task_that_stops_waiting_for_admission_loses_its_wait_reason(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}), cap=1)
+    waiting = run.tasks.get(state=State.READY)
+    assert waiting.wait_code == "run_cap" and waiting.wait_reason
+    transitions.move(waiting, State.CANCELLED, error="stopped")
+    waiting.refresh_from_db()
+    assert (waiting.wait_code, waiting.wait_reason) == ("", "")
+
+
+@pytest.mark.django_db
+def test_a_conditional_move_to_a_final_state_clears_wait_reasons_too(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}), cap=1)
+    transitions.move_where(run.tasks.all(), State.CANCELLED, error="stopped")
+    assert set(run.tasks.values_list("wait_code", "wait_reason")) == {("", "")}
