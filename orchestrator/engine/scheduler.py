@@ -154,15 +154,26 @@ def skip_cascading(task: TaskRun, reason: str) -> None:
 def open_gate(task: TaskRun, kind: str) -> Checkpoint:
     """Hold a task at a human checkpoint: before it starts, or after it produced its output."""
     transitions.move(task, State.WAITING_GATE if kind == Checkpoint.Kind.BEFORE else State.AWAITING_REVIEW)
-    checkpoint, _ = Checkpoint.objects.get_or_create(
+    checkpoint, created = Checkpoint.objects.get_or_create(
         run_id=task.run_id, task_run=task, kind=kind, defaults={"status": Checkpoint.Status.PENDING}
     )
+    reopened = not created and checkpoint.status != Checkpoint.Status.PENDING
+    if reopened:
+        # A retried task asks again: one checkpoint per task and kind, its earlier decision kept in
+        # the event log. Without this the task would wait on a decision already taken, forever.
+        checkpoint.status, checkpoint.decided_by, checkpoint.decided_at, checkpoint.comment = (
+            Checkpoint.Status.PENDING,
+            None,
+            None,
+            "",
+        )
+        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment"])
     events.record(
         "checkpoint.created",
         run=task.run_id,
         task=task,
         message=f"{task.subtask.title}: approval needed {'before it starts' if kind == 'before' else 'of its output'}",
-        payload={"checkpoint": checkpoint.pk, "kind": kind},
+        payload={"checkpoint": checkpoint.pk, "kind": kind, "reopened": reopened},
     )
     return checkpoint
 

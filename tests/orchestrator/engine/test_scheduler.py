@@ -363,3 +363,23 @@ def test_a_rejected_plan_cancels_every_task_including_one_a_person_skipped(demo_
     runs.skip_task(run.tasks.get(subtask__key="a"), reason="not needed")
     runs.decide(Checkpoint.objects.get(run=run, kind="plan"), approve=False, comment="wrong goal")
     assert set(states(run).values()) == {"cancelled"}
+
+
+@pytest.mark.django_db
+def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_agents, make_plan):
+    plan = make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])})
+    run = runs.launch(plan)
+
+    def output_ready():  # a worker claimed the task and its output is ready
+        TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.RUNNING)
+        scheduler.open_gate(run.tasks.get(subtask__key="a"), Checkpoint.Kind.AFTER)
+
+    output_ready()
+    runs.decide(Checkpoint.objects.get(run=run, kind="after"), approve=False, comment="too vague")
+    assert states(run)["a"] == "failed"
+    runs.retry_task(run.tasks.get(subtask__key="a"))
+    output_ready()
+    review = Checkpoint.objects.get(run=run, kind="after")
+    assert (review.status, review.comment, review.decided_at) == ("pending", "", None)
+    runs.decide(review, approve=True)
+    assert states(run) == {"a": "succeeded", "b": "queued"}
