@@ -18,7 +18,14 @@ from orchestrator.engine import runs
 from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
-from orchestrator.readmodels.records import AgentRecord, CheckpointRecord, EventRecord, RunRecord, TaskRunRecord
+from orchestrator.readmodels.records import (
+    AgentRecord,
+    CheckpointRecord,
+    EventRecord,
+    RunRecord,
+    RunTotals,
+    TaskRunRecord,
+)
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
 
 from .auth import require
@@ -70,31 +77,9 @@ def _get(queryset, pk: int, what: str):
 
 def run_detail(run: Run) -> dict:
     run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
-    progress = runs.progress(run)
-    totals = {
-        name: getattr(progress, name)
-        for name in (
-            "total",
-            "done",
-            "succeeded",
-            "failed",
-            "skipped",
-            "cancelled",
-            "running",
-            "queued",
-            "ready",
-            "throttled",
-            "waiting",
-            "pending",
-            "elapsed_s",
-            "input_tokens",
-            "output_tokens",
-        )
-    }
-    totals["cost_usd"] = format(progress.cost_usd, "f")
     return {
         "run": RunRecord.of(run),
-        "totals": totals,
+        "totals": RunTotals.of(runs.progress(run)),
         "tasks": task_run_records(run_tasks(run)),
         "checkpoints": checkpoint_records(run),
     }

@@ -20,8 +20,8 @@ from orchestrator.readmodels.records import (
     AgentRecord,
     CheckpointRecord,
     EventRecord,
-    Money,
     RunRecord,
+    RunTotals,
     TaskRunRecord,
 )
 
@@ -80,30 +80,9 @@ class CheckpointWithRun(CheckpointRecord):
         return cls.build(checkpoint, run=checkpoint.run_id)
 
 
-class TotalsOut(Schema):
-    """Task counts by state and the run's spend (orchestrator.engine.runs.progress)."""
-
-    total: int
-    done: int
-    succeeded: int
-    failed: int
-    skipped: int
-    cancelled: int
-    running: int
-    queued: int
-    ready: int
-    throttled: int
-    waiting: int
-    pending: int
-    elapsed_s: float
-    cost_usd: Money
-    input_tokens: int
-    output_tokens: int
-
-
 class RunDetailOut(Schema):
     run: RunRecord
-    totals: TotalsOut
+    totals: RunTotals
     tasks: list[TaskRunRecord]
     checkpoints: list[CheckpointRecord]
 

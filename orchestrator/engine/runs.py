@@ -7,19 +7,20 @@ move the run on. Permission checks belong to the caller (views, API, commands).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
+from pydantic import ConfigDict, Field
 
 from orchestrator import events, plans
 from orchestrator.engine import scheduler, transitions
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.models import Checkpoint, Dependency, Plan, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
+from orchestrator.readmodels.records import RunTotals
 
 State = TaskRun.State
 
@@ -363,28 +364,15 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
 # --- Progress ------------------------------------------------------------------------------------
 
 
-@dataclass
-class RunProgress:
+class RunProgress(RunTotals):
+    """A run's totals plus what a watcher follows: its status, summary and open checkpoints."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
     run_id: int
     status: str
     summary: str
-    total: int
-    succeeded: int
-    failed: int
-    skipped: int
-    cancelled: int
-    running: int
-    queued: int
-    ready: int
-    throttled: int
-    waiting: int
-    pending: int
-    done: int
-    elapsed_s: float
-    cost_usd: Decimal
-    input_tokens: int
-    output_tokens: int
-    pending_checkpoints: list[Checkpoint] = field(default_factory=list)
+    pending_checkpoints: list[Checkpoint] = Field(default_factory=list)
 
 
 def progress(run: Run) -> RunProgress:

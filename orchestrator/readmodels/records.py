@@ -384,3 +384,30 @@ class EventRecord(Record):
             payload=dict(event.payload or {}),
             **more,
         )
+
+
+class RunTotals(Record):
+    """A run's task counts by state and its spend: the API's run totals, and the heart of the
+    engine's RunProgress (which adds what the command line follows: status, checkpoints)."""
+
+    total: int
+    done: int
+    succeeded: int
+    failed: int
+    skipped: int
+    cancelled: int
+    running: int
+    queued: int
+    ready: int
+    throttled: int
+    waiting: int
+    pending: int
+    elapsed_s: float
+    cost_usd: Money
+    input_tokens: int
+    output_tokens: int
+
+    @classmethod
+    def of(cls, totals: RunTotals) -> RunTotals:
+        """Just the totals of a richer value (a RunProgress)."""
+        return cls(**{name: getattr(totals, name) for name in cls.model_fields})
