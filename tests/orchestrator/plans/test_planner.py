@@ -273,13 +273,6 @@ def test_the_planner_refuses_an_empty_goal_and_an_empty_team(make_agent, no_key)
     assert not PlannerAttempt.objects.exists() and not Plan.objects.exists()
 
 
-def test_choose_shape_reads_the_goals_words():
-    assert planner.choose_shape("Compare Postgres and SQLite") == "research"
-    assert planner.choose_shape("Implement the export feature") == "build"
-    assert planner.choose_shape("Draft the quarterly report") == "write"
-    assert planner.choose_shape("Something else entirely") == "research"
-
-
 # --- manage.py plan ----------------------------------------------------------------------------------
 
 
