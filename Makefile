@@ -21,8 +21,11 @@ seed: migrate
 	$(BIN)/python manage.py seed_demo
 
 # Migrates, seeds the demo, then runs daphne and a qcluster together; Ctrl-C stops both.
+# `make run PORT=8001` (and HOST=0.0.0.0) serves elsewhere than 127.0.0.1:8000.
+HOST ?= 127.0.0.1
+PORT ?= 8000
 run: seed
-	$(BIN)/python manage.py serve
+	$(BIN)/python manage.py serve --host $(HOST) --port $(PORT)
 
 # The production profile on this machine: daphne and PROD_CLUSTERS qclusters (PROD_WORKERS workers
 # each) against PostgreSQL (DATABASE_URL) and Redis (REDIS_URL), both required. It migrates first;

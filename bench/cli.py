@@ -41,6 +41,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-report", action="store_true", help="full run: do not write docs/benchmarks.md and docs/benchmarks/*.png"
     )
     parser.add_argument("--keep-workdir", action="store_true", help="keep the databases' folder, logs and traces")
+    parser.add_argument(
+        "--dags", default=None, help="full run: only these DAGs, comma-separated (layered, fan, chain, random)"
+    )
+    parser.add_argument("--caps", default=None, help="full run: only these caps, comma-separated (default 8,64)")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="full run: leave out parts, comma-separated: peer (Prefect), width, storm, live (for quick looks)",
+    )
 
 
 def config_from(options: dict) -> harness.Config:
@@ -59,6 +68,30 @@ def config_from(options: dict) -> harness.Config:
         raise harness.BenchError(f"--duration-scale must be positive, got {options['duration_scale']}")
     config = harness.quick_config(profiles) if options["quick"] else harness.full_config(profiles, options["repeats"])
     config.duration_scale = options["duration_scale"]
+    if options.get("dags"):
+        kinds = [k.strip() for k in options["dags"].split(",") if k.strip()]
+        unknown = sorted(set(kinds) - {spec.kind for spec in config.dag_specs})
+        if unknown:
+            raise harness.BenchError(f"--dags: unknown DAG {', '.join(unknown)}")
+        config.dag_specs = [spec for spec in config.dag_specs if spec.kind in kinds]
+    if options.get("caps"):
+        try:
+            config.caps = [int(c) for c in options["caps"].split(",") if c.strip()]
+        except ValueError:
+            raise harness.BenchError(f"--caps: whole numbers, comma-separated, got {options['caps']!r}") from None
+        config.gantt = (config.gantt[0], config.caps[0])
+    skipped = {part.strip() for part in (options.get("skip") or "").split(",") if part.strip()}
+    unknown_parts = skipped - {"peer", "width", "storm", "live"}
+    if unknown_parts:
+        raise harness.BenchError(f"--skip: unknown part {', '.join(sorted(unknown_parts))}")
+    if "peer" in skipped:
+        config.peer = False
+    if "width" in skipped:
+        config.width = None
+    if "storm" in skipped:
+        config.storm = None
+    if "live" in skipped:
+        config.live_view = None
     return config
 
 

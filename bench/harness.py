@@ -86,6 +86,17 @@ class StormSpec:
 
 
 @dataclass
+class WidthSpec:
+    """Many long independent agent calls at once on one small cluster: the agent host's width."""
+
+    tasks: int = 500
+    seconds: float = 20.0
+    cap: int = 500
+    workers: int = 2
+    slots_per_worker: int = 250
+
+
+@dataclass
 class Config:
     mode: str  # "quick" | "full"
     profiles: list[str]
@@ -101,6 +112,9 @@ class Config:
     duration_scale: float = 1.0
     # Caps run in the repeats after the first (None: all caps in every repeat)
     repeat_caps: list[int] | None = None
+    # Prefect run side by side with the engine, same DAG and cap, right after it (bench/peer.py)
+    peer: bool = False
+    width: WidthSpec | None = None
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -110,30 +124,34 @@ class Config:
         data = dict(data)
         data["dag_specs"] = [DagSpec(**d) for d in data["dag_specs"]]
         data["storm"] = StormSpec(**data["storm"]) if data.get("storm") else None
+        data["width"] = WidthSpec(**data["width"]) if data.get("width") else None
         data["gantt"] = tuple(data["gantt"])
         return cls(**data)
 
+    def scaled_specs(self) -> list[DagSpec]:
+        return [
+            DagSpec(spec.kind, spec.params, spec.median_s * self.duration_scale, spec.sigma, spec.seed)
+            for spec in self.dag_specs
+        ]
+
     def dag_list(self) -> list[dags.Dag]:
-        out = []
-        for spec in self.dag_specs:
-            scaled = DagSpec(spec.kind, spec.params, spec.median_s * self.duration_scale, spec.sigma, spec.seed)
-            out.append(scaled.build())
-        return out
+        return [spec.build() for spec in self.scaled_specs()]
 
 
 def full_config(profiles: list[str], repeats: int = 3) -> Config:
-    """The full benchmark: the issue's DAGs, caps 4/8/16, the storm, the live view.
+    """The full benchmark: the issue's DAGs at caps 8 and 64 with Prefect side by side, the width
+    test, the storm, the live view.
 
-    About 15 minutes on 2 cores: the first repeat sweeps every cap, the later ones run cap 8 (the
-    goals' cap) again, so cap 8's numbers are medians of ``repeats`` runs and caps 4 and 16 are
-    single runs. Durations are lognormal (sigma 0.6); medians differ per DAG so that each run
-    takes tens of seconds.
+    About half an hour on 2 cores. Every repeat runs every cap, so each number is a median of
+    ``repeats`` runs. Durations are lognormal (sigma 0.6); medians differ per DAG so that each run
+    takes seconds to tens of seconds. The cluster is the default one: 2 worker processes, each an
+    agent host of GLASSBOX_SLOTS_PER_WORKER (50) slots.
     """
     return Config(
         mode="full",
         profiles=profiles,
         repeats=repeats,
-        caps=[4, 8, 16],
+        caps=[8, 64],
         dag_specs=[
             DagSpec("layered", {"width": 10, "depth": 20}, median_s=0.3, seed=1),
             DagSpec("fan", {"width": 100}, median_s=0.5, seed=2),
@@ -141,9 +159,10 @@ def full_config(profiles: list[str], repeats: int = 3) -> Config:
             DagSpec("random", {"nodes": 300}, median_s=0.25, seed=4),
         ],
         storm=StormSpec(repeats=1),
-        workers=18,
+        workers=2,
         live_view={"viewers": [1, 50], "rates": [2, 20], "seconds": 6},
-        repeat_caps=[8],
+        peer=True,
+        width=WidthSpec(),
     )
 
 
@@ -156,7 +175,7 @@ def quick_config(profiles: list[str]) -> Config:
         caps=[4],
         dag_specs=[DagSpec("layered", {"width": 4, "depth": 5}, median_s=0.3, seed=1)],
         storm=None,
-        workers=6,
+        workers=2,
         gantt=("layered", 4),
     )
 
@@ -311,8 +330,8 @@ def _with_database(url: str, database: str) -> str:
 class Cluster:
     """One ``python -m bench.worker`` process group (a qcluster with the benchmark hooks)."""
 
-    def __init__(self, env: dict[str, str], workers: int, log_path: Path):
-        self.env = {**env, "GLASSBOX_WORKERS": str(workers)}
+    def __init__(self, env: dict[str, str], workers: int, log_path: Path, **settings: str):
+        self.env = {**env, "GLASSBOX_WORKERS": str(workers), **settings}
         self.workers = workers
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
@@ -370,6 +389,20 @@ class Cluster:
             # after the ")": state(0) ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime(11) stime(12) cutime cstime
             total += int(fields[11]) + int(fields[12])
         return total / ticks
+
+    def rss_bytes(self) -> int:
+        """Resident memory of every live process of the cluster, summed."""
+        total = 0
+        for pid in self.pids():
+            try:
+                with open(f"/proc/{pid}/status") as handle:
+                    for line in handle:
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1]) * 1024
+                            break
+            except OSError:
+                continue
+        return total
 
     def log_tail(self, chars: int = 4000) -> str:
         try:

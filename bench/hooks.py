@@ -12,9 +12,9 @@ two things, both switched on by the environment variable ``GLASSBOX_BENCH_TRACE_
   generated text) is untouched.
 * **CPU accounting.** ``scheduler.advance``, ``execution.claim_attempt``,
   ``execution.complete`` and ``reaper.tick`` are wrapped to measure the CPU time of the calling
-  thread (``time.thread_time``, so the ticker thread and the task thread are told apart) and
-  the wall time of each call. Every call appends one JSON line to
-  ``<trace dir>/<pid>.jsonl``: ``{"f", "run", "cpu", "wall", "t", "n"}``. The engine looks
+  thread (``time.thread_time``, so the ticker thread and the host's database threads are told
+  apart), the wall time and the SQL statements of each call. Every call appends one JSON line to
+  ``<trace dir>/<pid>.jsonl``: ``{"f", "run", "cpu", "wall", "t", "n", "q"}``. The engine looks
   these functions up as module attributes (``scheduler.advance(...)``), so wrapping the module
   attribute catches every caller.
 
@@ -72,12 +72,22 @@ def _count_of(name: str, result) -> int | None:
 
 
 def timed(name: str, func):
-    """``func`` wrapped so that each call writes its thread CPU and wall time to the trace."""
+    """``func`` wrapped so that each call writes its thread CPU and wall time, and the number of SQL
+    statements it ran, to the trace."""
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
+        from django.db import connection
+
+        statements = [0]
+
+        def count(execute, sql, params, many, context):
+            statements[0] += 1
+            return execute(sql, params, many, context)
+
         cpu0, wall0 = time.thread_time(), time.perf_counter()
-        result = func(*args, **kwargs)
+        with connection.execute_wrapper(count):
+            result = func(*args, **kwargs)
         cpu, wall = time.thread_time() - cpu0, time.perf_counter() - wall0
         _write(
             {
@@ -87,6 +97,7 @@ def timed(name: str, func):
                 "wall": round(wall, 6),
                 "t": round(time.time(), 6),
                 "n": _count_of(name, result),
+                "q": statements[0],
             }
         )
         return result

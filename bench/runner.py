@@ -18,7 +18,19 @@ from decimal import Decimal
 from pathlib import Path
 
 from . import dags, strategies
-from .harness import DAG_ENGINE_RPM, DAG_MODEL, BenchError, Cluster, Config, StormSpec, log, percentile, rnd
+from .harness import (
+    DAG_ENGINE_RPM,
+    DAG_MODEL,
+    BenchError,
+    Cluster,
+    Config,
+    DagSpec,
+    StormSpec,
+    WidthSpec,
+    log,
+    percentile,
+    rnd,
+)
 
 
 def live_view_missing() -> str:
@@ -198,7 +210,8 @@ def read_traces(trace_dir: Path) -> list[dict]:
 
 
 def trace_costs(records: list[dict]) -> dict[int, dict]:
-    """Per run: CPU and wall seconds spent in advance / claim_attempt / complete, and call counts."""
+    """Per run: CPU and wall seconds spent in advance / claim_attempt / complete, call counts and
+    SQL statements."""
     per_run: dict[int, dict] = defaultdict(lambda: defaultdict(float))
     for r in records:
         if r.get("f") in ("advance", "claim_attempt", "complete") and r.get("run") is not None:
@@ -206,6 +219,7 @@ def trace_costs(records: list[dict]) -> dict[int, dict]:
             costs[f"{r['f']}_cpu_s"] += r["cpu"]
             costs[f"{r['f']}_wall_s"] += r["wall"]
             costs[f"{r['f']}_calls"] += 1
+            costs[f"{r['f']}_statements"] += r.get("q") or 0
     return per_run
 
 
@@ -239,16 +253,29 @@ class ProfileRunner:
 
     def run(self) -> dict:
         started = time.monotonic()
+        peer = None
+        if self.config.peer:
+            from .peer import PrefectPeer
+
+            peer = PrefectPeer(self.workdir)
+            peer.start()
+            log(f"{self.name}: Prefect peer is up")
         self.cluster.start()
         try:
             self.cluster.wait_ready()
             log(f"{self.name}: qcluster with {self.config.workers} workers is up")
             self.warm_up()
-            ours, waves, naive = self.dag_sweep()
+            ours, waves, naive, prefect = self.dag_sweep(peer)
+            if peer is not None:
+                peer.stop()
+                peer = None
             storm = self.storm() if self.config.storm else []
             live = self.live_view() if self.config.live_view else None
         finally:
+            if peer is not None:
+                peer.stop()
             self.cluster.stop()
+        width = self.width(self.config.width) if self.config.width else None
         records = read_traces(self.trace_dir)
         checked = check_durations(records, self.plans_by_id)
         costs = trace_costs(records)
@@ -260,6 +287,10 @@ class ProfileRunner:
             row["advance_wall_ms_per_task"] = rnd(1000 * c.get("advance_wall_s", 0.0) / nodes, 3)
             row["claim_cpu_ms_per_task"] = rnd(1000 * c.get("claim_attempt_cpu_s", 0.0) / nodes, 3)
             row["complete_cpu_ms_per_task"] = rnd(1000 * c.get("complete_cpu_s", 0.0) / nodes, 3)
+            calls = c.get("advance_calls") or 0
+            row["advance_statements_per_call"] = rnd(c.get("advance_statements", 0) / calls, 1) if calls else None
+            row["claim_statements"] = rnd(c.get("claim_attempt_statements", 0) / nodes, 1)
+            row["complete_statements"] = rnd(c.get("complete_statements", 0) / nodes, 1)
         return {
             "profile": self.name,
             "elapsed_s": round(time.monotonic() - started, 1),
@@ -269,6 +300,8 @@ class ProfileRunner:
             "naive": naive,
             "storm": storm,
             "live_view": live,
+            "prefect": prefect,
+            "width": width,
         }
 
     def live_view(self) -> dict:
@@ -309,27 +342,31 @@ class ProfileRunner:
         wait_for_run(run.pk, 60, self.cluster)
         strategies.waves(dag, 2, strategies.ProviderCall(agent))
 
-    def dag_sweep(self) -> tuple[list[dict], list[dict], list[dict]]:
-        """The engine on every DAG and cap; waves (same cap) and naive run at the same time, in threads.
+    def dag_sweep(self, peer=None) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+        """The engine on every DAG and cap; waves (same cap) and naive run at the same time, in threads;
+        the Prefect peer (when there is one) right after, on the same DAG and cap.
 
         The reference strategies sleep in threads of this process and touch no database (the
         simulated server has no limit in this section), so running them alongside the engine
-        costs it almost nothing and puts both on exactly the same machine state.
+        costs it almost nothing and puts both on exactly the same machine state. Prefect runs
+        tasks in a thread pool of its own process with a local server: it is run after the
+        engine, not beside it, so neither takes the other's CPU.
         """
         from concurrent.futures import ThreadPoolExecutor
 
         provider_limit(DAG_MODEL, DAG_ENGINE_RPM)
-        prepared = []
-        for dag in self.config.dag_list():
+        prepared: list[tuple[dags.Dag, DagSpec, object, object]] = []
+        for spec in self.config.scaled_specs():
+            dag = spec.build()
             agent = bench_agent(f"bench-{dag.kind}", dag, DAG_MODEL, None)
             plan = save_plan(dag, agent)
             self.plans_by_id[plan.pk] = dag
-            prepared.append((dag, agent, plan))
-        ours, waves, naive = [], [], []
+            prepared.append((dag, spec, agent, plan))
+        ours, waves, naive, prefect = [], [], [], []
         gantt_kind, gantt_cap = self.config.gantt
         for repeat in range(self.config.repeats):
             caps = self.config.caps if repeat == 0 or not self.config.repeat_caps else self.config.repeat_caps
-            for dag, agent, plan in prepared:
+            for dag, spec, agent, plan in prepared:
                 call = strategies.ProviderCall(agent)
                 for index, cap in enumerate(caps):
                     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="reference") as pool:
@@ -379,8 +416,81 @@ class ProfileRunner:
                             }
                         )
                         line += f" naive {their_naive.makespan_s:.2f} s"
+                    if peer is not None:
+                        peer_row = peer.run(spec, cap)
+                        prefect.append({**peer_row, "dag": dag.kind, "cap": cap, "repeat": repeat})
+                        line += f" prefect {peer_row['makespan_s']:.2f} s"
                     log(line)
-        return ours, waves, naive
+        return ours, waves, naive, prefect
+
+    # --- The width test -------------------------------------------------------------------------
+
+    def width(self, spec: WidthSpec) -> dict:
+        """`tasks` independent calls of `seconds` each at cap `cap` on one qcluster of `workers`
+        processes (agent hosts of `slots_per_worker` slots): makespan, peak in flight, the
+        cluster's memory and CPU per task."""
+        import threading
+
+        from orchestrator.models import Attempt
+
+        dag = dags.independent(spec.tasks, seed=7, median_s=spec.seconds, sigma=0.0)
+        agent = bench_agent("bench-width", dag, DAG_MODEL, None)
+        plan = save_plan(dag, agent)
+        self.plans_by_id[plan.pk] = dag
+        cluster = Cluster(
+            dict(os.environ),
+            spec.workers,
+            self.workdir / "qcluster-width.log",
+            GLASSBOX_SLOTS_PER_WORKER=str(spec.slots_per_worker),
+        )
+        cluster.start()
+        peak_rss = [0]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.5):
+                peak_rss[0] = max(peak_rss[0], cluster.rss_bytes())
+
+        try:
+            cluster.wait_ready()
+            idle_rss = cluster.rss_bytes()
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            cpu0 = cluster.cpu_seconds()
+            run = launch_run(plan, spec.cap)
+            run = wait_for_run(run.pk, 120 + 5 * spec.seconds, cluster)
+            cpu = cluster.cpu_seconds() - cpu0
+            done.set()
+            sampler.join()
+        finally:
+            done.set()
+            cluster.stop()
+        if run.status != "succeeded":
+            raise BenchError(f"width run {run.pk} ended {run.status}: {run.summary}")
+        rows = Attempt.objects.filter(task_run__run=run, state=Attempt.State.SUCCEEDED)
+        intervals = [(a.started_at.timestamp(), a.finished_at.timestamp()) for a in rows]
+        points = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+        peak = current = 0
+        for _, step in points:
+            current += step
+            peak = max(peak, current)
+        makespan = (run.finished_at - run.started_at).total_seconds()
+        row = {
+            **{k: getattr(spec, k) for k in ("tasks", "seconds", "cap", "workers", "slots_per_worker")},
+            "run": run.pk,
+            "makespan_s": rnd(makespan, 3),
+            "lower_bound_s": spec.seconds,
+            "peak_in_flight": peak,
+            "cluster_rss_mib_idle": rnd(idle_rss / 2**20, 1),
+            "cluster_rss_mib_peak": rnd(peak_rss[0] / 2**20, 1),
+            "cluster_cpu_ms_per_task": rnd(1000 * cpu / spec.tasks, 2),
+        }
+        log(
+            f"{self.name} width: {spec.tasks} x {spec.seconds:.0f} s at cap {spec.cap} on {spec.workers} workers: "
+            f"{makespan:.1f} s, peak {peak} in flight, {row['cluster_rss_mib_peak']} MiB, "
+            f"{row['cluster_cpu_ms_per_task']} ms CPU per task"
+        )
+        return row
 
     # --- The rate-limit storm ---------------------------------------------------------------------
 

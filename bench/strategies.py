@@ -111,28 +111,32 @@ class ProviderCall:
         )
 
     def __call__(self, key: str, record: NodeRecord, clock) -> None:
-        from django.db import connection
-
+        from orchestrator import db_threads
         from orchestrator.providers.base import Completed, RateLimited
         from orchestrator.providers.simulated import SimulatedProvider
 
         provider = SimulatedProvider()
-        try:
-            for attempt in range(1, MAX_TRIES + 1):
-                record.tries = attempt
-                sent = clock()
-                try:
-                    for item in provider.stream(self.request(key, attempt)):
-                        if isinstance(item, Completed):
-                            record.end = clock()
-                            return
-                except RateLimited as exc:
-                    wait_s = exc.retry_after_s or 1.0
-                    record.rate_limited.append((sent, wait_s))
-                    time.sleep(wait_s)
-            raise RuntimeError(f"node {key} was still refused after {MAX_TRIES} tries")
-        finally:
-            connection.close()  # each thread's own database connection (database rate limiter)
+
+        async def answer(attempt: int) -> bool:
+            async for item in provider.stream(self.request(key, attempt)):
+                if isinstance(item, Completed):
+                    return True
+            return False
+
+        for attempt in range(1, MAX_TRIES + 1):
+            record.tries = attempt
+            sent = clock()
+            try:
+                # The provider is asyncio code: one loop per call, on this thread (its own database
+                # thread for the simulated server limit, closed with it).
+                if db_threads.run_sync(lambda attempt=attempt: answer(attempt), threads=1):
+                    record.end = clock()
+                    return
+            except RateLimited as exc:
+                wait_s = exc.retry_after_s or 1.0
+                record.rate_limited.append((sent, wait_s))
+                time.sleep(wait_s)
+        raise RuntimeError(f"node {key} was still refused after {MAX_TRIES} tries")
 
 
 def _start(dag: Dag):

@@ -18,6 +18,13 @@ latest event in one round:
 Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (twice
 its render time, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S). The broadcaster starts
 with the run's first viewer and stops with its last.
+
+Running tasks' progress and streamed output are not events (orchestrator/engine/live.py). They
+reach the broadcaster two ways: the agent hosts' live messages on the channel layer (progress and
+output pieces with their offsets, a few times a second, when the layer is shared), and the poll of
+what the hosts saved on the task rows (every few seconds; the only way on the embedded default).
+`LiveOutputs` merges both; each round also sends a live frame: the changed percentages
+(#live-progress) to every viewer and the streamed output to the viewers of that task's panel.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from typing import Protocol
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
 
 from . import fragments
@@ -45,6 +53,14 @@ MIN_FRAME_INTERVAL_S = 0.25
 MAX_FRAME_INTERVAL_S = 2.0
 # After a render failed: how long to wait before trying again.
 RETRY_AFTER_ERROR_S = 1.0
+# After the channel layer failed: how long before listening for doorbells again (doubling).
+LAYER_RETRY_BASE_S = 1.0
+LAYER_RETRY_MAX_S = 30.0
+# How often a group membership is renewed on a layer that does not say its group expiry.
+GROUP_RENEW_DEFAULT_S = 30.0
+# How long stopping waits for the doorbell listener to end by itself before cancelling it.
+LISTENER_STOP_TIMEOUT_S = 3.0
+STOP_MESSAGE = "broadcaster.stop"
 
 
 class Subscriber(Protocol):
@@ -111,14 +127,61 @@ def render_round(run_id: int, latest: int, wanted: dict[int, set[tuple[fragments
     return result
 
 
+class LiveOutputs:
+    """Running tasks' live progress and the streamed output of the watched ones, as the
+    broadcaster knows them: pieces from the hosts' live messages (each placed at its offset; a
+    piece beyond the known text waits for the saved output to catch up) and the saved rows."""
+
+    def __init__(self) -> None:
+        self.progress: dict[int, int] = {}  # task id -> percent, not sent yet
+        self.text: dict[int, str] = {}  # task id -> output so far (watched tasks only)
+        self.changed: set[int] = set()  # tasks whose text changed since it was last sent
+
+    def add_pieces(self, pieces: list, watched: set[int]) -> None:
+        for task_id, percent, offset, piece in pieces:
+            self.progress[task_id] = max(percent, self.progress.get(task_id, 0))
+            if task_id not in watched:
+                continue
+            current = self.text.get(task_id)
+            if current is not None and offset <= len(current):
+                self.text[task_id] = current[:offset] + piece
+                self.changed.add(task_id)
+            elif current is None and offset == 0:
+                self.text[task_id] = piece
+                self.changed.add(task_id)
+
+    def add_saved(self, saved: fragments.SavedProgress) -> None:
+        for task_id, percent in saved.progress.items():
+            self.progress[task_id] = max(percent, self.progress.get(task_id, 0))
+        for task_id, output in saved.outputs.items():
+            if len(output) > len(self.text.get(task_id) or ""):
+                self.text[task_id] = output
+                self.changed.add(task_id)
+
+    def take(self, watched: set[int]) -> tuple[dict[int, int], dict[int, str]]:
+        """The progress and the watched outputs to send now (and forget unwatched text)."""
+        progress, self.progress = self.progress, {}
+        outputs = {task_id: self.text[task_id] for task_id in self.changed & watched if task_id in self.text}
+        self.changed = set()
+        for task_id in list(self.text):
+            if task_id not in watched:
+                del self.text[task_id]
+        return progress, outputs
+
+
 class RunBroadcaster:
     def __init__(self, run_id: int):
         self.run_id = run_id
         self.subscribers: set[Subscriber] = set()
         self.wake = asyncio.Event()
         self.rounds = 0  # rounds that sent something (for tests and logs)
+        self.live = LiveOutputs()
+        self._saved_since = None  # the newest saved progress seen (the poll's cursor)
+        self._seeded: set[int] = set()  # watched tasks whose saved output was read once
+        self.layer_failures = 0  # failed attempts to hear the doorbell since it last worked
         self._task: asyncio.Task | None = None
         self._doorbell: asyncio.Task | None = None
+        self._channel: str | None = None  # the doorbell listener's channel on the layer
         self._stopped = False
 
     def start(self) -> None:
@@ -127,30 +190,94 @@ class RunBroadcaster:
 
     async def stop(self) -> None:
         self._stopped = True
-        for task in (self._doorbell, self._task):
-            if task is None:
-                continue
-            task.cancel()
+        await self._stop_listening()
+        if self._task is not None:
+            self._task.cancel()
             try:
-                await task
+                await self._task
             except (asyncio.CancelledError, Exception):  # stopping: nothing to report to
                 pass
 
+    async def _stop_listening(self) -> None:
+        """End the doorbell listener by a message on its own channel rather than by cancelling it.
+
+        A cancellation that lands in channels_redis's blocking read can be lost (the read goes on
+        forever, and `stop` with it); the message ends the read normally, the listener sees
+        `_stopped` and leaves the group. Cancelling is the fallback when the layer does not answer.
+        """
+        task, layer, channel = self._doorbell, get_channel_layer(), self._channel
+        if task is None or task.done():
+            return
+        if layer is not None and channel is not None:
+            try:
+                await asyncio.wait_for(layer.send(channel, {"type": STOP_MESSAGE}), LISTENER_STOP_TIMEOUT_S)
+            except Exception:  # the layer is down: the listener is between retries, cancelling works
+                log.debug("run %s: could not send the stop message", self.run_id, exc_info=True)
+            done, _ = await asyncio.wait({task}, timeout=LISTENER_STOP_TIMEOUT_S)
+            if done:
+                return
+        task.cancel()
+        await asyncio.wait({task}, timeout=LISTENER_STOP_TIMEOUT_S)
+
     async def _listen(self) -> None:
-        """Ring `wake` on every doorbell of the run (events.ring_doorbell, after each commit)."""
+        """Ring `wake` on every doorbell of the run (events.ring_doorbell, after each commit).
+
+        The doorbell only hastens what the poll brings anyway, so a channel layer that fails
+        (Redis down or restarting) is retried with backoff, said once in the log, and meanwhile
+        the viewers are served by the poll alone.
+        """
         layer = get_channel_layer()
         if layer is None:
             return  # no channel layer: the poll alone brings the events
+        while not self._stopped:
+            try:
+                await self._hear_doorbells(layer)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                self.layer_failures += 1
+                if self.layer_failures == 1:
+                    log.warning(
+                        "run %s: the channel layer is unreachable (%s); live viewers are served by polling",
+                        self.run_id,
+                        type(error).__name__,
+                    )
+                await asyncio.sleep(min(LAYER_RETRY_MAX_S, LAYER_RETRY_BASE_S * 2 ** (self.layer_failures - 1)))
+
+    async def _hear_doorbells(self, layer) -> None:
+        """Join the run's group with a new channel and listen on it, renewing the membership
+        every third of the layer's group expiry (a dead daphne's channels then leave the group)."""
         group = run_group_name(self.run_id)
-        channel = await layer.new_channel()
+        channel = self._channel = await layer.new_channel()
         await layer.group_add(group, channel)
+        if self.layer_failures:
+            log.warning("run %s: the channel layer is reachable again", self.run_id)
+            self.layer_failures = 0
+        renew = asyncio.create_task(self._renew_membership(layer, group, channel))
         try:
-            while True:
+            while not self._stopped:
                 message = await layer.receive(channel)
                 if message.get("type") == "run.event":
                     self.wake.set()
+                elif message.get("type") == LIVE_MESSAGE_TYPE:
+                    self.live.add_pieces(message.get("tasks") or [], self.watched())
+                    self.wake.set()
         finally:
-            await asyncio.shield(layer.group_discard(group, channel))
+            renew.cancel()
+            try:
+                await asyncio.shield(layer.group_discard(group, channel))
+            except Exception:  # the layer is down: the membership expires by itself
+                log.debug("run %s: could not leave the group", self.run_id, exc_info=True)
+
+    @staticmethod
+    async def _renew_membership(layer, group: str, channel: str) -> None:
+        interval = max(1.0, getattr(layer, "group_expiry", GROUP_RENEW_DEFAULT_S * 3) / 3)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await layer.group_add(group, channel)
+            except Exception:  # the receive fails too and the listener starts afresh
+                log.debug("could not renew %s in %s", channel, group, exc_info=True)
 
     def _check_stop(self) -> None:
         """End the loop when stopped. A cancellation that arrives while a database call runs in
@@ -179,6 +306,7 @@ class RunBroadcaster:
             began = loop.time()
             try:
                 sent = await self._round()
+                sent = await self._live_round() or sent
             except Exception:  # a failed poll must not end the live view: log it, try again later
                 log.exception("run %s: live round failed", self.run_id)
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
@@ -219,6 +347,43 @@ class RunBroadcaster:
             sent = True
         if sent:
             self.rounds += 1
+        return sent
+
+    def watched(self) -> set[int]:
+        return {s.watched for s in self.subscribers if s.watched}
+
+    async def _live_round(self) -> bool:
+        """Send running tasks' progress, and the streamed output to their panels' viewers."""
+        watched = self.watched()
+        seed = watched - self._seeded
+        saved = await database_sync_to_async(fragments.saved_progress)(
+            self.run_id, self._saved_since, watched, seed=seed
+        )
+        self._check_stop()
+        self._seeded = (self._seeded & watched) | seed
+        self._saved_since = saved.latest
+        self.live.add_saved(saved)
+        progress, outputs = self.live.take(watched)
+        if not progress and not outputs:
+            return False
+        shared = fragments.render_live_progress(progress)
+        panels = {
+            task_id: await database_sync_to_async(fragments.render_live_output)(self.run_id, task_id, text)
+            for task_id, text in outputs.items()
+        }
+        self._check_stop()
+        sent = False
+        for subscriber in list(self.subscribers):
+            if subscriber.cursor is None:
+                continue
+            html = shared + panels.get(subscriber.watched or 0, "")
+            if not html:
+                continue
+            try:
+                await subscriber.send_frame(html)
+                sent = True
+            except Exception:
+                log.debug("run %s: could not send a live frame to a viewer", self.run_id, exc_info=True)
         return sent
 
 

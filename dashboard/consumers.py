@@ -54,18 +54,24 @@ from .permissions import VIEW_RUN
 
 log = logging.getLogger(__name__)
 
-# Close codes (4000-4999 are the application's): the handshake is refused with these.
+# Close codes (4000-4999 are the application's): a refused connection is accepted, then closed with one.
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+
+# An alias with no entry in CHANNEL_LAYERS: Channels then gives the consumer no channel layer.
+NO_CHANNEL_LAYER = "none"
 
 
 def _viewer_and_run(user, run_id: int, csrf_secret: str | None, path: str):
     """(viewer, None) when `user` may watch run `run_id`, else (None, close code).
 
-    A logged-in user without the permission is refused like a page would refuse them: the
-    denial is written to the audit log (the only write a consumer makes).
+    An anonymous caller, or a logged-in user without the permission, is refused like a page
+    would refuse them: the denial is written to the audit log (the only write a consumer makes).
     """
+    if user is None or not user.is_authenticated:
+        record_denial(user, "authentication", action=f"WEBSOCKET {path}", run=run_id)
+        return None, CLOSE_UNAUTHENTICATED
     if not user.has_perm(VIEW_RUN):
         record_denial(user, VIEW_RUN, action=f"WEBSOCKET {path}", run=run_id)
         return None, CLOSE_FORBIDDEN
@@ -78,23 +84,28 @@ class RunConsumer(AsyncWebsocketConsumer):
     """One viewer's websocket: its cursor, permissions and watched task; the run's broadcaster
     sends its frames (`send_frame`)."""
 
+    # No channel of its own on the channel layer: the run's broadcaster hears the doorbell for
+    # every viewer. With one, Channels would read it for the socket's whole life, and any error
+    # of that read (Redis down, a read timeout) would close the websocket with 1011: the live
+    # view must go on by polling the event log when the channel layer is away.
+    channel_layer_alias = NO_CHANNEL_LAYER
+
     async def connect(self):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.cursor: int | None = None
         self.watched: int | None = None
         self.broadcaster: broadcast.RunBroadcaster | None = None
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
         cookie = (self.scope.get("cookies") or {}).get(settings.CSRF_COOKIE_NAME)
         self.viewer, refused = await database_sync_to_async(_viewer_and_run)(
             user, self.run_id, cookie, self.scope.get("path", "")
         )
+        # Accepted first, then closed with the reason's code: a refusal before the handshake
+        # completes reaches the browser as a bare HTTP 403, with no code to tell why.
+        await self.accept()
         if refused:
             await self.close(code=refused)
             return
-        await self.accept()
         self.broadcaster = broadcast.subscribe(self.run_id, self)
 
     async def disconnect(self, code):

@@ -9,7 +9,7 @@ rule for rule, and tests/browser/test_formatting.py checks that the two agree.
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from orchestrator import wording
 
 EM_DASH = "—"
 
@@ -47,9 +47,6 @@ def format_tokens(count: int | None) -> str:
 
 
 def format_usd(amount) -> str:
-    """$0.0123 under a dollar (four decimals), $12.34 above; an em dash when not a number."""
-    try:
-        value = Decimal(str(amount if amount is not None else 0))
-    except InvalidOperation:
-        return EM_DASH
-    return f"${value:.4f}" if abs(value) < 1 else f"${value:,.2f}"
+    """$0.00, $0.0050 (half a cent: never rounded to zero), $0.0649, $12.35, $1,234.50; an em dash
+    when not a number. The rules live in orchestrator/wording.py, which the engine's sentences use too."""
+    return wording.usd(amount)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 
 from django import forms
+from django.urls import reverse
 
 from orchestrator import plans
 from orchestrator.engine import preflight, run_settings
@@ -12,8 +13,11 @@ from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Plan, Run
 
 SOURCE_FILE = "file"
+SOURCE_TEXT = "text"
 SOURCE_SAVED = "saved"
 SOURCE_PLANNER = "planner"
+# Sources whose plan is a document checked by the preflight and saved only with its run.
+DOCUMENT_SOURCES = (SOURCE_FILE, SOURCE_TEXT)
 
 
 def planner_available() -> bool:
@@ -22,7 +26,11 @@ def planner_available() -> bool:
 
 
 def source_choices() -> list[tuple[str, str]]:
-    choices = [(SOURCE_FILE, "Upload a plan file (YAML or JSON)"), (SOURCE_SAVED, "A saved plan")]
+    choices = [
+        (SOURCE_FILE, "Upload a plan file (YAML or JSON)"),
+        (SOURCE_TEXT, "Write or paste a plan (YAML or JSON), checked as you type"),
+        (SOURCE_SAVED, "A saved plan"),
+    ]
     if planner_available():
         choices.append((SOURCE_PLANNER, "Ask the planner to propose a plan for the goal"))
     return choices
@@ -93,6 +101,7 @@ class NewRunForm(RunSettingsForm):
         "goal",
         "source",
         "plan_file",
+        "plan_text",
         "saved_plan",
         "cap",
         "budget_usd",
@@ -116,6 +125,23 @@ class NewRunForm(RunSettingsForm):
         widget=forms.FileInput(attrs={"accept": ".yaml,.yml,.json,application/json,application/yaml,text/yaml"}),
         help_text=f"YAML or JSON, at most {plans.MAX_PLAN_BYTES // (1024 * 1024)} MB.",
     )
+    plan_text = forms.CharField(
+        label="Plan",
+        required=False,
+        max_length=plans.MAX_PLAN_BYTES,
+        strip=False,
+        widget=forms.Textarea(
+            attrs={
+                "rows": 16,
+                "spellcheck": "false",
+                "class": "plan-editor",
+                "placeholder": "goal: What the team should achieve\nsubtasks:\n  - key: scope\n    agent: researcher\n"
+                "    title: Scope the question\n    instructions: ...\n  - key: write\n    agent: writer\n"
+                "    title: Write it up\n    depends_on: [scope]",
+            }
+        ),
+        help_text="The same format as a plan file. Problems are listed below as you type, each with its line.",
+    )
     saved_plan = forms.ModelChoiceField(
         label="Saved plan",
         required=False,
@@ -127,6 +153,17 @@ class NewRunForm(RunSettingsForm):
         super().__init__(*args, **kwargs)
         self.fields["source"].choices = source_choices()
         self.fields["source"].initial = SOURCE_FILE
+        # The editor is checked as you type: htmx posts it (with the goal) to the check view.
+        self.fields["plan_text"].widget.attrs.update(
+            {
+                "hx-post": reverse("new_run_check"),
+                "hx-trigger": "input changed delay:400ms, load",
+                "hx-target": "#plan-check",
+                "hx-include": "[name='goal']",
+                "hx-sync": "this:replace",
+                "aria-describedby": "plan-check",
+            }
+        )
         self.fields["saved_plan"].label_from_instance = lambda plan: (
             f"#{plan.pk} · {plan.goal[:80]}{'…' if len(plan.goal) > 80 else ''} ({plan.get_source_display().lower()}"
             f"{', ' + plan.source_name if plan.source_name else ''})"
@@ -144,6 +181,8 @@ class NewRunForm(RunSettingsForm):
         goal = (data.get("goal") or "").strip()
         if source == SOURCE_FILE and not data.get("plan_file") and "plan_file" not in self.errors:
             self.add_error("plan_file", "Choose a plan file to upload.")
+        if source == SOURCE_TEXT and not (data.get("plan_text") or "").strip() and "plan_text" not in self.errors:
+            self.add_error("plan_text", "Write or paste a plan.")
         if source == SOURCE_SAVED:
             plan = data.get("saved_plan")
             if plan is None and "saved_plan" not in self.errors:

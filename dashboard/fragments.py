@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -23,18 +24,24 @@ from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
 from django.utils import timezone
+from django.utils.safestring import mark_safe
 
+from orchestrator import events
+from orchestrator.engine import approvers
 from orchestrator.engine import context as agent_context
+from orchestrator.engine import runs as engine_runs
 from orchestrator.models import Checkpoint, Event, Run, TaskRun
 from orchestrator.readmodels import checkpoints as run_checkpoints
 from orchestrator.readmodels import gantt as run_gantt
 from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import lanes as run_lanes
 from orchestrator.readmodels import log as run_log
+from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
+from orchestrator.tools import workspace
 
-from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT
+from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN
 
 T = "dashboard/partials/"
 TEMPLATES = {
@@ -50,12 +57,18 @@ TEMPLATES = {
     "task_table": T + "task_table.html",
     "task_row": T + "task_row.html",
     "event_rows": T + "event_rows.html",
+    "event_rows_older": T + "event_rows_older.html",
     "panel": T + "task_panel.html",
     "panel_head": T + "task_head.html",
     "panel_output": T + "task_output.html",
     "panel_attempts": T + "task_attempts.html",
+    "panel_path": T + "task_path.html",
+    "path_attempt": T + "path_attempt.html",
+    "path_row": T + "path_row.html",
+    "artifacts": T + "run_artifacts.html",
     "flash": T + "run_flash.html",
     "seq": T + "live_seq.html",
+    "progress": T + "live_progress.html",
 }
 # Event families whose events change the timeline (attempts start and end) or the result.
 GANTT_TYPES = {
@@ -70,6 +83,10 @@ GANTT_TYPES = {
     "attempt.late_result_discarded",
 }
 RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
+# Events after which the run's workspace may hold new files (a tool wrote one; an attempt ended).
+ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost"}
+# Events of a task that change only its path and its head (the panel sends those alone).
+PATH_TYPES = set(run_steps.STEP_EVENT_TYPES) | {"task.progress"}
 
 
 # Stands for the viewer's CSRF token in HTML rendered once for many viewers (see Viewer.shared).
@@ -85,10 +102,11 @@ class Viewer:
     can_control: bool
     can_decide: bool
     csrf_token: str = ""
+    can_launch: bool = False  # "Launch again" with the run's settings
 
     @classmethod
     def for_user(cls, user, csrf_token: str = "") -> Viewer:
-        return cls(user.has_perm(CONTROL_RUN), user.has_perm(DECIDE_CHECKPOINT), csrf_token)
+        return cls(user.has_perm(CONTROL_RUN), user.has_perm(DECIDE_CHECKPOINT), csrf_token, user.has_perm(LAUNCH_RUN))
 
     def shared(self) -> Viewer:
         """The viewer's permission class: what HTML rendered for it may be shared by.
@@ -97,7 +115,7 @@ class Viewer:
         the shared render carries as CSRF_PLACEHOLDER (whether there is a token at all changes
         the forms, so it is part of the class). `personalise` puts the viewer's own token back.
         """
-        return Viewer(self.can_control, self.can_decide, CSRF_PLACEHOLDER if self.csrf_token else "")
+        return Viewer(self.can_control, self.can_decide, CSRF_PLACEHOLDER if self.csrf_token else "", self.can_launch)
 
     def personalise(self, html: str) -> str:
         """HTML rendered for `self.shared()` as if it had been rendered for this viewer."""
@@ -119,6 +137,7 @@ def base_context(run: Run, viewer: Viewer, oob: bool = False) -> dict:
         "run": run,
         "can_control": viewer.can_control,
         "can_decide": viewer.can_decide,
+        "can_launch": viewer.can_launch,
         "csrf_token": viewer.csrf_token,
         "oob": oob,
     }
@@ -143,7 +162,12 @@ def totals_context(run: Run, views=None, now: datetime | None = None) -> dict:
 
 
 def checkpoints_context(run: Run) -> dict:
+    """The pending checkpoints, each with who may approve it (the same HTML for every viewer: the
+    page's script hides Approve from a plan's launcher, whom separation of duties refuses)."""
     pending = run_checkpoints.pending_checkpoints(run)
+    for checkpoint in pending:
+        checkpoint.who_may_approve = approvers.who_may_approve(checkpoint, run)  # type: ignore[attr-defined]
+        checkpoint.launcher_may_not_approve = approvers.launcher_may_not_approve(checkpoint, run)  # type: ignore[attr-defined]
     plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
     ctx: dict[str, Any] = {
         "pending": pending,
@@ -182,11 +206,25 @@ def gantt_context(run: Run) -> dict:
     return {"gantt": run_gantt.gantt(run)}
 
 
+# The result lists every other task's output (loaded when opened) up to this many tasks; a larger
+# run points to the task panels and the downloads instead, so that its page stays light.
+OTHER_TASKS_LISTED = 40
+
+
 def result_context(run: Run) -> dict:
     finals = run_graph.final_tasks(run)
     final_ids = {t.pk for t in finals}
-    others = [t for t in run_tasks.tasks_query(run.pk) if t.pk not in final_ids]
-    return {"final_tasks": finals, "other_tasks": others}
+    others = [t for t in run_tasks.tasks_query(run.pk).defer("output") if t.pk not in final_ids]
+    return {"final_tasks": finals, "other_tasks": others, "other_tasks_listed": OTHER_TASKS_LISTED}
+
+
+# The run page lists this many of the workspace's files (sorted by path); the rest are counted.
+ARTIFACTS_LISTED = 200
+
+
+def artifacts_context(run: Run) -> dict:
+    files = workspace.artifacts(run.pk)
+    return {"artifacts": files[:ARTIFACTS_LISTED], "artifacts_unlisted": max(0, len(files) - ARTIFACTS_LISTED)}
 
 
 def result_final_context(run: Run) -> dict:
@@ -196,8 +234,9 @@ def result_final_context(run: Run) -> dict:
 def compact_graph(graph: run_graph.Graph) -> dict:
     """The page's copy of the graph: task ids only (titles and agents are on the task rows).
 
-    `nodes`: [[task pk, group id or null], ...]; `edges`: [[upstream pk, downstream pk], ...];
-    `groups`: [{id, label, members: [task pk, ...], collapsed}, ...].
+    `nodes`: [[task pk, fan-out group id or null], ...]; `edges`: [[upstream pk, downstream pk], ...];
+    `groups`: [{id, mode, label, members: [task pk, ...], collapsed}, ...] for every grouping mode
+    (readmodels/graph.py); `mode`: the mode the page starts in.
     """
     return {
         "nodes": [[n["task"], n["group"]] for n in graph.nodes],
@@ -205,17 +244,30 @@ def compact_graph(graph: run_graph.Graph) -> dict:
         "groups": [
             {
                 "id": g["id"],
+                "mode": g["mode"],
                 "label": g["label"],
                 "members": [int(m[1:]) for m in g["members"]],
                 "collapsed": g["collapsed"],
             }
             for g in graph.groups
         ],
+        "mode": graph.mode,
     }
 
 
+# Characters that must not appear raw in a single-quoted attribute, as JSON string escapes (they
+# can only occur inside JSON strings, where the escape means the same character).
+_ATTRIBUTE_JSON_ESCAPES = {ord("&"): "\\u0026", ord("<"): "\\u003c", ord(">"): "\\u003e", ord("'"): "\\u0027"}
+
+
+def attribute_json(value) -> str:
+    """`value` as compact JSON that is safe in a single-quoted HTML attribute. Its double quotes
+    stay as they are (escaping each as &quot; made a large run's graph three times heavier)."""
+    return mark_safe(json.dumps(value, separators=(",", ":")).translate(_ATTRIBUTE_JSON_ESCAPES))
+
+
 def graph_context(run: Run) -> dict:
-    return {"graph_json": json.dumps(compact_graph(run_graph.graph(run)), separators=(",", ":"))}
+    return {"graph_json": attribute_json(compact_graph(run_graph.graph(run)))}
 
 
 def task_table_context(run: Run, views=None) -> dict:
@@ -223,11 +275,12 @@ def task_table_context(run: Run, views=None) -> dict:
 
 
 def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
+    events = run_log.event_log(run, task_id=task_id, type_filter=type_filter, limit=run_log.PAGE_LOG_ROWS)
     return {
-        "events": run_log.event_log(run, task_id=task_id, type_filter=type_filter),
+        "events": events,
+        "older_before": run_log.older_than(events, run_log.PAGE_LOG_ROWS),
         "event_types": run_log.event_types(run),
         "event_families": run_log.EVENT_FAMILIES,
-        "log_limit": run_log.LOG_LIMIT,
     }
 
 
@@ -240,6 +293,7 @@ def panel_context(task: TaskRun) -> dict:
         "upstreams": upstreams,
         "fan_in": agent_context.is_fan_in(task, upstreams),
         "attempts": list(task.attempts.order_by("number")),
+        "paths": run_steps.attempt_paths(task),
         "checkpoints": list(task.checkpoints.order_by("created_at")),
         "task_actions": task_actions(task),
     }
@@ -248,18 +302,24 @@ def panel_context(task: TaskRun) -> dict:
 def task_actions(task: TaskRun) -> dict:
     """Which task controls make sense now (the engine still checks when one is used)."""
     run_finished = task.run.is_finished
+    rerun = task.state in (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED) and task.run.status not in (
+        Run.Status.CANCELLED,
+        Run.Status.AWAITING_APPROVAL,
+    )
     return {
         "retry": task.state in (TaskRun.State.FAILED, TaskRun.State.CANCELLED, TaskRun.State.SKIPPED)
         and task.run.status != Run.Status.CANCELLED,
         "skip": (not task.is_terminal or task.state == TaskRun.State.FAILED)
         and (not run_finished or task.run.status == Run.Status.FAILED),
+        "rerun": rerun,
+        "rerun_below": len(engine_runs.downstream_closure(task)) if rerun else 0,
     }
 
 
 def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -> dict:
     """Everything the run page shows, read once (the task views are shared by the parts)."""
     now = timezone.now()
-    seq = Run.objects.filter(pk=run.pk).values_list("last_event_seq", flat=True).get()
+    seq = events.latest_seq(run.pk) or 0
     run.refresh_from_db()
     views = run_tasks.task_views(run)
     ctx = base_context(run, viewer)
@@ -272,6 +332,7 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
     ctx.update(graph_context(run))
     ctx.update(task_table_context(run, views))
     ctx.update(log_context(run))
+    ctx.update(artifacts_context(run))
     ctx["state_legend"] = [(s, run_tasks.STATE_LABELS[s]) for s in run_tasks.DISPLAY_ORDER]
     # The page shows the state after event `seq` (read first: anything later is sent live).
     ctx["seq"] = seq
@@ -302,12 +363,24 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
         "result_final": lambda: result_final_context(run),
         "graph": lambda: graph_context(run),
         "task_table": lambda: task_table_context(run, views),
+        "artifacts": lambda: artifacts_context(run),
     }
     if "result" in parts:
         parts.discard("result_final")
     if "gantt" in parts:
         parts.discard("gantt_bars")
-    for part in ("header", "totals", "checkpoints", "graph", "task_table", "lanes", "gantt", "result", "result_final"):
+    for part in (
+        "header",
+        "totals",
+        "checkpoints",
+        "graph",
+        "task_table",
+        "lanes",
+        "gantt",
+        "result",
+        "result_final",
+        "artifacts",
+    ):
         if part in parts:
             html.append(render(part, {**ctx, **builders[part]()}))
     task_ids = [t for t in tasks if t]
@@ -323,8 +396,34 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
 
 def render_panel_parts(task: TaskRun, viewer: Viewer, *, output_only: bool = False) -> str:
     ctx = {**base_context(task.run, viewer, oob=True), **panel_context(task)}
-    names = ("panel_head", "panel_output") if output_only else ("panel_head", "panel_output", "panel_attempts")
+    names = (
+        ("panel_head", "panel_output")
+        if output_only
+        else ("panel_head", "panel_output", "panel_attempts", "panel_path")
+    )
     return "".join(render(name, ctx) for name in names)
+
+
+def render_path_steps(task: TaskRun, viewer: Viewer, from_seq: int, to_seq: int) -> str:
+    """The panel's head and the path rows that events `from_seq`..`to_seq` added or completed,
+    each upserted by id (a call's row is sent again when its result arrives); an attempt whose
+    first step is among them is sent whole (the viewer has no list to add its rows to yet)."""
+    ctx = base_context(task.run, viewer, oob=True)
+    html = [
+        render(
+            "panel_head", {**ctx, "task": task, "view": run_tasks.task_view(task), "task_actions": task_actions(task)}
+        )
+    ]
+    for path in run_steps.attempt_paths(task):
+        touched = [row for row in path.rows if any(from_seq <= seq <= to_seq for seq in row.seqs)]
+        if not touched:
+            continue
+        if min(row.seqs[0] for row in path.rows) >= from_seq:
+            html.append(render("path_attempt", {**ctx, "task": task, "path": path}))
+            continue
+        for row in touched:
+            html.append(render("path_row", {**ctx, "task": task, "row": row, "path_dom_id": path.dom_id}))
+    return "".join(html)
 
 
 def render_flash(message: str, level: str = "success") -> str:
@@ -368,12 +467,14 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
         parts.add("gantt_bars")
     if touches_final and types & RESULT_TYPES:
         parts.add("result_final")
+    if types & ARTIFACT_TYPES or "run" in families:
+        parts.add("artifacts")
     return parts
 
 
 def latest_seq(run_id: int) -> int | None:
     """The run's last event number (None for an unknown run)."""
-    return Run.objects.filter(pk=run_id).values_list("last_event_seq", flat=True).first()
+    return events.latest_seq(run_id)
 
 
 def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int | None = None) -> Batch | None:
@@ -414,7 +515,7 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
     seq = {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True}
     html = [render("seq", seq)]
     if full:
-        parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table"}
+        parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table", "artifacts"}
         if "plan" in {t.split(".", 1)[0] for t in types}:
             parts.add("graph")
         html.append(render_parts(run, viewer, parts))
@@ -442,4 +543,67 @@ def render_watched_panel(run_id: int, batch: Batch, viewer: Viewer, watched_task
     if task is None:
         return ""
     progress_only = not batch.full and watched_task not in batch.tasks_beyond_progress
+    if not batch.full and not progress_only:
+        types = set(
+            Event.objects.filter(
+                run_id=run_id, task_run_id=watched_task, seq__gte=batch.from_seq, seq__lte=batch.to_seq
+            ).values_list("type", flat=True)
+        )
+        if types <= PATH_TYPES:
+            return render_path_steps(task, viewer, batch.from_seq, batch.to_seq)
     return render_panel_parts(task, viewer, output_only=progress_only)
+
+
+# --- Live progress (not events: orchestrator/engine/live.py) -------------------------------------
+
+
+@dataclass
+class SavedProgress:
+    """What running attempts of a run saved since a moment (the live view's poll)."""
+
+    progress: dict[int, int]  # task id -> percent, for tasks whose saved progress changed
+    outputs: dict[int, str]  # task id -> saved output, for the changed tasks among those asked for
+    latest: datetime | None  # the newest save seen (the next poll's `since`)
+
+
+def saved_progress(
+    run_id: int, since: datetime | None, with_output: AbstractSet[int], *, seed: AbstractSet[int] = frozenset()
+) -> SavedProgress:
+    """Running tasks of the run whose host saved progress after `since` (one indexed query), with
+    the output of those in `with_output`, and of those in `seed` (just watched) whatever their
+    time."""
+    rows = TaskRun.objects.filter(run_id=run_id, state=TaskRun.State.RUNNING, progress_at__isnull=False)
+    if since is not None:
+        rows = rows.filter(progress_at__gt=since)
+    found = list(rows.values_list("pk", "progress", "progress_at"))
+    changed = {pk for pk, _, _ in found}
+    wanted = (changed & with_output) | set(seed)
+    outputs = (
+        dict(
+            TaskRun.objects.filter(pk__in=wanted, run_id=run_id, state=TaskRun.State.RUNNING).values_list(
+                "pk", "output"
+            )
+        )
+        if wanted
+        else {}
+    )
+    times: list[datetime] = [at for _, _, at in found if at is not None]
+    latest = max(times) if times else since
+    return SavedProgress({pk: progress for pk, progress, _ in found}, outputs, latest)
+
+
+def render_live_progress(progress: dict[int, int]) -> str:
+    """The #live-progress part: running tasks' percentages for run/progress.js."""
+    return render("progress", {"progress": sorted(progress.items())}) if progress else ""
+
+
+def render_live_output(run_id: int, task_id: int, text: str) -> str:
+    """A running task's output part as it streams ("" once the task is no longer running: its
+    events bring the final output)."""
+    task = (
+        TaskRun.objects.filter(pk=task_id, run_id=run_id, state=TaskRun.State.RUNNING).select_related("agent").first()
+    )
+    if task is None:
+        return ""
+    task.output = text
+    return render("panel_output", {"task": task, "oob": True})

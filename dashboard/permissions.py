@@ -6,6 +6,7 @@ from functools import wraps
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponseForbidden
+from django.views.csrf import csrf_failure as django_csrf_failure
 
 from orchestrator.governance.audit import record_denial
 
@@ -34,3 +35,11 @@ def permission_required(permission: str):
         return wrapped
 
     return decorator
+
+
+def csrf_failure(request, reason: str = ""):
+    """CSRF_FAILURE_VIEW: Django's own 403 page for a form that failed the CSRF check, audited
+    like any other denial (`access.denied`, permission `csrf`): a forged or stale form post is
+    an attempt someone may want to see."""
+    record_denial(request.user, "csrf", action=f"{request.method} {request.path}")
+    return django_csrf_failure(request, reason=reason)

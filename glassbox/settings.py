@@ -28,6 +28,8 @@ ALLOWED_HOSTS = [
     h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
 ]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+# A form post that fails the CSRF check is refused with Django's page and audited (access.denied).
+CSRF_FAILURE_VIEW = "dashboard.permissions.csrf_failure"
 
 INSTALLED_APPS = [
     "daphne",
@@ -38,10 +40,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # Before django_q: its `qcluster` command is orchestrator's (a graceful shutdown on SIGTERM).
+    "orchestrator",
     "django_q",
     "ninja",  # serves the API docs' Swagger UI from our own static files (CSP: no CDN)
     "csp",
-    "orchestrator",
     "dashboard",
 ]
 
@@ -113,8 +116,10 @@ GLASSBOX_MAX_TASK_TIMEOUT_S = 3600
 
 Q_CLUSTER = {
     "name": os.environ.get("GLASSBOX_Q_NAME", "glassbox"),
-    "workers": env_int("GLASSBOX_WORKERS", 4, minimum=1),
-    "recycle": 500,
+    "workers": env_int("GLASSBOX_WORKERS", 2, minimum=1),
+    # A worker process hosts many attempts at once (orchestrator/engine/host.py); recycling it
+    # drains its host first (finish or hand back), so it is done rarely.
+    "recycle": 100_000,
     "timeout": GLASSBOX_MAX_TASK_TIMEOUT_S + 60,
     "retry": GLASSBOX_MAX_TASK_TIMEOUT_S + 120,
     # Our leases, attempts and reaper are the delivery guarantee: q2 must never retry alone.
@@ -130,11 +135,30 @@ if REDIS_URL:
 else:
     Q_CLUSTER["orm"] = "default"
 
+# channels_redis reads a channel with a blocking BZPOPMIN of 5 s; redis-py's default socket
+# timeout is also 5 s, so every idle read raced the socket timeout and lost ("Timeout reading
+# from ...", the websocket closed with 1011). The socket timeout must sit well above the block.
+CHANNEL_LAYER_SOCKET_TIMEOUT_S = 15
+# A member of a run's group that is not renewed within this long is dropped from the group: the
+# live view's broadcaster renews its membership every third of it (dashboard/broadcast.py), so
+# only the channels of a daphne that died linger, and not for channels_redis's default 24 h
+# (each doorbell to them logged "channels over capacity" once they filled up).
+CHANNEL_LAYER_GROUP_EXPIRY_S = 90
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": f"{REDIS_PREFIX}:asgi"},
+            "CONFIG": {
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": CHANNEL_LAYER_SOCKET_TIMEOUT_S,
+                        "socket_connect_timeout": 3,
+                    }
+                ],
+                "prefix": f"{REDIS_PREFIX}:asgi",
+                "group_expiry": CHANNEL_LAYER_GROUP_EXPIRY_S,
+            },
         }
     }
 else:
@@ -151,6 +175,9 @@ GLASSBOX_DEFAULT_TIMEOUT_S = env_int("GLASSBOX_DEFAULT_TIMEOUT_S", 30, minimum=1
 GLASSBOX_DEFAULT_MAX_RETRIES = env_int("GLASSBOX_DEFAULT_MAX_RETRIES", 3, minimum=0)
 GLASSBOX_DEFAULT_BUDGET_USD = str(env_decimal("GLASSBOX_DEFAULT_BUDGET_USD", "0.50", minimum=Decimal("0")))
 GLASSBOX_SUMMARY_TOKENS = env_int("GLASSBOX_SUMMARY_TOKENS", 200, minimum=1)
+# Does a run wait for its plan's approval when its launcher does not say? `auto`: when more than
+# one active person may approve (orchestrator.engine.run_settings.default_plan_approval).
+GLASSBOX_PLAN_APPROVAL_DEFAULT = env_choice("GLASSBOX_PLAN_APPROVAL_DEFAULT", "auto", ("auto", "always", "never"))
 # A running attempt holds a lease this long and renews it every third of it.
 GLASSBOX_LEASE_S = env_float("GLASSBOX_LEASE_S", 15.0, minimum=0)
 # Retry backoff: base * 2**(attempt-1), capped, with full jitter.
@@ -167,6 +194,17 @@ ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "")
 # The Claude model of `seed_demo --provider anthropic` and of the planner. claude-sonnet-4-5 (the
 # earlier default) reaches end-of-life on 2026-11-30 (the SDK's list of deprecated models).
 GLASSBOX_MODEL = os.environ.get("GLASSBOX_MODEL", "claude-sonnet-4-6")
+
+# --- Tools: MCP tool servers (DESIGN §10) ------------------------------------------------------
+# Each run's working directory (a stdio tool server's cwd, the demo workspace, the run's artifacts)
+# is GLASSBOX_ARTIFACTS_DIR/run-<id>/.
+GLASSBOX_ARTIFACTS_DIR = Path(os.environ.get("GLASSBOX_ARTIFACTS_DIR", str(BASE_DIR / "artifacts")))
+# A tool call that takes longer fails (the model is told); a server that does not answer its
+# handshake within the start timeout fails the calls made to it.
+GLASSBOX_TOOL_CALL_TIMEOUT_S = env_float("GLASSBOX_TOOL_CALL_TIMEOUT_S", 30.0, minimum=0.1)
+GLASSBOX_TOOL_START_TIMEOUT_S = env_float("GLASSBOX_TOOL_START_TIMEOUT_S", 20.0, minimum=0.1)
+# What the model receives of one tool result, in characters (the rest is cut, and said so).
+GLASSBOX_TOOL_RESULT_MAX_CHARS = env_int("GLASSBOX_TOOL_RESULT_MAX_CHARS", 16_000, minimum=100)
 
 # --- Auth, i18n, static ----------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
@@ -192,9 +230,14 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    # A tool server's stray output may hold its secrets: the mcp SDK's log of it is reworded.
+    "filters": {"tool_server_output": {"()": "glassbox.log_filters.HideToolServerOutput"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")}},
+    "loggers": {
+        "django-q": {"level": os.environ.get("Q_LOG_LEVEL", "WARNING")},
+        "mcp.client.stdio": {"filters": ["tool_server_output"]},
+    },
 }
 
 # Django's cache is shared across processes (django-q2 keeps cluster stats in it, so that
@@ -226,6 +269,15 @@ GLASSBOX_ADAPTIVE_CEILING = env_int("GLASSBOX_ADAPTIVE_CEILING", 64, minimum=1)
 # A worker that finishes a task runs one newly admitted task itself instead of waiting for the
 # broker to hand it out (saves a broker round trip per hop on chains).
 GLASSBOX_CLAIM_NEXT = env_bool("GLASSBOX_CLAIM_NEXT", True)
+
+# The agent host of each worker process (orchestrator/engine/host.py): how many attempts it runs at
+# once, how many database threads serve them, how often running attempts save their output and
+# usage, and how long a stopping worker lets its attempts finish before handing them back (keep
+# it below GLASSBOX_LEASE_S: a lease expiring first would make the reaper retry them as lost).
+GLASSBOX_SLOTS_PER_WORKER = env_int("GLASSBOX_SLOTS_PER_WORKER", 50, minimum=1)
+GLASSBOX_HOST_DB_THREADS = env_int("GLASSBOX_HOST_DB_THREADS", 4, minimum=1)
+GLASSBOX_PROGRESS_SAVE_S = env_float("GLASSBOX_PROGRESS_SAVE_S", 2.0 if REDIS_URL else 1.0, minimum=0.1)
+GLASSBOX_DRAIN_S = env_float("GLASSBOX_DRAIN_S", 10.0, minimum=0)
 
 # --- Security (DESIGN §6) ---------------------------------------------------------------------
 # GLASSBOX_HTTPS=1 when the site is served over HTTPS: HTTP is redirected, HSTS is sent and the

@@ -1,23 +1,38 @@
 """The event log: every state change writes one Event row in the same transaction.
 
 An Event is history, audit trail and outbox at once. Within a run, events carry a sequence
-number (1, 2, 3 ...) allocated under the run's row lock, so a live client sees a gap at once.
-After the transaction commits, the run's channel group gets a doorbell; the Event table stays
-the record (the channel layer is at-most-once).
+number (1, 2, 3 ...) so a live client sees a gap at once. After the transaction commits, the
+run's channel group gets a doorbell; the Event table stays the record (the channel layer is
+at-most-once).
+
+Numbering without a hot row (DESIGN §9). A run's numbers come from its own `EventSequence` row,
+not from the run row that the scheduler locks for the whole of a scheduling step. Inside
+`events.atomic()` (every engine transaction) the events are buffered and written at the end of
+the block: one statement takes as many numbers as the block recorded, one inserts them all. The
+sequence row is then the last lock a transaction takes and is held only from there to commit,
+so writers of one run wait on each other for a moment, never for a whole scheduling step, and no
+two transactions can deadlock over it. Numbers are allocated in commit order, so every number a
+reader sees as allocated belongs to a committed event: there are no holes to wait for.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
-from django.db.models import F
+from django.db import connection, transaction
 
-from orchestrator.models import Agent, Event, Run, TaskRun
+from orchestrator.models import Agent, Event, EventSequence, Run, TaskRun
 
 log = logging.getLogger(__name__)
+
+_local = threading.local()  # .buffer: the events of the engine transaction open in this thread
 
 
 def run_group_name(run_id: int) -> str:
@@ -35,38 +50,104 @@ def record(
     message: str = "",
     payload: dict[str, Any] | None = None,
 ) -> Event:
-    """Append one event. Must run inside the transaction of the change it describes."""
+    """Append one event. Must run inside the transaction of the change it describes.
+
+    Inside `atomic()` the event is written (and numbered) when the block ends, and the returned
+    Event has no number yet; anywhere else it is written at once.
+    """
     run_id = run.pk if isinstance(run, Run) else run
     if run_id is None and task is not None:
         run_id = task.run_id
-    if agent is None and task is not None:
-        agent = task.agent
-    seq = None
-    if run_id is not None:
-        # The UPDATE takes the run's row lock until commit, so two writers never share a number.
-        Run.objects.filter(pk=run_id).update(last_event_seq=F("last_event_seq") + 1)
-        seq = Run.objects.filter(pk=run_id).values_list("last_event_seq", flat=True).get()
+    agent_id = agent.pk if agent is not None else (task.agent_id if task is not None else None)
     if user is not None and getattr(user, "is_authenticated", False):
         actor_kind, actor_name = Event.ActorKind.USER, actor_name or user.get_username()
     elif actor_name.startswith("agent:"):
         actor_kind, user = Event.ActorKind.AGENT, None
     else:
         actor_kind, user, actor_name = Event.ActorKind.SYSTEM, None, actor_name or "system"
-    event = Event.objects.create(
+    event = Event(
         run_id=run_id,
-        seq=seq,
         type=type,
         actor_kind=actor_kind,
         actor_user=user,
         actor_name=actor_name[:150],
         task_run=task,
-        agent=agent,
+        agent_id=agent_id,
         message=message[:500],
         payload=payload or {},
     )
-    if run_id is not None and seq is not None:
-        transaction.on_commit(lambda: ring_doorbell(run_id, seq))
+    buffer = getattr(_local, "buffer", None)
+    if buffer is not None and run_id is not None:
+        buffer.append(event)
+    else:
+        write([event])
     return event
+
+
+@contextmanager
+def atomic() -> Iterator[None]:
+    """`transaction.atomic()` for engine transactions: their events are written at the end.
+
+    Nested inside another `atomic()`, it is a savepoint whose events join the outer block's
+    (and are dropped with it if it rolls back).
+    """
+    outer = getattr(_local, "buffer", None)
+    if outer is not None:
+        mark = len(outer)
+        try:
+            with transaction.atomic():
+                yield
+        except BaseException:
+            del outer[mark:]
+            raise
+        return
+    buffer: list[Event] = []
+    _local.buffer = buffer
+    try:
+        with transaction.atomic():
+            try:
+                yield
+            finally:
+                _local.buffer = None
+            write(buffer)
+    finally:
+        _local.buffer = None
+
+
+def write(batch: list[Event]) -> None:
+    """Number and insert events (in their order), and ring each run's doorbell after commit."""
+    if not batch:
+        return
+    by_run: dict[int, list[Event]] = defaultdict(list)
+    for event in batch:
+        if event.run_id is not None:
+            by_run[event.run_id].append(event)
+    for run_id, run_events in by_run.items():
+        last = take_numbers(run_id, len(run_events))
+        for offset, event in enumerate(run_events):
+            event.seq = last - len(run_events) + 1 + offset
+        transaction.on_commit(functools.partial(ring_doorbell, run_id, last))
+    Event.objects.bulk_create(batch)
+
+
+def take_numbers(run_id: int, count: int) -> int:
+    """Allocate `count` sequence numbers of run `run_id`; returns the last one. Holds the run's
+    sequence row until commit (one statement: an UPDATE … RETURNING, PostgreSQL and SQLite alike)."""
+    table = EventSequence._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq", [count, run_id]
+        )
+        row = cursor.fetchone()
+    if row is None:  # a run made before sequences had rows of their own
+        EventSequence.objects.get_or_create(run_id=run_id)
+        return take_numbers(run_id, count)
+    return int(row[0])
+
+
+def latest_seq(run_id: int) -> int | None:
+    """The number of the run's last committed event (None for an unknown run)."""
+    return EventSequence.objects.filter(run_id=run_id).values_list("last_seq", flat=True).first()
 
 
 # False in a worker process whose channel layer is in-process (the embedded default): its
@@ -77,16 +158,39 @@ doorbell_reaches_viewers = True
 def silence_doorbell_if_unreachable() -> None:
     """Called in each worker process: skip doorbells that an in-process channel layer cannot carry."""
     global doorbell_reaches_viewers
+    doorbell_reaches_viewers = layer_reaches_viewers()
+
+
+def layer_reaches_viewers() -> bool:
+    """Whether this process's channel layer reaches daphne's consumers (not the in-memory layer)."""
     from django.conf import settings
 
     backend = str(settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", ""))
-    doorbell_reaches_viewers = not backend.endswith("InMemoryChannelLayer")
+    return not backend.endswith("InMemoryChannelLayer")
+
+
+# Who rings doorbells in this process, when not `send_doorbell` (a worker process's agent host sends
+# them from its event loop, coalesced: see orchestrator/engine/host.py).
+_doorbell_override: Callable[[int, int], None] | None = None
+
+
+def set_doorbell(sender: Callable[[int, int], None] | None) -> None:
+    global _doorbell_override
+    _doorbell_override = sender
 
 
 def ring_doorbell(run_id: int, seq: int) -> None:
     """Tell live viewers of a run that event `seq` exists. Losing this message loses nothing."""
     if not doorbell_reaches_viewers:
         return
+    if _doorbell_override is not None:
+        _doorbell_override(run_id, seq)
+        return
+    send_doorbell(run_id, seq)
+
+
+def send_doorbell(run_id: int, seq: int) -> None:
+    """Send the doorbell through the channel layer from synchronous code."""
     try:
         from asgiref.sync import async_to_sync
         from channels.layers import get_channel_layer

@@ -37,6 +37,11 @@ class Agent(models.Model):
     )
     max_retries = models.PositiveIntegerField(default=3, validators=[MaxValueValidator(20)])
     max_output_tokens = models.PositiveIntegerField(default=1024, validators=[MinValueValidator(1)])
+    # Model calls one attempt may make when the agent uses tools (each answer to tool results is
+    # one more call); the agent loop stops there (orchestrator/engine/agent_loop.py).
+    max_steps = models.PositiveIntegerField(
+        default=8, validators=[MinValueValidator(1), MaxValueValidator(100)], help_text="Model calls per attempt"
+    )
     # Provider-specific knobs, e.g. for the simulated provider:
     # {"latency": {"dist": "lognormal", "median_s": 1.0, "sigma": 0.5}, "failure_rate": 0.0, "seed": 7}
     provider_options = models.JSONField(default=dict, blank=True)
@@ -112,6 +117,10 @@ class Plan(models.Model):
     source = models.CharField(max_length=10, choices=Source.choices, default=Source.FILE)
     source_name = models.CharField(max_length=255, blank=True, help_text="File name or planner model")
     document = models.TextField(blank=True, help_text="The plan document as submitted")
+    # SHA-256 of the document and its goal when the plan was saved from a document: the same
+    # document submitted again is this plan, not a copy (plans.storage). Empty for a plan that
+    # was edited after it was saved (an approver's copy), which no document describes.
+    content_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -128,6 +137,11 @@ class Subtask(models.Model):
         BEFORE = "before"
         AFTER = "after"
 
+    class Inputs(models.TextChoices):
+        DEFAULT = "", "default (summaries; full outputs for a fan-in)"
+        SUMMARIES = "summaries"
+        FULL = "full"
+
     plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="subtasks")
     key = models.CharField(max_length=100)
     title = models.CharField(max_length=200)
@@ -140,6 +154,9 @@ class Subtask(models.Model):
     estimated_input_tokens = models.PositiveIntegerField(default=0)
     estimated_output_tokens = models.PositiveIntegerField(default=0)
     position = models.PositiveIntegerField(default=0)
+    # What the subtask receives from its upstreams (orchestrator/engine/context.py): "summaries",
+    # "full" outputs, or "" for the default (summaries; full outputs for a fan-in task).
+    inputs = models.CharField(max_length=10, choices=Inputs.choices, blank=True, default="")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["plan", "key"], name="unique_subtask_key_in_plan")]
@@ -234,9 +251,11 @@ class Run(models.Model):
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     # Worst-case cost of attempts in flight; admission keeps cost + reserved within budget.
     reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    # The pre-flight estimate the run was launched with (engine/estimates.py), to set against
+    # what it cost in the end.
+    estimate_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     peak_running = models.PositiveIntegerField(default=0)
     summary = models.TextField(blank=True, help_text="How the run ended, in words")
-    last_event_seq = models.PositiveBigIntegerField(default=0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -251,6 +270,26 @@ class Run(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in self.FINISHED
+
+    @property
+    def last_event_seq(self) -> int:
+        """The number of the run's last event (its EventSequence row; see orchestrator/events.py)."""
+        try:
+            return self.event_sequence.last_seq
+        except EventSequence.DoesNotExist:
+            return 0
+
+
+class EventSequence(models.Model):
+    """The numbers of one run's events, kept apart from the run row (orchestrator/events.py): the
+    scheduler holds the run row for a whole scheduling step, this row is held only from a
+    transaction's last statement to its commit."""
+
+    run = models.OneToOneField(Run, primary_key=True, on_delete=models.CASCADE, related_name="event_sequence")
+    last_seq = models.PositiveBigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.run_id}: {self.last_seq}"
 
 
 class TaskRun(models.Model):
@@ -287,6 +326,9 @@ class TaskRun(models.Model):
     # Longest remaining path to the end of the DAG (estimated seconds): critical path first.
     rank = models.FloatField(default=0.0)
     progress = models.PositiveSmallIntegerField(default=0)
+    # When a running attempt last saved its progress and output (every few seconds, and at the
+    # end): what the live view polls where the workers' live messages cannot reach it.
+    progress_at = models.DateTimeField(null=True, blank=True)
     output = models.TextField(blank=True)
     summary = models.TextField(blank=True)
     error = models.TextField(blank=True)
@@ -338,6 +380,7 @@ class Attempt(models.Model):
         TIMED_OUT = "timed_out"
         LOST = "lost"  # lease expired: the worker died or stalled
         CANCELLED = "cancelled"
+        HANDED_BACK = "handed_back"  # its worker stopped (graceful shutdown); the task was ready again at once
 
     task_run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempts")
     number = models.PositiveIntegerField()
@@ -353,9 +396,21 @@ class Attempt(models.Model):
     cache_creation_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
+    # What admission took from the provider's per-minute token budgets for this attempt, and the
+    # minute window it took them from: corrected to the real usage when the attempt ends, as the
+    # provider itself does (DESIGN §9). Null window: nothing was taken.
+    reserved_input_tokens = models.PositiveIntegerField(default=0)
+    reserved_output_tokens = models.PositiveIntegerField(default=0)
+    rate_window = models.BigIntegerField(null=True, blank=True)
     error = models.TextField(blank=True)
     # Set when a result arrived after the attempt lost its lease: kept, never applied.
     late_result_discarded = models.BooleanField(default=False)
+    # Exactly what was sent to the provider (engine/attempt_requests.py): provider, model,
+    # max_tokens, timeout, system prompt and the prompt with its upstream summaries.
+    request = models.JSONField(default=dict, blank=True)
+    # The output this attempt produced, kept here when its task is re-run (engine/reruns.py) so
+    # that a re-run never loses an earlier answer; the task's current output is on the TaskRun.
+    output = models.TextField(blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task_run", "number"], name="unique_attempt_number")]
@@ -366,12 +421,14 @@ class Attempt(models.Model):
 
 
 class Checkpoint(models.Model):
-    """A human decision point: the plan, a gate before a subtask, a review after it."""
+    """A human decision point: the plan, a gate before a subtask, a review after it, or one call
+    of a tool granted with approval (engine/tool_approvals.py)."""
 
     class Kind(models.TextChoices):
         PLAN = "plan"
         BEFORE = "before"
         AFTER = "after"
+        TOOL = "tool", "Tool call"
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -386,10 +443,31 @@ class Checkpoint(models.Model):
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = models.TextField(blank=True)
+    # Plan checkpoints: the version (plans.plan_version) of the plan under review, moved on by
+    # every edit; once decided, the version that was approved or rejected.
+    plan_version = models.CharField(max_length=64, blank=True, default="")
+    # Tool checkpoints: the attempt whose call waits, the model's id of the call, and what it asks
+    # (agent, server, tool, the model's name of it, arguments capped: agent_loop.capped_arguments).
+    attempt = models.ForeignKey(
+        "Attempt", null=True, blank=True, on_delete=models.CASCADE, related_name="tool_checkpoints"
+    )
+    call_id = models.CharField(max_length=128, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["task_run", "kind"], name="unique_checkpoint_per_task_kind"),
+            # A task has one plan, gate or review checkpoint of each kind; tool checkpoints are one
+            # per call of an attempt (a task may ask approval for many calls).
+            models.UniqueConstraint(
+                fields=["task_run", "kind"],
+                condition=~models.Q(kind="tool"),
+                name="unique_checkpoint_per_task_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["attempt", "call_id"],
+                condition=models.Q(kind="tool"),
+                name="unique_tool_checkpoint_per_call",
+            ),
         ]
         ordering = ["created_at"]
         permissions = [("decide_checkpoint", "Can approve or reject checkpoints")]
@@ -488,3 +566,98 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+# --- Tools (DESIGN §10) ----------------------------------------------------------------------------
+
+
+class ToolServer(models.Model):
+    """An MCP tool server in the registry: how to reach it and the tools it offers.
+
+    stdio: ``command`` and ``args`` start it as a child process that receives only the
+    environment declared here (``env_sealed``: NAME=VALUE pairs encrypted at rest, see
+    orchestrator/governance/secrets.py; ``env_names`` lists the names, which are all that is ever
+    shown). Streamable HTTP: ``url``, and ``headers`` as {header name: environment variable name}:
+    the values are read from the worker's environment when connecting, never stored.
+    Changed only through orchestrator/governance/tool_registry.py, which audits every change.
+    """
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio"
+        HTTP = "http", "streamable HTTP"
+
+    class Status(models.TextChoices):
+        READY = "ready"  # its tools were discovered at the last registration or refresh
+        UNREACHABLE = "unreachable"  # the last refresh could not start it or speak MCP with it
+
+    name = models.SlugField(max_length=64, unique=True)
+    transport = models.CharField(max_length=10, choices=Transport.choices)
+    command = models.CharField(max_length=500, blank=True)
+    args = models.JSONField(default=list, blank=True)
+    env_names = models.JSONField(default=list, blank=True, help_text="Names of the declared environment variables")
+    env_sealed = models.TextField(blank=True, editable=False, help_text="The declared environment, encrypted")
+    url = models.URLField(max_length=500, blank=True)
+    headers = models.JSONField(default=dict, blank=True, help_text="{header: environment variable holding its value}")
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.READY)
+    status_message = models.CharField(max_length=500, blank=True)
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def endpoint(self) -> str:
+        """What it runs or where it listens, without secrets: the command line, or the URL."""
+        if self.transport == self.Transport.HTTP:
+            return self.url
+        return " ".join([self.command, *(str(arg) for arg in self.args or [])])
+
+
+class Tool(models.Model):
+    """One tool a server offered when it was last discovered (MCP tools/list)."""
+
+    server = models.ForeignKey(ToolServer, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["server", "name"], name="unique_tool_per_server")]
+        ordering = ["server", "name"]
+
+    def __str__(self) -> str:
+        return f"{self.server.name}:{self.name}"
+
+
+class ToolGrant(models.Model):
+    """An agent may use a whole server (``tool`` empty) or one of its tools.
+
+    A grant names the tool rather than pointing at the Tool row, so that a refresh that no
+    longer finds a tool does not silently delete who was allowed to use it. With
+    ``requires_approval`` each call waits for a person's decision.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tool_grants")
+    server = models.ForeignKey(ToolServer, on_delete=models.CASCADE, related_name="grants")
+    tool = models.CharField(max_length=128, blank=True, help_text="Empty: every tool of the server")
+    requires_approval = models.BooleanField(default=False)
+    granted_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    granted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "server", "tool"], name="unique_tool_grant")]
+        ordering = ["agent", "server", "tool"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} → {self.target}"
+
+    @property
+    def target(self) -> str:
+        """SERVER or SERVER:TOOL, as the commands write it."""
+        return f"{self.server.name}:{self.tool}" if self.tool else self.server.name

@@ -18,8 +18,15 @@ Where the counters live (``settings.GLASSBOX_RATE_LIMIT_STORAGE``):
   ``RateCounter`` table. It is correct across processes: SQLite serialises writers (immediate
   transactions), PostgreSQL locks the counter row during the conditional UPDATE. Called inside
   an outer transaction (a scheduler step), the taking commits or rolls back with it.
-* ``"redis"`` (production): `limits`' own Redis storage on ``settings.REDIS_URL``, keys under
-  ``settings.REDIS_PREFIX``. Redis changes are not transactional with the database.
+* ``"redis"`` (production): :class:`AlignedRedisStorage`, `limits`' Redis storage on
+  ``settings.REDIS_URL`` (keys under ``settings.REDIS_PREFIX``) with its sliding window aligned
+  on the clock exactly as the database's, so both profiles admit by the same rule. Redis changes
+  are not transactional with the database.
+
+Taking is not the last word (DESIGN §9): a provider counts output tokens from ``max_tokens`` when a
+request starts and corrects them to the real count when it ends, and so do we. :func:`reserve`
+says which minute window it took from, and :func:`correct` later gives back (or adds) the
+difference to that same window, so the budget frees as soon as an answer turns out shorter.
 """
 
 from __future__ import annotations
@@ -28,12 +35,14 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from typing import cast
+from dataclasses import dataclass
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.db import DatabaseError, transaction
-from django.db.models import F
+from django.db.models import F, Value
+from django.db.models.functions import Greatest
 from limits import RateLimitItemPerMinute
 from limits.storage import RedisStorage, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
@@ -130,7 +139,9 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
 
     # --- sliding window counter -------------------------------------------------------------
 
-    def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+    def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: int, amount: int = 1, now: float | None = None
+    ) -> bool:
         """Take ``amount`` if the weighted count of the two windows leaves room, else nothing.
 
         The room check and the increment are one conditional UPDATE of the current window's
@@ -138,7 +149,7 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
         """
         if amount > limit:
             return False
-        now = self.clock()
+        now = self.clock() if now is None else now
         previous_key, current_key = self.sliding_window_keys(key, expiry, now)
         with transaction.atomic():
             self._ensure_window_row(current_key, expires_at=self._window_end(expiry, now) + expiry, now=now)
@@ -167,6 +178,11 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
         previous_key, current_key = self.sliding_window_keys(key, expiry, self.clock())
         RateCounter.objects.filter(key__in=[previous_key, current_key]).delete()
 
+    def adjust_window(self, key: str, window: int, delta: int) -> None:
+        """Add ``delta`` (negative: give back) to the count of minute ``window`` of ``key``, never
+        below zero; nothing when that window is gone."""
+        RateCounter.objects.filter(key=f"{key}/{window}").update(count=Greatest(F("count") + delta, Value(0)))
+
     # --- helpers ----------------------------------------------------------------------------
 
     @staticmethod
@@ -185,6 +201,89 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
 
     def _previous_ttl(self, previous_count: int, expiry: int, now: float) -> float:
         return self._window_end(expiry, now) - now if previous_count else 0.0
+
+
+# The aligned sliding window in Redis: the same rule as DatabaseStorage.acquire_sliding_window_entry,
+# as one script (KEYS: previous window, current window; ARGV: limit, amount, the previous window's
+# weight in thousandths, the current window's lifetime in ms).
+_ACQUIRE_ALIGNED = """
+local limit = tonumber(ARGV[1])
+local amount = tonumber(ARGV[2])
+local previous = tonumber(redis.call('get', KEYS[1]) or '0')
+local current = tonumber(redis.call('get', KEYS[2]) or '0')
+if math.floor(previous * tonumber(ARGV[3]) / 1000) + current + amount > limit then
+    return 0
+end
+redis.call('incrby', KEYS[2], amount)
+redis.call('pexpire', KEYS[2], tonumber(ARGV[4]))
+return 1
+"""
+_ADJUST_ALIGNED = """
+local current = redis.call('get', KEYS[1])
+if not current then
+    return 0
+end
+local value = tonumber(current) + tonumber(ARGV[1])
+if value < 0 then
+    value = 0
+end
+redis.call('set', KEYS[1], value, 'KEEPTTL')
+return 1
+"""
+
+
+class AlignedRedisStorage(RedisStorage, TimestampedSlidingWindow):
+    """`limits`' Redis storage whose sliding-window counter has minute windows aligned on the
+    clock (``<key>/<window number>``), like :class:`DatabaseStorage`.
+
+    `limits`' own Redis script starts a key's window at its first taking and shifts it relative to
+    that, which admits a burst earlier than the database's rule (docs/benchmarks.md measured it)
+    and leaves no way to tell later which window an amount was taken from. Aligned windows make
+    both storages admit by one rule and let :func:`correct` find the window to adjust.
+    """
+
+    STORAGE_SCHEME = ["glassbox+redis"]
+
+    def __init__(self, uri: str, **options) -> None:
+        super().__init__(uri, **options)
+        self.clock = time.time
+        connection = self.client
+        self._acquire = connection.register_script(_ACQUIRE_ALIGNED)
+        self._adjust = connection.register_script(_ADJUST_ALIGNED)
+
+    def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: int, amount: int = 1, now: float | None = None
+    ) -> bool:
+        if amount > limit:
+            return False
+        now = self.clock() if now is None else now
+        previous_key, current_key = self.sliding_window_keys(key, expiry, now)
+        window_end = (math.floor(now / expiry) + 1) * expiry
+        weight = round(1000 * (window_end - now) / expiry)
+        lifetime_ms = math.ceil((window_end - now + expiry) * 1000)
+        keys = [self.prefixed_key(previous_key), self.prefixed_key(current_key)]
+        return bool(self._acquire(keys, [limit, amount, weight, lifetime_ms]))
+
+    def get_sliding_window(self, key: str, expiry: int) -> SlidingWindow:
+        now = self.clock()
+        previous_key, current_key = self.sliding_window_keys(key, expiry, now)
+        previous, current = self.client.mget([self.prefixed_key(previous_key), self.prefixed_key(current_key)])
+        previous_count, current_count = int(previous or 0), int(current or 0)
+        window_end = (math.floor(now / expiry) + 1) * expiry
+        previous_ttl = window_end - now if previous_count else 0.0
+        return previous_count, previous_ttl, current_count, window_end - now + expiry
+
+    def clear_sliding_window(self, key: str, expiry: int) -> None:
+        previous_key, current_key = self.sliding_window_keys(key, expiry, self.clock())
+        self.client.delete(self.prefixed_key(previous_key), self.prefixed_key(current_key))
+
+    def adjust_window(self, key: str, window: int, delta: int) -> None:
+        self._adjust([self.prefixed_key(f"{key}/{window}")], [delta])
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (`limits` types it as a narrower protocol)."""
+        return self.get_connection()
 
 
 class _PerMinuteBudget(RateLimitItemPerMinute):
@@ -211,7 +310,7 @@ def _build_storage(kind: str, redis_url: str, redis_prefix: str) -> Storage:
     if kind == "redis":
         if not redis_url:
             raise ImproperlyConfigured("GLASSBOX_RATE_LIMIT_STORAGE is 'redis' but REDIS_URL is not set.")
-        return RedisStorage(redis_url, key_prefix=f"{redis_prefix}:ratelimit")
+        return AlignedRedisStorage(redis_url, key_prefix=f"{redis_prefix}:ratelimit")
     raise ImproperlyConfigured(f"GLASSBOX_RATE_LIMIT_STORAGE must be 'database' or 'redis', not {kind!r}.")
 
 
@@ -256,6 +355,40 @@ def _sliding_windows(limiter) -> SlidingWindowCounterSupport:
     return cast(SlidingWindowCounterSupport, limiter.storage)
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """What :func:`reserve` did: ``wait_s`` 0.0 when it took the units (from minute ``window``),
+    otherwise the seconds until enough of the budget is free (nothing taken)."""
+
+    wait_s: float
+    window: int | None = None
+    taken: int = 0
+
+    @property
+    def granted(self) -> bool:
+        return self.wait_s == 0.0
+
+
+def reserve(key: str, amount: int, per_minute: int, *, at: float | None = None) -> Reservation:
+    """Take ``amount`` units from the per-minute budget ``key`` if they fit (see :func:`acquire`),
+    saying which minute window they were taken from, for :func:`correct`. ``at``: the moment of the
+    taking (default now), so that several budgets taken together fall in one window."""
+    _check_key(key)
+    _check_budget(per_minute)
+    if amount < 0:
+        raise ValueError(f"Cannot acquire a negative amount ({amount}).")
+    if amount == 0:
+        return Reservation(0.0)
+    charged = min(amount, per_minute)
+    item = _PerMinuteBudget(per_minute)
+    storage = cast(DatabaseStorage | AlignedRedisStorage, get_storage())
+    now = storage.clock() if at is None else at
+    if storage.acquire_sliding_window_entry(item.key_for(key), item.amount, item.get_expiry(), charged, now=now):
+        return Reservation(0.0, window=int(now // item.get_expiry()), taken=charged)
+    window = _sliding_windows(_limiter()).get_sliding_window(key, item.get_expiry())
+    return Reservation(max(MIN_WAIT_S, seconds_until_free(window, per_minute, charged, item.get_expiry())))
+
+
 def acquire(key: str, amount: int, per_minute: int) -> float:
     """Take ``amount`` units from the per-minute budget ``key`` if they fit.
 
@@ -268,19 +401,16 @@ def acquire(key: str, amount: int, per_minute: int) -> float:
     it, which keeps everyone else out for about a minute. It cannot deadlock, but steady
     traffic on the key can keep it waiting: size requests within the budget.
     """
+    return reserve(key, amount, per_minute).wait_s
+
+
+def correct(key: str, window: int, delta: int) -> None:
+    """Add ``delta`` units to what minute ``window`` of budget ``key`` holds (negative: give back
+    what a request reserved and did not use). Never below zero; nothing once the window is gone,
+    since it no longer counts."""
     _check_key(key)
-    _check_budget(per_minute)
-    if amount < 0:
-        raise ValueError(f"Cannot acquire a negative amount ({amount}).")
-    if amount == 0:
-        return 0.0
-    charged = min(amount, per_minute)
-    item = _PerMinuteBudget(per_minute)
-    limiter = _limiter()
-    if limiter.hit(item, key, cost=charged):
-        return 0.0
-    window = _sliding_windows(limiter).get_sliding_window(key, item.get_expiry())
-    return max(MIN_WAIT_S, seconds_until_free(window, per_minute, charged, item.get_expiry()))
+    if delta:
+        cast(DatabaseStorage | AlignedRedisStorage, get_storage()).adjust_window(key, window, delta)
 
 
 def peek(key: str, per_minute: int) -> tuple[int, float]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from orchestrator.engine import execution, reaper, scheduler
+from orchestrator.engine import host, reaper, scheduler
 
 
 def execute_attempt(attempt_id: int) -> str:
-    return execution.execute_attempt(attempt_id)
+    """Hand the attempt to this worker process's agent host; returns once the host accepted it
+    (blocking while the host is full). The attempt runs on in the host (orchestrator/engine/host.py)."""
+    return host.submit(attempt_id)
 
 
 def advance(run_id: int) -> None:

@@ -23,6 +23,50 @@ def fast_latency(seconds: float = 0.2) -> dict:
     return {"latency": {"dist": "fixed", "seconds": seconds}}
 
 
+class NoHost:
+    """Where `run_attempt` keeps the attempt it runs: nowhere (no heartbeat, no live progress)."""
+
+    def track(self, attempt) -> None:
+        pass
+
+    def untrack(self, attempt) -> None:
+        pass
+
+
+def run_attempt(attempt_id: int) -> str:
+    """Run one queued attempt in this process, as a worker's agent host runs it (claim, stream,
+    record its end, advance its run), without the host's chaining or heartbeat. Returns the
+    outcome in words."""
+    from orchestrator import db_threads
+    from orchestrator.engine import agent_runner, execution, scheduler
+
+    outcome, claim = db_threads.run_sync(
+        lambda: agent_runner.run_attempt(NoHost(), attempt_id, execution.worker_name())
+    )
+    if claim is not None:
+        scheduler.advance(claim.task.run_id)
+    return outcome
+
+
+def collect(stream, limit: int | None = None) -> list:
+    """The items of a provider's async stream, to its end (or its first `limit` items), on an event
+    loop of its own; an exception the stream raises is raised here."""
+    from orchestrator import db_threads
+
+    async def items() -> list:
+        out = []
+        try:
+            async for item in stream:
+                out.append(item)
+                if limit is not None and len(out) >= limit:
+                    break
+        finally:
+            await stream.aclose()
+        return out
+
+    return db_threads.run_sync(items)
+
+
 @pytest.fixture
 def make_agent(db):
     def make(name: str = "researcher", **fields) -> Agent:
@@ -66,6 +110,32 @@ def make_plan(db):
         return plans.save_plan(spec, source=Plan.Source.MANUAL)
 
     return make
+
+
+@pytest.fixture
+def artifacts_dir(tmp_path, settings) -> Path:
+    """The runs' working directories (and kept tool results) under this test's own folder."""
+    settings.GLASSBOX_ARTIFACTS_DIR = tmp_path / "artifacts"
+    return settings.GLASSBOX_ARTIFACTS_DIR
+
+
+@pytest.fixture
+def no_broker(monkeypatch):
+    """Admitted attempts are not handed to any broker: a test runs them itself with `run_here`."""
+    from orchestrator.engine import scheduler
+
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+
+
+def run_here(run: Run) -> Run:
+    """Run every queued attempt of `run` in this process (no qcluster) until none is queued:
+    the engine's own execution path, so every state comes from its transitions."""
+    from orchestrator.models import Attempt
+
+    while attempt := Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).first():
+        run_attempt(attempt.pk)
+    run.refresh_from_db()
+    return run
 
 
 def child_database_url() -> str:
@@ -174,6 +244,21 @@ def wait_until(predicate, timeout: float = 30, message: str = "condition") -> No
             return
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout} s waiting for {message}")
+
+
+@pytest.fixture(autouse=True)
+def fresh_channel_layer():
+    """A new channel layer object for each test.
+
+    channels_redis keeps its receive state (a lock, buffers, a count of receivers) on the layer
+    object, bound to the event loop that last received; daphne has one loop, but tests run each
+    scenario in a loop of its own, and a layer carried over from another test's loop could leave
+    a receive that never ends.
+    """
+    yield
+    from channels.layers import channel_layers
+
+    channel_layers.backends.clear()
 
 
 # --- The production profile (`make test-services`): PostgreSQL and Redis --------------------------
@@ -302,7 +387,12 @@ def ensure_roles() -> None:
 
     from django.contrib.auth.models import Group, Permission
 
-    roles = importlib.import_module("orchestrator.migrations.0006_roles").ROLES
+    roles = {
+        name: list(codenames)
+        for name, codenames in importlib.import_module("orchestrator.migrations.0006_roles").ROLES.items()
+    }
+    for name, more in importlib.import_module("orchestrator.migrations.0012_tools_registry").ROLE_ADDITIONS.items():
+        roles[name] += more
     for name, codenames in roles.items():
         group, created = Group.objects.get_or_create(name=name)
         if created or not group.permissions.exists():

@@ -24,8 +24,15 @@ LAYERS: list[tuple[str, ...]] = [
     ("orchestrator.governance",),
     ("orchestrator.readmodels",),
     ("orchestrator.plans",),
-    ("orchestrator.providers",),
-    ("orchestrator.models", "orchestrator.events", "orchestrator.ratelimit", "orchestrator.migrations"),
+    ("orchestrator.providers", "orchestrator.tools"),
+    (
+        "orchestrator.models",
+        "orchestrator.events",
+        "orchestrator.ratelimit",
+        "orchestrator.db_threads",
+        "orchestrator.wording",
+        "orchestrator.migrations",
+    ),
 ]
 # glassbox.env is read by settings before Django starts: a leaf that everything may use.
 SHARED_LEAVES = ("glassbox.env", "glassbox.settings")

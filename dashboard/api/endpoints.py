@@ -2,21 +2,24 @@
 
 Runs (launch from a plan document or a saved plan; list; detail with tasks and totals; pause,
 resume, cancel), tasks (retry, skip), checkpoints (list; approve; reject with a comment),
-a run's events (`?after=SEQ`, in pages) and agents (list). The permission is checked before
+a run's events (`?after=SEQ`, in pages) and agents (list, add, change). The permission is checked before
 anything is looked up, so that an outsider learns nothing, not even whether an id exists.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from django.contrib.auth import get_user_model
 from ninja import Path, Query, Router, Status
+from ninja.errors import ValidationError
 
 from dashboard.permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN
 from orchestrator.engine import runs
 from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
+from orchestrator.governance import registry
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
 from orchestrator.readmodels.records import (
     AgentRecord,
@@ -29,17 +32,19 @@ from orchestrator.readmodels.records import (
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
 
 from .auth import require
-from .errors import ApiError, not_found
+from .errors import ApiError, detail, not_found
 from .schemas import (
     MAX_ID,
     MAX_OFFSET,
+    AgentChangeIn,
+    AgentCreateIn,
     AgentPage,
     AgentProvider,
     AgentStatus,
+    ApproveIn,
     CheckpointPage,
     CheckpointStatus,
     CheckpointWithRun,
-    CommentIn,
     ErrorOut,
     EventPage,
     RejectIn,
@@ -51,12 +56,17 @@ from .schemas import (
 )
 
 VIEW_AGENT = "orchestrator.view_agent"
+ADD_AGENT = "orchestrator.add_agent"
+CHANGE_AGENT = "orchestrator.change_agent"
 VIEW_CHECKPOINT = "orchestrator.view_checkpoint"
 
 PathId = Annotated[int, Path(ge=1, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=200, description="Items per page")]
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Items to skip")]
-Username = Annotated[str | None, Query(max_length=150, pattern=r"^[\w.@+-]+$", description="Launched by (username)")]
+# ASCII letters and digits, as the schema's (ECMAScript) pattern reads `\w`; Python's would also take é.
+Username = Annotated[
+    str | None, Query(max_length=150, pattern=r"^[A-Za-z0-9_.@+-]+$", description="Launched by (username)")
+]
 
 # Every answer an endpoint can give besides its success, in the one error shape.
 READ_ERRORS = {401: ErrorOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}
@@ -220,10 +230,29 @@ def retry_task(request, task_id: PathId):
     return _task_out(runs.retry_task(_task(task_id), user=user))
 
 
+def optional_body(request, body):
+    """An optional body, or None when there is none. A body that is not a JSON object is refused:
+    django-ninja would quietly read `"garbage"` or `[null, null]` as an empty object."""
+    raw = request.body.strip()
+    if not raw:
+        return None
+    try:
+        parsed = json.loads(raw)
+        if parsed is None:  # the schema allows null for no body
+            return None
+        is_object = isinstance(parsed, dict)
+    except ValueError:
+        is_object = False
+    if not is_object:
+        raise ValidationError([{"loc": ("body",), "msg": "must be a JSON object, or no body at all"}])
+    return body
+
+
 @router.post("/tasks/{task_id}/skip", response={200: TaskRunRecord, **WRITE_ERRORS}, tags=["tasks"])
 def skip_task(request, task_id: PathId, body: SkipIn | None = None):
     """Skip a task: downstream tasks go on without it. The body (a reason) is optional."""
     user = require(request, CONTROL_RUN)
+    body = optional_body(request, body)
     reason = body.reason.strip() if body is not None else ""
     return _task_out(runs.skip_task(_task(task_id), user=user, reason=reason))
 
@@ -249,10 +278,12 @@ def list_checkpoints(
     return page(queryset, CheckpointWithRun.of, limit, offset)
 
 
-def _decide(request, checkpoint_id: int, *, approve: bool, comment: str) -> CheckpointRecord:
+def _decide(
+    request, checkpoint_id: int, *, approve: bool, comment: str, plan_version: str | None = None
+) -> CheckpointRecord:
     user = require(request, DECIDE_CHECKPOINT)
     checkpoint = _get(Checkpoint.objects.all(), checkpoint_id, "checkpoint")
-    decided = runs.decide(checkpoint, approve=approve, user=user, comment=comment)
+    decided = runs.decide(checkpoint, approve=approve, user=user, comment=comment, plan_version=plan_version)
     decided = Checkpoint.objects.select_related("task_run__subtask", "decided_by").get(pk=decided.pk)
     return CheckpointRecord.of(decided)
 
@@ -260,13 +291,21 @@ def _decide(request, checkpoint_id: int, *, approve: bool, comment: str) -> Chec
 @router.post(
     "/checkpoints/{checkpoint_id}/approve", response={200: CheckpointRecord, **WRITE_ERRORS}, tags=["checkpoints"]
 )
-def approve_checkpoint(request, checkpoint_id: PathId, body: CommentIn | None = None):
+def approve_checkpoint(request, checkpoint_id: PathId, body: ApproveIn | None = None):
     """Approve a pending checkpoint (the plan, a gate before a task, a review after it).
 
-    The body (a comment) is optional. With separation of duties on, the person who launched a
-    run cannot approve its plan (409).
+    The body (a comment, and for the plan the version reviewed) is optional. With separation of
+    duties on, the person who launched a run cannot approve its plan (409); an approval of a plan
+    version that was edited since is refused too (409).
     """
-    return _decide(request, checkpoint_id, approve=True, comment=body.comment if body is not None else "")
+    body = optional_body(request, body)
+    return _decide(
+        request,
+        checkpoint_id,
+        approve=True,
+        comment=body.comment if body is not None else "",
+        plan_version=body.plan_version if body is not None else None,
+    )
 
 
 @router.post(
@@ -296,6 +335,41 @@ def list_agents(
     if provider:
         queryset = queryset.filter(provider=provider)
     return page(queryset, AgentRecord.of, limit, offset)
+
+
+def _save_agent(agent: Agent, body, user) -> AgentRecord:
+    for field, value in body.model_dump(exclude_unset=True, exclude={"name"}).items():
+        if value is not None:
+            setattr(agent, field, value)
+    try:
+        registry.save_agent(agent, user=user)
+    except registry.InvalidAgent as invalid:
+        details = [
+            detail("agent", problem, field) for field, problems in invalid.problems.items() for problem in problems
+        ]
+        raise ApiError(422, "invalid_agent", f"agent {agent.name!r} not saved: {invalid}", details) from None
+    return AgentRecord.of(agent)
+
+
+@router.post("/agents", response={201: AgentRecord, **WRITE_ERRORS}, tags=["agents"])
+def create_agent(request, body: AgentCreateIn):
+    """Add an agent to the registry; its settings and provider options are checked, every problem named."""
+    user = require(request, ADD_AGENT)
+    if Agent.objects.filter(name=body.name).exists():
+        raise ApiError(
+            409, "agent_exists", f"an agent named {body.name!r} exists: change it with PATCH /api/agents/{body.name}"
+        )
+    return Status(201, _save_agent(Agent(name=body.name), body, user))
+
+
+@router.patch("/agents/{name}", response={200: AgentRecord, **WRITE_ERRORS}, tags=["agents"])
+def change_agent(request, name: Annotated[str, Path(max_length=64)], body: AgentChangeIn):
+    """Change an agent's settings (fields left out keep their value); checked as in the admin."""
+    user = require(request, CHANGE_AGENT)
+    agent = Agent.objects.filter(name=name).first()
+    if agent is None:
+        raise ApiError(404, "not_found", f"no agent named {name!r}")
+    return _save_agent(agent, body, user)
 
 
 # --- Anything else under /api/ -------------------------------------------------------------------

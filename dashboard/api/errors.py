@@ -19,6 +19,7 @@ from ninja.errors import AuthenticationError, HttpError, ValidationError
 
 from orchestrator import plans
 from orchestrator.engine import runs
+from orchestrator.governance import tokens
 from orchestrator.governance.audit import record_denial
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,14 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(AuthenticationError)
     def not_authenticated(request, exc):
-        _audit_denial(request, "authentication")
+        header = request.headers.get("Authorization", "")
+        bearer = header[7:].strip() if header[:7].lower() == "bearer " else ""
+        record_denial(
+            _caller(request),
+            "authentication",
+            action=f"{request.method} {request.path}",
+            caller=tokens.describe_refused(bearer),
+        )
         return respond(
             api,
             request,

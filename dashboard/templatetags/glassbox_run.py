@@ -5,10 +5,13 @@ Durations, token counts and money are glassbox_format's filters (dashboard/forma
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime
 
 from django import template
 
+from orchestrator.engine import tool_approvals
 from orchestrator.readmodels.log import describe_event
 from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
@@ -21,6 +24,18 @@ register = template.Library()
 def markdown(text):
     """Agent output rendered as sanitised HTML (see dashboard/markdown.py)."""
     return render_markdown(text)
+
+
+@register.filter
+def tool_call(checkpoint) -> str:
+    """A tool checkpoint in words: "coder wants to call workspace:write_file"."""
+    return tool_approvals.describe(checkpoint)
+
+
+@register.filter
+def tool_arguments(checkpoint) -> str:
+    """A tool checkpoint's arguments as indented JSON."""
+    return tool_approvals.arguments_json(checkpoint)
 
 
 @register.filter
@@ -65,3 +80,19 @@ def task_state(task) -> str:
 @register.filter
 def task_state_label(task) -> str:
     return STATE_LABELS.get(task_state(task), task.state)
+
+
+@register.filter
+def json_text(value) -> str:
+    """A value as compact JSON text (escaped by the template like any text)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+_MARKDOWN_MARKS = re.compile(r"(?<!\w)[#*_`>]+|[*_`]+(?!\w)")
+
+
+@register.filter
+def plain_text(text: str) -> str:
+    """Markdown read as plain text (a summary joins an output's words on one line, so its marks
+    would show): emphasis, heading and code marks dropped, whitespace folded."""
+    return " ".join(_MARKDOWN_MARKS.sub("", text or "").split())

@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from orchestrator.engine import runs
+from orchestrator.engine import approvers, runs, tool_approvals
 from orchestrator.models import Checkpoint, Run, TaskRun
 
 from ..formatting import format_duration
 from ..forms import DecisionForm
-from ..permissions import DECIDE_CHECKPOINT, permission_required
+from ..permissions import DECIDE_CHECKPOINT, VIEW_RUN, permission_required
 from .runs import run_url
 
-EXCERPT_CHARS = 600
+# The inbox shows what a decision is about as sanitised Markdown, up to this much of it (cut at a
+# paragraph); the whole text is on the run page.
+EXCERPT_CHARS = 6000
 
 
 def pending_checkpoints():
@@ -44,14 +45,21 @@ class Approval:
     checkpoint: Checkpoint
     waited: str
     run_url: str
-    # Separation of duties: the user launched this run, so they may reject its plan, not approve it.
-    approve_blocked: bool = False
+    # Separation of duties: why this user may reject the plan but not approve it ("" when they may).
+    blocked_reason: str = ""
+
+    @property
+    def approve_blocked(self) -> bool:
+        return bool(self.blocked_reason)
 
     @property
     def kind_label(self) -> str:
-        return {"plan": "plan approval", "before": "gate before the task", "after": "review of the task's output"}[
-            self.checkpoint.kind
-        ]
+        return {
+            "plan": "plan approval",
+            "before": "gate before the task",
+            "after": "review of the task's output",
+            "tool": "tool call awaiting approval",
+        }[self.checkpoint.kind]
 
     @property
     def task(self) -> TaskRun:
@@ -68,24 +76,40 @@ class Approval:
         subtask = self.task.subtask
         if checkpoint.kind == Checkpoint.Kind.BEFORE:
             return f"May “{subtask.title}” start?"
+        if checkpoint.kind == Checkpoint.Kind.TOOL:
+            return f"{tool_approvals.describe(checkpoint)} with these arguments"
         return f"Review the output of “{subtask.title}”"
 
     @property
     def excerpt_label(self) -> str:
-        return {"plan": "Goal", "before": "Instructions", "after": "Output"}[self.checkpoint.kind]
+        return {"plan": "Goal", "before": "Instructions", "after": "Output", "tool": "Arguments"}[self.checkpoint.kind]
+
+    @property
+    def excerpt_cut(self) -> bool:
+        return len(self._excerpt_text) > EXCERPT_CHARS
 
     @property
     def excerpt(self) -> str:
-        """What the decision is about; agent output is shown as escaped text by the template."""
+        """What the decision is about, as Markdown (the template sanitises it), cut at a paragraph."""
+        text = self._excerpt_text
+        if len(text) <= EXCERPT_CHARS:
+            return text
+        cut = text[:EXCERPT_CHARS]
+        paragraph = cut.rfind("\n\n")
+        return (cut[:paragraph] if paragraph > EXCERPT_CHARS // 2 else cut).rstrip() + " …"
+
+    @property
+    def _excerpt_text(self) -> str:
         checkpoint = self.checkpoint
         if checkpoint.kind == Checkpoint.Kind.PLAN:
             text = checkpoint.run.plan.goal
         elif checkpoint.kind == Checkpoint.Kind.BEFORE:
             text = self.task.subtask.instructions
+        elif checkpoint.kind == Checkpoint.Kind.TOOL:
+            text = f"```json\n{tool_approvals.arguments_json(checkpoint)}\n```"
         else:
             text = self.task.output or self.task.summary
-        text = text.strip()
-        return text if len(text) <= EXCERPT_CHARS else text[: EXCERPT_CHARS - 1] + "…"
+        return text.strip()
 
 
 def approvals(checkpoints, user) -> list[Approval]:
@@ -95,11 +119,7 @@ def approvals(checkpoints, user) -> list[Approval]:
             checkpoint,
             waited=format_duration((now - checkpoint.created_at).total_seconds()),
             run_url=run_url(checkpoint.run_id),
-            approve_blocked=(
-                settings.GLASSBOX_SEPARATION_OF_DUTIES
-                and checkpoint.kind == Checkpoint.Kind.PLAN
-                and checkpoint.run.launched_by_id == user.pk
-            ),
+            blocked_reason=approvers.separation_of_duties(checkpoint, checkpoint.run, user),
         )
         for checkpoint in checkpoints
     ]
@@ -119,6 +139,13 @@ def inbox(request):
 def count(request):
     """The header's count of pending checkpoints (polled every 5 s)."""
     return render(request, "dashboard/partials/approvals_count.html", {"count": pending_checkpoints().count()})
+
+
+@permission_required(VIEW_RUN)
+def checkpoint_redirect(request, checkpoint_id: int):
+    """`/approvals/<id>/`: the checkpoint where it is decided — on its run's page."""
+    checkpoint = get_object_or_404(Checkpoint, pk=checkpoint_id)
+    return redirect(run_url(checkpoint.run_id) + f"#checkpoint-{checkpoint.pk}")
 
 
 @permission_required(DECIDE_CHECKPOINT)
@@ -144,7 +171,11 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
     else:
         try:
             checkpoint = runs.decide(
-                checkpoint, approve=approve, user=request.user, comment=form.cleaned_data["comment"]
+                checkpoint,
+                approve=approve,
+                user=request.user,
+                comment=form.cleaned_data["comment"],
+                plan_version=request.POST.get("plan_version") or None,
             )
         except runs.ActionError as refused:
             error = str(refused)

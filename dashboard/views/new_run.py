@@ -16,7 +16,9 @@ from django.contrib import messages
 from django.core.cache import cache
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
 
+from orchestrator import plans
 from orchestrator.engine import feedback, preflight, runs
 from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
@@ -24,7 +26,15 @@ from orchestrator.models import Plan
 from orchestrator.plans import PlanError, PlanValidationError
 
 from ..formatting import format_duration
-from ..forms import SOURCE_FILE, SOURCE_PLANNER, SOURCE_SAVED, NewRunForm, RunSettingsForm
+from ..forms import (
+    DOCUMENT_SOURCES,
+    SOURCE_FILE,
+    SOURCE_PLANNER,
+    SOURCE_SAVED,
+    SOURCE_TEXT,
+    NewRunForm,
+    RunSettingsForm,
+)
 from ..permissions import LAUNCH_RUN, permission_required
 from .runs import run_url
 
@@ -52,7 +62,7 @@ def _load_draft(user, token: str) -> dict | None:
 
 def _draft_preflight(draft: dict, settings: RunSettings) -> preflight.Preflight:
     cap, budget = settings.cap, settings.budget_usd
-    if draft["source"] == SOURCE_FILE:
+    if draft["source"] in DOCUMENT_SOURCES:
         return preflight.check_document(
             draft["document"], filename=draft["filename"], goal=draft["goal"], cap=cap, budget_usd=budget
         )
@@ -78,6 +88,9 @@ def _draft_from_form(form: NewRunForm, user) -> tuple[dict, preflight.Preflight]
         if checked.ok:  # valid means UTF-8: keep the text, without a byte-order mark
             draft["document"] = raw.decode("utf-8").removeprefix("\ufeff")
         return draft, checked
+    if source == SOURCE_TEXT:
+        draft = {"source": source, "filename": "", "goal": goal, "document": data["plan_text"], "plan_id": None}
+        return draft, _draft_preflight(draft, settings)
     if source == SOURCE_SAVED:
         plan = data["saved_plan"]
         draft = {"source": source, "filename": plan.source_name, "goal": plan.goal, "document": "", "plan_id": plan.pk}
@@ -101,6 +114,19 @@ def _planner_draft(goal: str, user, settings: RunSettings) -> tuple[dict, prefli
 # --- Views -------------------------------------------------------------------------------------
 
 
+def _initial(request) -> dict:
+    """The form's starting values: `?plan=ID` chooses a saved plan, `?edit=ID` opens a copy of its
+    document in the editor (launching it saves an edited plan as a new one)."""
+    for name, source in (("plan", SOURCE_SAVED), ("edit", SOURCE_TEXT)):
+        value = request.GET.get(name, "")
+        plan = Plan.objects.filter(pk=int(value)).first() if value.isdigit() else None
+        if plan is not None:
+            if source == SOURCE_SAVED:
+                return {"source": source, "saved_plan": plan.pk}
+            return {"source": source, "plan_text": plans.plan_document(plan)}
+    return {}
+
+
 @permission_required(LAUNCH_RUN)
 def new_run(request):
     """The form (GET); check the plan and go to its preflight, or list its problems (POST)."""
@@ -115,8 +141,24 @@ def new_run(request):
                 _save_draft(request.user, token, draft)
                 return redirect("preflight", token=token)
     else:
-        form = NewRunForm()
+        form = NewRunForm(initial={**RunSettings.defaults().as_dict(), **_initial(request)})
     return render(request, "dashboard/new_run.html", {"form": form, "preflight": checked})
+
+
+@require_POST
+@permission_required(LAUNCH_RUN)
+def check_document_view(request):
+    """The editor's check as you type (htmx): every problem with its line, or what the plan holds."""
+    text = request.POST.get("plan_text", "")
+    if not text.strip():
+        return render(request, "dashboard/partials/plan_check.html", {"empty": True})
+    goal = request.POST.get("goal", "")
+    try:
+        spec = plans.validate_document(text, goal=goal)
+    except PlanValidationError as error:
+        return render(request, "dashboard/partials/plan_check.html", {"errors": error.errors})
+    same = plans.saved_plan_of(spec, text)
+    return render(request, "dashboard/partials/plan_check.html", {"spec": spec, "same_as": same})
 
 
 @permission_required(LAUNCH_RUN)
@@ -182,10 +224,11 @@ def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]
             return redirect(run_url(launched)), ""
         settings = draft["settings"]
         try:
-            if draft["source"] == SOURCE_FILE:
+            if draft["source"] in DOCUMENT_SOURCES:
                 run = launch_document(
                     draft["document"],
                     filename=draft["filename"],
+                    source_name=draft["filename"] or "written on the New-run page",
                     goal=draft["goal"],
                     settings=settings,
                     launched_by=request.user,

@@ -12,22 +12,25 @@ from __future__ import annotations
 import json
 
 from django.contrib import messages
-from django.http import HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, JsonResponse
 from django.middleware.csrf import get_token
 from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_GET, require_POST
 
-from orchestrator.engine import plan_edits, runs
+from orchestrator.engine import plan_edits, reruns, runs
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.graph import graph
-from orchestrator.readmodels.log import event_log
+from orchestrator.readmodels.log import PAGE_LOG_ROWS, event_log, older_than
 from orchestrator.readmodels.run_export import run_export, run_markdown
+from orchestrator.readmodels.steps import attempt_path
+from orchestrator.tools import workspace
+from orchestrator.wording import counted
 
 from .. import fragments
 from ..markdown import render_markdown
-from ..permissions import CONTROL_RUN, DECIDE_CHECKPOINT, VIEW_RUN, permission_required
+from ..permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN, permission_required
 
 
 def is_htmx(request) -> bool:
@@ -90,6 +93,23 @@ def run_detail(request, run_id: int):
 
 @require_GET
 @permission_required(VIEW_RUN)
+def run_part_redirect(request, run_id: int, anchor: str = ""):
+    """A folder of the run's URLs (`tasks/`, `checkpoints/`): the run page, at that part."""
+    run = _run(run_id)
+    return HttpResponseRedirect(_detail_url(run) + (f"#{anchor}" if anchor else ""))
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_checkpoint_redirect(request, run_id: int, checkpoint_id: int, key: str = ""):
+    """A checkpoint's folder (or one of its plan subtasks'): the run page at its checkpoints."""
+    run = _run(run_id)
+    checkpoint = _checkpoint(run, checkpoint_id)
+    return HttpResponseRedirect(_detail_url(run) + f"#checkpoint-{checkpoint.pk}")
+
+
+@require_GET
+@permission_required(VIEW_RUN)
 def run_task(request, run_id: int, task_id: int):
     """The task panel (htmx), or the run page with the panel open."""
     run = _run(run_id)
@@ -98,6 +118,27 @@ def run_task(request, run_id: int, task_id: int):
         return HttpResponseRedirect(_detail_url(run, task))
     ctx = {**fragments.base_context(run, _viewer(request)), **fragments.panel_context(task)}
     return render(request, fragments.TEMPLATES["panel"], ctx)
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_task_redirect(request, run_id: int, task_id: int):
+    """A task's attempts folder: the run page with the task's panel open."""
+    run = _run(run_id)
+    return HttpResponseRedirect(_detail_url(run, _task(run, task_id)))
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_attempt(request, run_id: int, task_id: int, number: int):
+    """One attempt's page: its request, its path and every tool result whole."""
+    run = _run(run_id)
+    task = _task(run, task_id)
+    path = attempt_path(task, number, whole_results=True)
+    if path.attempt is None and not path.rows:
+        raise Http404(f"{task.subtask.key} has no attempt {number}")
+    ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": path.attempt}
+    return render(request, "dashboard/attempt_detail.html", ctx)
 
 
 @require_GET
@@ -115,16 +156,31 @@ def run_task_output(request, run_id: int, task_id: int):
 @require_GET
 @permission_required(VIEW_RUN)
 def run_events(request, run_id: int):
-    """The event log's rows, filtered by task (`task`) and type (`type`: family, exact type, "all")."""
+    """The event log's rows, filtered by task (`task`) and type (`type`: family, exact type, "all"):
+    the newest page, or with `before=SEQ` the page of older ones (appended below the rows shown)."""
     run = _run(run_id)
     task_id = int(request.GET["task"]) if request.GET.get("task", "").isdigit() else None
     type_filter = request.GET.get("type", "").strip()[:64]
+    before = int(request.GET["before"]) if request.GET.get("before", "").isdigit() else None
+    events = event_log(run, task_id=task_id, type_filter=type_filter, before_seq=before, limit=PAGE_LOG_ROWS)
     ctx = {
         **fragments.base_context(run, _viewer(request)),
-        "events": event_log(run, task_id=task_id, type_filter=type_filter),
+        "events": events,
         "replace": True,
+        "more_oob": True,
+        "older_before": older_than(events, PAGE_LOG_ROWS),
     }
-    return render(request, fragments.TEMPLATES["event_rows"], ctx)
+    return render(request, fragments.TEMPLATES["event_rows_older" if before else "event_rows"], ctx)
+
+
+@require_GET
+@permission_required(VIEW_RUN)
+def run_event_tasks(request, run_id: int):
+    """The event filter's task choices, loaded when the filter is first used (a large run has
+    hundreds of tasks: the page does not carry them)."""
+    run = _run(run_id)
+    keys = TaskRun.objects.filter(run=run).order_by("subtask__position", "pk").values_list("pk", "subtask__key")
+    return HttpResponse(format_html_join("", '<option value="{}">{}</option>', keys))
 
 
 @require_GET
@@ -159,6 +215,19 @@ def run_download_json(request, run_id: int):
     return _attachment(response, f"glassbox-run-{run.pk}.json")
 
 
+@require_GET
+@permission_required(VIEW_RUN)
+def run_artifact(request, run_id: int, name: str):
+    """A file of the run's workspace, as a download: only a file inside that run's directory
+    (no `..`, absolute path, hidden file or symbolic link: orchestrator/tools/workspace.py)."""
+    run = _run(run_id)
+    try:
+        path = workspace.artifact_file(run.pk, name)
+    except workspace.NotAnArtifact as error:
+        raise Http404(str(error)) from None
+    return FileResponse(path.open("rb"), as_attachment=True, filename=path.name)
+
+
 # --- Run controls -------------------------------------------------------------------------------
 
 RUN_PARTS = ("header", "totals", "lanes", "checkpoints")
@@ -189,6 +258,24 @@ def run_resume(request, run_id: int):
 @permission_required(CONTROL_RUN)
 def run_cancel(request, run_id: int):
     return _run_action(request, run_id, runs.cancel, "Run {run.pk} cancelled.")
+
+
+@require_POST
+@permission_required(LAUNCH_RUN)
+def run_launch_again(request, run_id: int):
+    """A new run of this run's plan with the same settings; the browser goes to it."""
+    run = _run(run_id)
+    try:
+        again = reruns.launch_again(run, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=f"Not launched: {error}", ok=False)
+    messages.success(request, f"Run #{again.pk} launched: plan {again.plan_id} again, with run #{run.pk}'s settings.")
+    url = reverse("run_detail", args=[again.pk])
+    if is_htmx(request):
+        response = HttpResponse("")
+        response["HX-Redirect"] = url
+        return response
+    return HttpResponseRedirect(url)
 
 
 # --- Task controls ------------------------------------------------------------------------------
@@ -225,6 +312,27 @@ def run_task_skip(request, run_id: int, task_id: int):
     return _task_action(request, run_id, task_id, runs.skip_task, "{key} skipped: tasks below it go on without it.")
 
 
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_task_rerun(request, run_id: int, task_id: int):
+    """Re-run from this task: it and its downstream start over; upstream results are kept."""
+    run = _run(run_id)
+    task = _task(run, task_id)
+    try:
+        keys = reruns.rerun_from(task, user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=str(error), ok=False)
+    below = f" and {counted(len(keys) - 1, 'task')} below it" if len(keys) > 1 else ""
+    return _answer(
+        request,
+        run,
+        message=f"{task.subtask.key}{below} will run again; the results above are kept.",
+        ok=True,
+        parts=(*RUN_PARTS, "task_table", "result", "gantt"),
+        panel=task,
+    )
+
+
 # --- Checkpoints and plan edits -----------------------------------------------------------------
 
 
@@ -242,7 +350,11 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
         return _answer(request, run, message="Choose Approve or Reject.", ok=False)
     try:
         runs.decide(
-            checkpoint, approve=decision == "approve", user=request.user, comment=request.POST.get("comment", "")
+            checkpoint,
+            approve=decision == "approve",
+            user=request.user,
+            comment=request.POST.get("comment", ""),
+            plan_version=request.POST.get("plan_version") or None,
         )
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)

@@ -3,15 +3,17 @@ launched it. The table is one partial, rendered inside the page and alone for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.core.paginator import Paginator
 from django.db.models import Count, Q
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, state_strip
+from orchestrator.wording import counted
 
 from ..formatting import format_duration
 from ..permissions import VIEW_RUN, permission_required
@@ -36,6 +38,32 @@ class RunRow:
     failed: int
     pending_checkpoints: int
     elapsed: str
+    states: dict[str, int] = field(default_factory=dict)  # tasks by state
+
+    @property
+    def succeeded(self) -> int:
+        return self.states.get(TaskRun.State.SUCCEEDED, 0)
+
+    @property
+    def strip(self) -> list[StripSegment]:
+        return state_strip(self.states)
+
+    @property
+    def progress_text(self) -> str:
+        """What the tasks came to, in words: "3 of 5 succeeded", then what else ended or runs."""
+        return f"{self.succeeded} of {counted(self.total, 'task')} succeeded"
+
+    @property
+    def other_states(self) -> list[str]:
+        """The states besides success that people must notice, e.g. ["1 failed", "2 cancelled"]."""
+        shown = (
+            TaskRun.State.FAILED,
+            TaskRun.State.CANCELLED,
+            TaskRun.State.SKIPPED,
+            TaskRun.State.RUNNING,
+            TaskRun.State.AWAITING_REVIEW,
+        )
+        return [f"{self.states[s]} {STATE_LABELS[s]}" for s in shown if self.states.get(s)]
 
     @property
     def cost_over_budget(self) -> bool:
@@ -52,8 +80,19 @@ class RunRow:
         return self.run.launched_by.get_username() if self.run.launched_by else "command line"
 
 
+def task_states(run_ids) -> dict[int, dict[str, int]]:
+    """Tasks by state for each run, in one query."""
+    states: dict[int, dict[str, int]] = {}
+    counts = TaskRun.objects.filter(run_id__in=list(run_ids)).order_by().values_list("run_id", "state")
+    for run_id, state, n in counts.annotate(n=Count("pk")):
+        states.setdefault(run_id, {})[state] = n
+    return states
+
+
 def run_rows(runs) -> list[RunRow]:
     now = timezone.now()
+    runs = list(runs)
+    states = task_states(run.pk for run in runs)
     rows = []
     for run in runs:
         if run.started_at:
@@ -69,6 +108,7 @@ def run_rows(runs) -> list[RunRow]:
                 failed=run.n_failed,
                 pending_checkpoints=run.n_pending_checkpoints,
                 elapsed=elapsed,
+                states=states.get(run.pk, {}),
             )
         )
     return rows
@@ -99,6 +139,12 @@ def runs_context(request) -> dict:
         "active_runs": totals["active"],
         "total_runs": totals["total"],
     }
+
+
+@permission_required(VIEW_RUN)
+def home(request):
+    """`/`: the runs list lives at `/runs/`."""
+    return redirect("runs")
 
 
 @permission_required(VIEW_RUN)

@@ -50,7 +50,7 @@ def decrease(limit: ProviderLimit, *, run: Run | None = None, task=None) -> None
 
 def increase(provider: str, model: str, *, run: Run | None = None, task=None) -> None:
     """After a success: one step up per window of successes, back to the configured cap at the top."""
-    limit = ProviderLimit.objects.select_for_update().filter(provider=provider, model=model).first()
+    limit = ProviderLimit.objects.select_for_update(no_key=True).filter(provider=provider, model=model).first()
     if limit is None or limit.effective_in_flight is None:
         return
     successes = limit.successes_since_change + 1

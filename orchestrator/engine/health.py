@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,6 +26,8 @@ import redis
 from asgiref.sync import async_to_sync
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import load_backend
+
+from orchestrator.engine import cluster
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,11 @@ class CheckResult(TypedDict):
     latency_ms: float
     error: NotRequired[str]  # exception class name, or "timed out after N s"
     queued: NotRequired[int]  # broker only: tasks waiting in the broker's queue
-    clusters: NotRequired[int]  # broker only: qclusters that reported in the last seconds
+    clusters: NotRequired[
+        int
+    ]  # broker only: qclusters running (engine/cluster.py: their reports or their workers' signs of life)
+    # broker only, under `manage.py serve`: its qclusters, running and being restarted
+    serve: NotRequired[dict[str, Any]]
 
 
 class HealthReport(TypedDict):
@@ -100,13 +107,24 @@ def check_broker() -> dict[str, Any]:
     from django_q.conf import Conf
     from django_q.status import Stat
 
+    from orchestrator.engine.cluster import workers_seen_recently
+
     broker = get_broker()
     try:
         queued = broker.queue_size()
         if queued is None:
             raise HealthCheckFailed("the broker did not report its queue length")
         running = [stat for stat in Stat.get_all(broker) if stat.status not in (Conf.STOPPED, Conf.STOPPING)]
-        return {"queued": int(queued), "clusters": len(running)}
+        # A busy cluster on SQLite can miss django-q2's 3-second report: its workers' own signs
+        # of life count too (engine/cluster.py).
+        result: dict[str, Any] = {
+            "queued": int(queued),
+            "clusters": len(running) or (1 if workers_seen_recently() else 0),
+        }
+        if serve_id := os.environ.get(cluster.SERVE_ID_ENV):
+            if (supervised := cluster.supervisor_report(serve_id)) is not None:
+                result["serve"] = supervised
+        return result
     finally:
         if isinstance(broker.connection, redis.Redis):
             broker.connection.close()  # get_broker() opened a pool of its own

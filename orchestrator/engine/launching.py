@@ -7,9 +7,7 @@ plan behind.
 
 from __future__ import annotations
 
-from django.db import transaction
-
-from orchestrator import plans
+from orchestrator import events, plans
 from orchestrator.engine import runs
 from orchestrator.engine.run_settings import RunSettings
 from orchestrator.models import Plan, Run
@@ -44,7 +42,7 @@ def launch_spec(
     spec: plans.PlanSpec, *, document: str, settings: RunSettings, source_name: str = "", launched_by=None
 ) -> Run:
     """Save a validated plan and launch a run of it in one transaction (see launch_document)."""
-    with transaction.atomic():
+    with events.atomic():
         plan = plans.save_plan(
             spec, document=document, source=Plan.Source.FILE, source_name=source_name, created_by=launched_by
         )

@@ -10,12 +10,13 @@ the copy, and edits the copy; later edits for the same run change that copy in p
 is recognisable as the run's own: it is used by this run only and was created after the run.
 
 Each edit runs in one transaction under the run's row lock, checks that the plan checkpoint is
-still pending, and writes its Event (`plan.copied`, `plan.subtask_edited`, `plan.subtask_removed`).
+still pending, moves the checkpoint's `plan_version` on (an approval of the version before the
+edit is then refused: runs.decide), and writes its Event (`plan.copied`, `plan.subtask_edited`,
+`plan.subtask_removed`, each with the version before and after).
 """
 
 from __future__ import annotations
 
-from django.db import transaction
 from django.db.models.deletion import ProtectedError
 
 from orchestrator import events, plans
@@ -37,6 +38,14 @@ def _locked_pending_plan_checkpoint(checkpoint: Checkpoint) -> tuple[Run, Checkp
     if run.status != Run.Status.AWAITING_APPROVAL:
         raise ActionError(f"run {run.pk} is {run.get_status_display().lower()}: its plan can no longer be edited")
     return run, checkpoint
+
+
+def _new_version(checkpoint: Checkpoint, plan: Plan) -> dict[str, str]:
+    """Move the checkpoint to the plan's version after an edit; the versions for the edit's event."""
+    before = checkpoint.plan_version
+    checkpoint.plan_version = plans.plan_version(plan)
+    checkpoint.save(update_fields=["plan_version"])
+    return {"version_before": before, "version": checkpoint.plan_version}
 
 
 def _is_own_copy(plan: Plan, run: Run) -> bool:
@@ -73,6 +82,7 @@ def own_plan(run: Run, user=None) -> Plan:
                 estimated_input_tokens=s.estimated_input_tokens,
                 estimated_output_tokens=s.estimated_output_tokens,
                 position=s.position,
+                inputs=s.inputs,
             )
             for s in originals
         ]
@@ -112,7 +122,7 @@ def edit_instructions(checkpoint: Checkpoint, subtask_key: str, text: str, user=
         raise ActionError(
             f"instructions must be at most {plans.MAX_INSTRUCTIONS_CHARS:,} characters, got {len(text):,}"
         )
-    with transaction.atomic():
+    with events.atomic():
         run, checkpoint = _locked_pending_plan_checkpoint(checkpoint)
         current = _subtask(run.plan, subtask_key)
         if current.instructions == text:
@@ -125,11 +135,13 @@ def edit_instructions(checkpoint: Checkpoint, subtask_key: str, text: str, user=
         # The event names the task in its payload, not as a foreign key: a task with history
         # could no longer be removed from the plan before approval.
         task_id = run.tasks.filter(subtask=subtask).values_list("pk", flat=True).first()
+        versions = _new_version(checkpoint, plan)
         events.record(
             "plan.subtask_edited",
             run=run,
             user=user,
-            message=f"instructions of {subtask.key} edited ({len(before):,} → {len(text):,} characters)",
+            message=f"instructions of {subtask.key} edited ({len(before):,} → {len(text):,} characters); "
+            f"the plan is now version {versions['version']}",
             payload={
                 "checkpoint": checkpoint.pk,
                 "key": subtask.key,
@@ -137,6 +149,7 @@ def edit_instructions(checkpoint: Checkpoint, subtask_key: str, text: str, user=
                 "field": "instructions",
                 "before": before,
                 "after": text,
+                **versions,
             },
         )
     return subtask
@@ -145,7 +158,7 @@ def edit_instructions(checkpoint: Checkpoint, subtask_key: str, text: str, user=
 def remove_subtask(checkpoint: Checkpoint, subtask_key: str, user=None) -> list[str]:
     """Remove one subtask (and its task in this run) from the plan; returns the keys below it
     that lost it as an upstream. The plan's last subtask cannot be removed: reject the plan."""
-    with transaction.atomic():
+    with events.atomic():
         run, checkpoint = _locked_pending_plan_checkpoint(checkpoint)
         _subtask(run.plan, subtask_key)
         if run.plan.subtasks.count() <= 1:
@@ -159,7 +172,7 @@ def remove_subtask(checkpoint: Checkpoint, subtask_key: str, user=None) -> list[
         task = run.tasks.get(subtask=subtask)
         removed = {"key": subtask.key, "title": subtask.title, "agent": subtask.agent.name, "task": task.pk}
         try:
-            with transaction.atomic():
+            with events.atomic():
                 task.delete()
                 subtask.delete()  # its dependencies go with it
         except ProtectedError:
@@ -169,12 +182,20 @@ def remove_subtask(checkpoint: Checkpoint, subtask_key: str, user=None) -> list[
         ranks = runs.task_ranks(plan)
         for task_id, key in run.tasks.values_list("pk", "subtask__key"):
             TaskRun.objects.filter(pk=task_id).update(rank=ranks.get(key, 0.0))
+        versions = _new_version(checkpoint, plan)
         events.record(
             "plan.subtask_removed",
             run=run,
             user=user,
             message=f"{subtask.key} removed from the plan"
-            + (f"; {', '.join(downstream)} no longer wait for it" if downstream else ""),
-            payload={"checkpoint": checkpoint.pk, **removed, "depends_on": upstream, "downstream": downstream},
+            + (f"; {', '.join(downstream)} no longer wait for it" if downstream else "")
+            + f"; the plan is now version {versions['version']}",
+            payload={
+                "checkpoint": checkpoint.pk,
+                **removed,
+                "depends_on": upstream,
+                "downstream": downstream,
+                **versions,
+            },
         )
     return downstream

@@ -6,9 +6,10 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
   `manage.py validate_plan` reports);
 - the DAG as layers (topological generations), each subtask with its agent, gate, dependencies,
   estimated duration and whether it is on the critical path;
-- the cost estimate: Σ (estimated input tokens + the agent's max output tokens) × price — the
-  formula of `runs.estimate_cost`, computed here from the unsaved spec (and, for a saved plan, by
-  `runs.estimate_cost` itself) — against the budget;
+- the cost estimate (`cost_estimates`: each agent's median recorded usage once it has history,
+  else the worst case of its max output tokens; a subtask's input counts what it receives from
+  its upstreams, `context.estimated_input_tokens`; the basis is shown) against the budget — the
+  same estimate `runs.launch` checks the budget with;
 - the predicted duration: the lower bound max(critical path, total work / cap), with
   `plans.estimated_duration_s` weights. Time spent waiting for people at checkpoints comes on top.
 
@@ -18,15 +19,15 @@ saves the plan and starts the run in one transaction: a refused launch leaves no
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
 
-from orchestrator import plans
-from orchestrator.engine import runs
+from orchestrator import plans, wording
+from orchestrator.engine import context, cost_estimates
 from orchestrator.engine.cluster import cluster_is_running
-from orchestrator.models import Agent, Plan, ProviderLimit, Subtask
+from orchestrator.models import Plan, Subtask
 from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag
 
 
@@ -45,7 +46,7 @@ class NodePreview:
 
 @dataclass(frozen=True)
 class AgentLine:
-    """One agent of the team: how many subtasks it takes and what they may cost."""
+    """One agent of the team: how many subtasks it takes, what they may cost, and on what basis."""
 
     name: str
     provider: str
@@ -54,6 +55,23 @@ class AgentLine:
     subtasks: int
     estimate_usd: Decimal
     priced: bool
+    basis: str  # cost_estimates.UsageBasis.text
+    learned: bool  # True when the estimate comes from the agent's recorded usage
+
+    @classmethod
+    def of(cls, line: cost_estimates.AgentEstimate) -> AgentLine:
+        agent = line.agent
+        return cls(
+            name=agent.name,
+            provider=agent.provider,
+            model=agent.model,
+            max_concurrency=agent.max_concurrency,
+            subtasks=line.subtasks,
+            estimate_usd=line.estimate_usd,
+            priced=line.priced,
+            basis=line.basis.text,
+            learned=line.basis.learned,
+        )
 
 
 @dataclass
@@ -69,6 +87,7 @@ class Preflight:
     edges: int = 0
     agents: list[AgentLine] = field(default_factory=list)
     estimate_usd: Decimal = Decimal("0")
+    estimate_basis: str = ""  # what the estimate rests on (cost_estimates.PlanEstimate.basis_text)
     critical_path: list[str] = field(default_factory=list)
     critical_path_s: float = 0.0
     total_work_s: float = 0.0
@@ -94,8 +113,9 @@ class Preflight:
         if not self.over_budget:
             return ""
         return (
-            f"The estimated cost ${self.estimate_usd:.4f} is over the budget of ${self.budget_usd:.4f}: "
-            f"raise the budget to at least ${self.estimate_usd:.4f} or trim the plan."
+            f"The estimated cost {wording.usd(self.estimate_usd)} is over the budget of "
+            f"{wording.usd(self.budget_usd)}: raise the budget to at least {wording.usd(self.estimate_usd)} "
+            "or trim the plan."
         )
 
     @property
@@ -155,9 +175,18 @@ def check_document(
 
 def check_spec(spec: PlanSpec, *, cap: int, budget_usd: Decimal) -> Preflight:
     """Preflight of a validated, unsaved PlanSpec."""
-    prices = _prices()
-    agents = spec.agents
-    lines = _agent_lines(((s.agent, s.estimated_input_tokens) for s in spec.subtasks), agents, prices)
+    upstreams = Counter(down for _, down in spec.edges)
+    has_downstream = {up for up, _ in spec.edges}
+    inputs = {
+        s.key: context.estimated_input_tokens(
+            s.estimated_input_tokens,
+            inputs=s.inputs,
+            upstreams=upstreams[s.key],
+            has_downstream=s.key in has_downstream,
+        )
+        for s in spec.subtasks
+    }
+    estimated = cost_estimates.estimate(((s.agent, inputs[s.key]) for s in spec.subtasks), spec.agents)
     gates = sum(1 for s in spec.subtasks if s.gate != Subtask.Gate.NONE)
     titles = {s.key: (s.title, s.agent, s.gate) for s in spec.subtasks}
     return _build(
@@ -166,8 +195,7 @@ def check_spec(spec: PlanSpec, *, cap: int, budget_usd: Decimal) -> Preflight:
         edges=spec.edges,
         weights=spec.weights(),
         titles=titles,
-        agent_lines=lines,
-        estimate=sum((line.estimate_usd for line in lines), Decimal("0")),
+        estimated=estimated,
         checkpoints=gates,
         cap=cap,
         budget_usd=budget_usd,
@@ -175,7 +203,7 @@ def check_spec(spec: PlanSpec, *, cap: int, budget_usd: Decimal) -> Preflight:
 
 
 def check_saved_plan(plan: Plan, *, cap: int, budget_usd: Decimal) -> Preflight:
-    """Preflight of a saved plan: its agents must still be active; the estimate is runs.estimate_cost."""
+    """Preflight of a saved plan: its agents must still be active (and their settings valid)."""
     subtasks = list(plan.subtasks.select_related("agent").order_by("position"))
     errors = [
         PlanError(
@@ -186,19 +214,22 @@ def check_saved_plan(plan: Plan, *, cap: int, budget_usd: Decimal) -> Preflight:
         for subtask in subtasks
         if not subtask.agent.is_schedulable
     ]
+    agents = {subtask.agent.name: subtask.agent for subtask in subtasks}
+    errors += [
+        PlanError(f'agent "{name}"', problem, "provider_options")
+        for name, agent in sorted(agents.items())
+        for problem in plans.agent_setting_problems(agent)
+    ]
     if errors:
         return Preflight(cap=cap, budget_usd=Decimal(budget_usd), goal=plan.goal, errors=errors)
     keys, edges = plans.plan_graph(plan)
-    agents = {subtask.agent.name: subtask.agent for subtask in subtasks}
-    lines = _agent_lines(((s.agent.name, s.estimated_input_tokens) for s in subtasks), agents, _prices())
     return _build(
         goal=plan.goal,
         keys=keys,
         edges=edges,
         weights=plans.plan_weights(plan),
         titles={s.key: (s.title, s.agent.name, s.gate) for s in subtasks},
-        agent_lines=lines,
-        estimate=runs.estimate_cost(plan),
+        estimated=cost_estimates.plan_estimate(plan),
         checkpoints=sum(1 for s in subtasks if s.gate != Subtask.Gate.NONE),
         cap=cap,
         budget_usd=budget_usd,
@@ -212,8 +243,7 @@ def _build(
     edges: list[dag.Edge],
     weights: Mapping[str, float],
     titles: Mapping[str, tuple[str, str, str]],
-    agent_lines: list[AgentLine],
-    estimate: Decimal,
+    estimated: cost_estimates.PlanEstimate,
     checkpoints: int,
     cap: int,
     budget_usd: Decimal,
@@ -245,49 +275,12 @@ def _build(
         layers=layers,
         subtasks=len(keys),
         edges=len(set(edges)),
-        agents=agent_lines,
-        estimate_usd=estimate,
+        agents=[AgentLine.of(line) for line in estimated.agents],
+        estimate_usd=estimated.total_usd,
+        estimate_basis=estimated.basis_text,
         critical_path=path,
         critical_path_s=path_s,
         total_work_s=float(sum(weights.get(key, 0.0) for key in keys)),
         checkpoints=checkpoints,
         workers_running=cluster_is_running(),
     )
-
-
-def _prices() -> dict[tuple[str, str], ProviderLimit]:
-    return {(limit.provider, limit.model): limit for limit in ProviderLimit.objects.all()}
-
-
-def subtask_cost(agent: Agent, input_tokens: int, prices: Mapping[tuple[str, str], ProviderLimit]) -> Decimal | None:
-    """One subtask's worst-case cost (runs.estimate_cost's formula), or None when its model has no price."""
-    limit = prices.get((agent.provider, agent.model))
-    if limit is None:
-        return None
-    return limit.cost(input_tokens, agent.max_output_tokens)
-
-
-def _agent_lines(
-    subtasks: Iterable[tuple[str, int]], agents: Mapping[str, Agent], prices: Mapping[tuple[str, str], ProviderLimit]
-) -> list[AgentLine]:
-    totals: dict[str, list[Any]] = {}  # name -> [subtasks, cost, priced]
-    for name, input_tokens in subtasks:
-        cost = subtask_cost(agents[name], input_tokens, prices)
-        entry = totals.setdefault(name, [0, Decimal("0"), True])
-        entry[0] += 1
-        if cost is None:
-            entry[2] = False
-        else:
-            entry[1] += cost
-    return [
-        AgentLine(
-            name=name,
-            provider=agents[name].provider,
-            model=agents[name].model,
-            max_concurrency=agents[name].max_concurrency,
-            subtasks=count,
-            estimate_usd=cost,
-            priced=priced,
-        )
-        for name, (count, cost, priced) in sorted(totals.items())
-    ]

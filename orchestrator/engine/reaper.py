@@ -18,13 +18,14 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import scheduler
-from orchestrator.engine.execution import schedule_retry_or_fail
+from orchestrator.engine import scheduler, tool_approvals
+from orchestrator.engine.execution import provider_limit, schedule_retry_or_fail, settle
 from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.providers.base import Usage
 
 log = logging.getLogger(__name__)
 State = TaskRun.State
@@ -40,7 +41,7 @@ def reap_expired() -> int:
     )
     reaped = 0
     for task_id, run_id, number in expired:
-        with transaction.atomic():
+        with events.atomic():
             run = scheduler.lock_run(run_id)
             task = (
                 TaskRun.objects.select_related("subtask", "agent")
@@ -51,10 +52,12 @@ def reap_expired() -> int:
                 continue  # it heartbeated or finished meanwhile
             attempt = Attempt.objects.get(task_run=task, number=number)
             message = f"lease expired: worker {attempt.worker or task.lease_owner} stopped responding"
-            Attempt.objects.filter(pk=attempt.pk).update(
-                state=Attempt.State.LOST, finished_at=now, error=message, reserved_usd=0
+            # The usage its host last saved is what it is known to have used: it is kept and counted.
+            saved = Usage(
+                attempt.input_tokens, attempt.output_tokens, attempt.cache_read_tokens, attempt.cache_creation_tokens
             )
-            Run.objects.filter(pk=run.pk).update(reserved_usd=F("reserved_usd") - attempt.reserved_usd)
+            settle(attempt.pk, saved, provider_limit(task), run_id=run.pk, task_id=task.pk)
+            Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.LOST, finished_at=now, error=message)
             events.record(
                 "attempt.lost",
                 run=run,
@@ -62,6 +65,8 @@ def reap_expired() -> int:
                 message=f"attempt {number} lost: {message}",
                 payload={"attempt": number, "worker": attempt.worker},
             )
+            # Its calls awaiting approval will never run: no question is left open for nobody.
+            tool_approvals.close_open([task.pk], f"attempt {number} lost: {message}")
             schedule_retry_or_fail(run, task, message, retryable=True, own_fault=True, retry_after=0)
             reaped += 1
     return reaped
@@ -76,7 +81,7 @@ def requeue_stale() -> int:
         )
     )
     for task_id, run_id, number in stale:
-        with transaction.atomic():
+        with events.atomic():
             run = scheduler.lock_run(run_id)
             updated = TaskRun.objects.filter(
                 pk=task_id, state=State.QUEUED, attempt_count=number, lease_expires_at__lt=now

@@ -4,7 +4,8 @@ Every way of launching (the `launch` and `plan` commands, the JSON API, the New-
 `runs.launch` itself) reads its settings through `RunSettings.of` or the `parse_*` functions here,
 so a bad value gets the same message, naming the limit, wherever it was typed. The limits are the
 Run columns' (the cap's validators, the budget's digits); the defaults are the Django settings
-GLASSBOX_DEFAULT_CAP and GLASSBOX_DEFAULT_BUDGET_USD.
+GLASSBOX_DEFAULT_CAP and GLASSBOX_DEFAULT_BUDGET_USD, and for plan approval the rule of
+`default_plan_approval` (GLASSBOX_PLAN_APPROVAL_DEFAULT).
 """
 
 from __future__ import annotations
@@ -76,6 +77,28 @@ def parse_failure_policy(value: Any) -> str:
     return value
 
 
+APPROVER_PERMISSION = "orchestrator.decide_checkpoint"
+PLAN_APPROVAL_DEFAULTS = ("auto", "always", "never")
+
+
+def default_plan_approval() -> bool:
+    """Whether a run waits for its plan's approval when whoever launches it does not say.
+
+    GLASSBOX_PLAN_APPROVAL_DEFAULT: `always`, `never`, or `auto` (the default): yes as soon as
+    more than one active person may approve checkpoints (the Approver role, the permission given
+    directly, or a superuser), so that with separation of duties someone other than the launcher
+    reviews the plan. A single-user install (the demo's superuser alone) launches straight away:
+    no one else could approve.
+    """
+    from django.contrib.auth import get_user_model
+
+    choice = settings.GLASSBOX_PLAN_APPROVAL_DEFAULT
+    if choice != "auto":
+        return choice == "always"
+    approvers = get_user_model().objects.with_perm(APPROVER_PERMISSION, is_active=True, include_superusers=True)
+    return approvers[:2].count() > 1
+
+
 @dataclass(frozen=True)
 class RunSettings:
     cap: int
@@ -90,9 +113,12 @@ class RunSettings:
         cap: Any = None,
         budget_usd: Any = None,
         failure_policy: Any = None,
-        require_plan_approval: bool = False,
+        require_plan_approval: bool | None = None,
     ) -> RunSettings:
-        """Checked settings; what is not given (None) is the default. Raises InvalidRunSetting."""
+        """Checked settings; what is not given (None) is the default (plan approval: the rule of
+        `default_plan_approval`). Raises InvalidRunSetting."""
+        if require_plan_approval is None:
+            require_plan_approval = default_plan_approval()
         return cls(
             cap=parse_cap(settings.GLASSBOX_DEFAULT_CAP if cap is None else cap),
             budget_usd=parse_budget(settings.GLASSBOX_DEFAULT_BUDGET_USD if budget_usd is None else budget_usd),

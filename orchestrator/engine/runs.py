@@ -9,16 +9,15 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from django.conf import settings
-from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 from pydantic import ConfigDict, Field
 
-from orchestrator import events, plans
-from orchestrator.engine import scheduler, transitions
+from orchestrator import events, plans, wording
+from orchestrator.engine import approvers, cost_estimates, scheduler, tool_approvals, transitions, waits
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
-from orchestrator.models import Checkpoint, Dependency, Plan, ProviderLimit, Run, TaskRun
+from orchestrator.governance.audit import record_denial
+from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
 from orchestrator.plans import dag
 from orchestrator.readmodels.records import RunTotals
 
@@ -37,14 +36,10 @@ class LaunchRefused(ActionError):
 
 
 def estimate_cost(plan: Plan) -> Decimal:
-    """Σ (estimated input tokens + max output tokens) × the provider's price (DESIGN §5)."""
-    prices = {(pl.provider, pl.model): pl for pl in ProviderLimit.objects.all()}
-    total = Decimal("0")
-    for subtask in plan.subtasks.select_related("agent"):
-        limit = prices.get((subtask.agent.provider, subtask.agent.model))
-        if limit:
-            total += limit.cost(subtask.estimated_input_tokens, subtask.agent.max_output_tokens)
-    return total
+    """The plan's cost estimate (engine/cost_estimates.py: each agent's median recorded usage once it
+    has history, else the worst case of its max output tokens; each subtask's input counts what it
+    receives from its upstreams), as the pre-flight shows it."""
+    return cost_estimates.plan_estimate(plan).total_usd
 
 
 def task_ranks(plan: Plan) -> dict[str, float]:
@@ -75,25 +70,43 @@ def launch(
     except InvalidRunSetting as error:
         raise LaunchRefused(str(error)) from None
     cap, budget, failure_policy = chosen.cap, chosen.budget_usd, chosen.failure_policy
+    agents = {s.agent for s in plan.subtasks.select_related("agent")}
+    problems = [problem for agent in sorted(agents, key=str) for problem in plans.agent_setting_problems(agent)]
+    if problems:
+        raise LaunchRefused("; ".join(problems))
     estimate = estimate_cost(plan)
     if estimate > budget:
         raise LaunchRefused(
-            f"estimated cost ${estimate:.4f} is over the budget of ${budget:.4f}: "
-            f"raise the budget to at least ${estimate:.4f} or trim the plan"
+            f"estimated cost {wording.usd(estimate)} is over the budget of {wording.usd(budget)}: "
+            f"raise the budget to at least {wording.usd(estimate)} or trim the plan"
         )
     ranks = task_ranks(plan)
-    with transaction.atomic():
+    with events.atomic():
         run = Run.objects.create(
             plan=plan,
             cap=cap,
             budget_usd=budget,
             failure_policy=failure_policy,
             launched_by=launched_by,
+            estimate_usd=estimate,
             status=Run.Status.AWAITING_APPROVAL if require_plan_approval else Run.Status.RUNNING,
             started_at=None if require_plan_approval else timezone.now(),
         )
+        EventSequence.objects.create(run=run)
+        # Before the plan's approval every task says what it waits for (cleared when approved).
+        held = waits.PlanApproval() if require_plan_approval else None
         TaskRun.objects.bulk_create(
-            [TaskRun(run=run, subtask=s, agent_id=s.agent_id, rank=ranks.get(s.key, 0.0)) for s in plan.subtasks.all()]
+            [
+                TaskRun(
+                    run=run,
+                    subtask=s,
+                    agent_id=s.agent_id,
+                    rank=ranks.get(s.key, 0.0),
+                    wait_code=held.code if held else "",
+                    wait_reason=held.message if held else "",
+                )
+                for s in plan.subtasks.all()
+            ]
         )
         events.record(
             "run.created",
@@ -109,12 +122,13 @@ def launch(
             },
         )
         if require_plan_approval:
-            checkpoint = Checkpoint.objects.create(run=run, kind=Checkpoint.Kind.PLAN)
+            version = plans.plan_version(plan)
+            checkpoint = Checkpoint.objects.create(run=run, kind=Checkpoint.Kind.PLAN, plan_version=version)
             events.record(
                 "checkpoint.created",
                 run=run,
                 message="the plan needs approval before it runs",
-                payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN},
+                payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN, "plan_version": version},
             )
         else:
             events.record("run.started", run=run, user=launched_by)
@@ -126,7 +140,7 @@ def launch(
 
 
 def _change_status(run: Run, *, allowed: tuple, new: str, event: str, user, verb: str) -> Run:
-    with transaction.atomic():
+    with events.atomic():
         locked = scheduler.lock_run(run.pk)
         if locked.status not in allowed:
             raise ActionError(f"run {run.pk} is {locked.get_status_display().lower()}: it cannot be {verb}")
@@ -153,7 +167,7 @@ def resume(run: Run, *, user=None) -> Run:
 def cancel(run: Run, *, user=None) -> Run:
     """Stop admitting and cancel everything unfinished; running attempts stop at their next beat."""
     now = timezone.now()
-    with transaction.atomic():
+    with events.atomic():
         locked = scheduler.lock_run(run.pk)
         if locked.is_finished:
             raise ActionError(f"run {run.pk} already ended ({locked.get_status_display().lower()})")
@@ -188,7 +202,7 @@ def downstream_closure(task: TaskRun) -> list[int]:
 
 def retry_task(task: TaskRun, *, user=None) -> TaskRun:
     """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
-    with transaction.atomic():
+    with events.atomic():
         run = scheduler.lock_run(task.run_id)
         task = TaskRun.objects.select_related("run", "subtask", "agent").get(pk=task.pk)
         if task.state not in (State.FAILED, State.CANCELLED, State.SKIPPED):
@@ -232,7 +246,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
 
 def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
     """A person decides this task is not needed: downstream tasks go on without it."""
-    with transaction.atomic():
+    with events.atomic():
         run = scheduler.lock_run(task.run_id)
         task = TaskRun.objects.select_related("subtask", "agent").get(pk=task.pk)
         if task.is_terminal and task.state != State.FAILED:
@@ -273,44 +287,78 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
 # --- Checkpoints ---------------------------------------------------------------------------------
 
 
-def decide(checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "") -> Checkpoint:
-    """Approve or reject a checkpoint; a rejection needs a comment saying why."""
+SEPARATION_OF_DUTIES = "separation_of_duties"
+
+
+def separation_of_duties_refusal(checkpoint: Checkpoint, user) -> str:
+    """Why `user` may not approve this checkpoint under separation of duties ("" when they may),
+    naming who may (engine/approvers.py). Whoever launched a run cannot also approve its plan
+    (they may still reject it, which only stops their own run). Both facts are fixed once the run
+    exists, so no lock is needed."""
+    if checkpoint.kind != Checkpoint.Kind.PLAN or not getattr(user, "is_authenticated", False):
+        return ""
+    return approvers.separation_of_duties(checkpoint, Run.objects.get(pk=checkpoint.run_id), user)
+
+
+def decide(
+    checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "", plan_version: str | None = None
+) -> Checkpoint:
+    """Approve or reject a checkpoint; a rejection needs a comment saying why.
+
+    A plan checkpoint's approval is bound to the plan its approver reviewed: `plan_version` is
+    the version they saw (the page and the approvals inbox send it; the API takes it; the
+    command line, which shows no plan, approves the current one). An edit since then refuses
+    the approval, naming both versions: the checkpoint stays pending and must be reviewed
+    again. The version decided is recorded on the checkpoint and in its event.
+    """
     comment = (comment or "").strip()
     if not approve and not comment:
         raise ActionError("a comment is required to reject: say what is wrong")
+    if approve and (refusal := separation_of_duties_refusal(checkpoint, user)):
+        # Audited before raising, outside the decision's transaction (which the refusal would
+        # roll back), whatever the entry point: page, API, admin, command.
+        record_denial(user, SEPARATION_OF_DUTIES, action=f"APPROVE checkpoint {checkpoint.pk}", run=checkpoint.run_id)
+        raise ActionError(refusal)
     now = timezone.now()
-    with transaction.atomic():
+    with events.atomic():
         run = scheduler.lock_run(checkpoint.run_id)
         checkpoint = Checkpoint.objects.select_related("task_run__subtask", "task_run__agent").get(pk=checkpoint.pk)
         if checkpoint.status != Checkpoint.Status.PENDING:
             raise ActionError(f"checkpoint {checkpoint.pk} was already {checkpoint.status}")
         if run.is_finished:
             raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
-        # Separation of duties: whoever launched a run cannot also approve its plan (they may
-        # still reject it, which only stops their own run).
-        if (
-            approve
-            and settings.GLASSBOX_SEPARATION_OF_DUTIES
-            and checkpoint.kind == Checkpoint.Kind.PLAN
-            and getattr(user, "is_authenticated", False)
-            and run.launched_by_id == user.pk
-        ):
-            raise ActionError(
-                f"separation of duties: {user.get_username()} launched run {run.pk}, so another approver "
-                "must approve its plan"
-            )
+        if checkpoint.kind == Checkpoint.Kind.PLAN:
+            current = plans.plan_version(run.plan)
+            if approve and plan_version and plan_version != current:
+                raise ActionError(
+                    f"the plan was edited after you opened it (you reviewed version {plan_version}, it is now "
+                    f"version {current}): review the changes, then approve again"
+                )
+            checkpoint.plan_version = current
         checkpoint.status = Checkpoint.Status.APPROVED if approve else Checkpoint.Status.REJECTED
         checkpoint.decided_by = user if getattr(user, "is_authenticated", False) else None
         checkpoint.decided_at, checkpoint.comment = now, comment
-        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment"])
+        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment", "plan_version"])
+        version = {"plan_version": checkpoint.plan_version} if checkpoint.kind == Checkpoint.Kind.PLAN else {}
+        what = (
+            f"{tool_approvals.describe(checkpoint)}: call {checkpoint.status}"
+            if checkpoint.kind == Checkpoint.Kind.TOOL
+            else f"{checkpoint.get_kind_display()} checkpoint {checkpoint.status}"
+        )
+        call = (
+            {"call_id": checkpoint.call_id, "tool": tool_approvals.qualified(checkpoint)}
+            if checkpoint.kind == Checkpoint.Kind.TOOL
+            else {}
+        )
         events.record(
             f"checkpoint.{checkpoint.status}",
             run=run,
             task=checkpoint.task_run,
             user=user,
-            message=f"{checkpoint.get_kind_display()} checkpoint {checkpoint.status}"
+            message=what
+            + (f" (plan version {checkpoint.plan_version})" if version else "")
             + (f": {comment}" if comment else ""),
-            payload={"checkpoint": checkpoint.pk, "kind": checkpoint.kind, "comment": comment},
+            payload={"checkpoint": checkpoint.pk, "kind": checkpoint.kind, "comment": comment, **version, **call},
         )
         apply_decision(run, checkpoint, now)
     scheduler.advance(run.pk)
@@ -323,6 +371,7 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
     if checkpoint.kind == Checkpoint.Kind.PLAN:
         if approved:
             transitions.move(run, Run.Status.RUNNING, started_at=now)
+            run.tasks.filter(wait_code=waits.PlanApproval.code).update(wait_code="", wait_reason="")
             events.record("run.started", run=run, user=checkpoint.decided_by)
         else:
             transitions.move_where(run.tasks.all(), State.CANCELLED, error="plan rejected", finished_at=now)
@@ -330,6 +379,10 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
         return
     if task is None:
         raise ValueError(f"{checkpoint} is a task's checkpoint but belongs to no task")
+    if checkpoint.kind == Checkpoint.Kind.TOOL:
+        # The waiting call reads the decision (engine/tool_attempt.py); the task stays running.
+        tool_approvals.refresh_wait(task)
+        return
     if checkpoint.kind == Checkpoint.Kind.BEFORE:
         if approved:
             transitions.move_where(

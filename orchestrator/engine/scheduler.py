@@ -6,27 +6,38 @@ tasks while every cap holds at once — the run's cap, each agent's `max_concurr
 across all runs, the provider's in-flight cap, backoff and per-minute budgets, and the run's
 cost budget. Admitted tasks get a new Attempt and one django-q2 task each, enqueued after commit.
 
-Every decision reads the database under row locks taken in one fixed order (run, provider
-limits, agents), so several worker processes and several clusters can call `advance` at once
+Every decision reads the database under row locks taken in one fixed order (run, agents,
+provider limits), so several worker processes and several clusters can call `advance` at once
 and nothing is admitted twice. On SQLite the immediate transaction serialises writers anyway.
+
+A step is cheap because it is called after every attempt (DESIGN §9: fewer statements per
+advance): the run's tasks are read once, as rows of plain values (`TaskRow`); the plan's graph
+and the subtasks' fixed fields come from `run_shape` (read once per process); the decisions are
+made in memory and written in a few statements — one UPDATE for the tasks that became ready, one
+for those admitted, one INSERT for their attempts, one per group of tasks whose reason to wait
+changed, one for the run's counters — besides the locks and the shared rate limits.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import fields as dataclass_fields
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, F, Q, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from orchestrator import events, ratelimit
-from orchestrator.engine import context, transitions, waits
-from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, ProviderLimit, Run, Subtask, TaskRun
+from orchestrator import events, ratelimit, wording
+from orchestrator.engine import attempt_requests, context, run_shape, transitions, waits
+from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
+from orchestrator.providers.base import AgentRequest
 
 log = logging.getLogger(__name__)
 
@@ -39,102 +50,148 @@ class AdvanceResult:
     promoted: int = 0
     admitted: list[int] = field(default_factory=list)  # attempt ids admitted (all enqueued but `kept`)
     finished: bool = False
-    kept: int | None = None  # with keep_one: the admitted attempt left for the caller to run
+    kept: list[int] = field(default_factory=list)  # with keep: admitted attempts left for the caller to run
+    # with claim_for: the kept attempts, already claimed by the caller (execution.Claim)
+    claims: list = field(default_factory=list)
 
 
 def lock_run(run_id: int) -> Run:
-    """Take the run's row lock: the first lock of every engine transaction that changes a run."""
-    return Run.objects.select_for_update().get(pk=run_id)
+    """Take the run's row lock: the first lock of every engine transaction that changes a run.
+
+    FOR NO KEY UPDATE (no run's key ever changes): a plain FOR UPDATE would also block the key-share
+    locks that PostgreSQL's foreign-key checks take on the run — at commit, since Django's
+    constraints are deferred — so a transaction inserting an event of the run, holding the run's
+    event numbers, would wait for a scheduling step that waits for those numbers: a deadlock.
+    """
+    return Run.objects.select_for_update(no_key=True).get(pk=run_id)
 
 
-def advance(run_id: int, *, keep_one: bool = False) -> AdvanceResult:
+def advance(run_id: int, *, keep: int = 0) -> AdvanceResult:
     """Move a run forward as far as it can go now. Idempotent: a second call admits nothing new.
 
-    ``keep_one``: the caller, a worker that has just finished a task of this run, runs the first
-    admitted attempt itself (``result.kept``), so that attempt is not handed to the broker: no
-    queue round trip, and no second delivery that would find it claimed and take a transaction
-    to say so. If the caller dies before claiming it, the reaper hands it to the broker once its
-    queue lease (GLASSBOX_QUEUED_GRACE_S) expires, as for any attempt lost between commit and
-    enqueue.
+    ``keep``: the caller, an agent host whose attempts of this run have just ended, runs some of
+    the admitted attempts itself (``result.kept``, the first admitted; see `kept_share`), so they
+    are not handed to the broker: no queue round trip, and no second delivery that would find
+    them claimed and take a transaction to say so. If the caller dies before claiming them, the
+    reaper hands them to the broker once their queue lease (GLASSBOX_QUEUED_GRACE_S) expires, as
+    for any attempt lost between commit and enqueue.
     """
-    result = AdvanceResult(run_id)
-    with transaction.atomic():
-        run = lock_run(run_id)
-        if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
-            return result
-        result.promoted = promote_pending(run)
-        if finish_if_done(run):
-            result.finished = True
-            return result
-        if run.status == Run.Status.RUNNING:
-            result.admitted = admit(run, keep_one=keep_one)
-            if keep_one and result.admitted:
-                result.kept = result.admitted[0]
+    with events.atomic():
+        return advance_locked(lock_run(run_id), keep=keep)
+
+
+def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "") -> AdvanceResult:
+    """`advance` inside a transaction that already holds the run's lock (`run` as locked, its
+    counters up to date): an attempt's end and the step it triggers are then one transaction.
+
+    `claim_for`: the worker (an agent host) that keeps attempts claims them here too — they are
+    created running, leased to it, their requests built (`result.claims`) — which spares each a
+    claim of its own (a transaction) on the way from one task to the next.
+    """
+    result = AdvanceResult(run.pk)
+    if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
+        return result
+    rows = read_tasks(run)
+    shape = run_shape.of(run, {row.pk for row in rows.values()})
+    result.promoted = promote_pending(run, shape, rows)
+    if finish_if_done(run, rows):
+        result.finished = True
+        return result
+    if run.status == Run.Status.RUNNING:
+        result.admitted, result.claims = admit(run, shape, rows, keep=keep, claim_for=claim_for)
+        result.kept = result.admitted[: kept_share(len(result.admitted), keep)]
+    elif run.status == Run.Status.PAUSED:
+        hold_paused(run, rows)
     return result
+
+
+@dataclass
+class TaskRow:
+    """One task of the run as a scheduling step reads it: plain values, no model instance."""
+
+    pk: int
+    subtask_id: int
+    agent_id: int
+    state: str
+    skip_cascades: bool
+    not_before: datetime | None
+    wait_code: str
+    wait_reason: str
+    rank: float
+    ready_at: datetime | None
+    attempt_count: int
+
+    def stub(self, run: Run) -> TaskRun:
+        """A TaskRun with just the keys an event needs (no query)."""
+        return TaskRun(pk=self.pk, run_id=run.pk, subtask_id=self.subtask_id, agent_id=self.agent_id)
+
+
+def read_tasks(run: Run) -> dict[int, TaskRow]:
+    """Every task of the run, by subtask id (one query)."""
+    fields = [f.name for f in dataclass_fields(TaskRow)]
+    return {values[1]: TaskRow(*values) for values in run.tasks.order_by().values_list(*fields)}
 
 
 # --- The ready rule ---------------------------------------------------------------------------
 
 
-def upstream_map(run: Run, subtask_ids) -> dict[int, list[int]]:
-    ups: dict[int, list[int]] = {sid: [] for sid in subtask_ids}
-    for up, down in Dependency.objects.filter(plan_id=run.plan_id, downstream_id__in=subtask_ids).values_list(
-        "upstream_id", "downstream_id"
-    ):
-        ups[down].append(up)
-    return ups
-
-
-def promote_pending(run: Run) -> int:
+def promote_pending(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow]) -> int:
     """Apply the ready rule to every pending task; cascade skips below failed branches.
 
-    The decisions are made on (state, skip_cascades) pairs read in one query; only the tasks
-    whose fate is decided now are loaded as rows. A large run has hundreds of pending tasks of
-    which one or two change per call, and loading them all (with subtask and agent) made this
-    step cost tens of milliseconds of CPU per call (docs/benchmarks.md).
+    Decided on the rows in memory (a skip can unblock the decision of a task further down: the
+    rule is applied until nothing changes); the tasks that became ready are written in one
+    statement, skips and gates one by one (they are rare and each has its own reason).
     """
-    rows = list(run.tasks.values_list("subtask_id", "state", "skip_cascades", "subtask__gate"))
-    pending = [sid for sid, state, _, _ in rows if state == State.PENDING]
+    pending = [sid for sid, row in rows.items() if row.state == State.PENDING]
     if not pending:
         return 0
-    status = {sid: (state, cascades) for sid, state, cascades, _ in rows}
-    gates = {sid: gate for sid, _, _, gate in rows}
-    ups = upstream_map(run, pending)
     decided: list[tuple[int, str, list[int]]] = []  # (subtask id, new state, blockers), in decision order
     progress = True
-    while progress:  # a skip can unblock the decision of a task further down: repeat until stable
+    while progress:
         progress = False
         for sid in list(pending):
-            blockers = [u for u in ups[sid] if blocks(*status[u])]
+            ups = [rows[u] for u in shape.subtasks[sid].upstreams]
+            blockers = [u.subtask_id for u in ups if blocks(u.state, u.skip_cascades)]
             if blockers:
                 decided.append((sid, State.SKIPPED, blockers))
-                status[sid] = (State.SKIPPED, True)
-            elif all(satisfies(*status[u]) for u in ups[sid]):
-                promoted = State.WAITING_GATE if gates[sid] == Subtask.Gate.BEFORE else State.READY
+                rows[sid].state, rows[sid].skip_cascades = State.SKIPPED, True
+            elif all(satisfies(u.state, u.skip_cascades) for u in ups):
+                promoted = State.WAITING_GATE if shape.subtasks[sid].gate == Subtask.Gate.BEFORE else State.READY
                 decided.append((sid, promoted, []))
-                status[sid] = (promoted, False)
+                rows[sid].state = promoted
             else:
                 continue
             pending.remove(sid)
             progress = True
     if not decided:
         return 0
-    tasks = {
-        t.subtask_id: t
-        for t in run.tasks.filter(subtask_id__in=[d[0] for d in decided]).select_related("subtask", "agent")
-    }
-    blocker_ids = {u for _, _, blockers in decided for u in blockers}
-    keys = dict(Subtask.objects.filter(pk__in=blocker_ids).values_list("id", "key")) if blocker_ids else {}
     now = timezone.now()
+    ready = [sid for sid, new, _ in decided if new == State.READY]
+    if ready:
+        transitions.move_where(
+            TaskRun.objects.filter(pk__in=[rows[sid].pk for sid in ready]),
+            State.READY,
+            from_states=[State.PENDING],
+            ready_at=now,
+        )
     for sid, new, blockers in decided:
-        task = tasks[sid]
-        if new == State.SKIPPED:
-            skip_cascading(task, f"upstream {', '.join(keys[u] for u in blockers)} did not succeed")
-        elif new == State.WAITING_GATE:
-            open_gate(task, Checkpoint.Kind.BEFORE)
+        row = rows[sid]
+        if new == State.READY:
+            row.ready_at, row.wait_code, row.wait_reason = now, "", ""
+            events.record("task.ready", run=run, task=row.stub(run))
+        elif new == State.SKIPPED:
+            reason = f"upstream {', '.join(shape.subtasks[u].key for u in blockers)} did not succeed"
+            transitions.move_where(
+                TaskRun.objects.filter(pk=row.pk),
+                State.SKIPPED,
+                from_states=[State.PENDING],
+                skip_cascades=True,
+                error=reason,
+                finished_at=now,
+            )
+            events.record("task.skipped", run=run, task=row.stub(run), message=reason, payload={"reason": reason})
         else:
-            transitions.move(task, State.READY, ready_at=now)
-            events.record("task.ready", run=run, task=task)
+            open_gate(TaskRun.objects.select_related("subtask").get(pk=row.pk), Checkpoint.Kind.BEFORE)
     return len(decided)
 
 
@@ -181,18 +238,27 @@ def open_gate(task: TaskRun, kind: str) -> Checkpoint:
 # --- Finishing ----------------------------------------------------------------------------------
 
 
-def finish_if_done(run: Run) -> bool:
+def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
     """End the run when every task is terminal, with a summary a person can read."""
-    counts = Counter(run.tasks.values_list("state", flat=True))
-    if any(state not in TaskRun.TERMINAL for state in counts):
+    states = (
+        [row.state for row in rows.values()] if rows is not None else list(run.tasks.values_list("state", flat=True))
+    )
+    if any(state not in TaskRun.TERMINAL for state in states):
         return False
-    failed = list(run.tasks.filter(state=State.FAILED).select_related("subtask"))
-    cascaded = run.tasks.filter(state=State.SKIPPED, skip_cascades=True).count()
+    counts = Counter(states)
     if run.status == Run.Status.CANCELLED:
         return True
+    failed = list(
+        run.tasks.filter(state=State.FAILED).order_by("subtask__position").values_list("subtask__key", "error")
+    )
+    cascaded = (
+        sum(1 for row in rows.values() if row.state == State.SKIPPED and row.skip_cascades)
+        if rows is not None
+        else run.tasks.filter(state=State.SKIPPED, skip_cascades=True).count()
+    )
     if failed or cascaded or counts.get(State.CANCELLED):
-        parts = [f"{t.subtask.key} ({t.error or 'failed'})" for t in failed[:10]]
-        summary = f"{len(failed)} of {sum(counts.values())} tasks failed"
+        parts = [f"{key} ({error or 'failed'})" for key, error in failed[:10]]
+        summary = f"{len(failed)} of {wording.counted(len(states), 'task')} failed"
         if parts:
             summary += ": " + "; ".join(parts)
         if cascaded:
@@ -201,14 +267,31 @@ def finish_if_done(run: Run) -> bool:
     else:
         done = counts.get(State.SUCCEEDED, 0)
         skipped = counts.get(State.SKIPPED, 0)
-        summary = f"all {done} tasks succeeded" + (f", {skipped} skipped by a person" if skipped else "")
+        everything = "the only task succeeded" if done == 1 else f"all {done} tasks succeeded"
+        summary = everything + (f", {skipped} skipped by a person" if skipped else "")
         end_run(run, Run.Status.SUCCEEDED, summary)
     return True
 
 
 def end_run(run: Run, status: str, summary: str) -> None:
-    transitions.move(run, status, summary=summary, finished_at=timezone.now())
+    release_reservations(run)
+    transitions.move(run, status, summary=summary, finished_at=timezone.now(), reserved_usd=Decimal("0"))
     events.record(f"run.{status}", run=run, message=summary, payload={"status": status, "summary": summary})
+
+
+def release_reservations(run: Run) -> None:
+    """An ended run holds no money for work that will not settle.
+
+    Attempts still queued are never claimed (a claim refuses an ended run): they are cancelled.
+    An attempt still running finds its task stopped at its next beat and settles nothing
+    (execution: a cancelled run, or a lost lease), so every reservation is given back here, once.
+    """
+    now = timezone.now()
+    attempts = Attempt.objects.filter(task_run__run_id=run.pk)
+    attempts.filter(state=Attempt.State.QUEUED).update(
+        state=Attempt.State.CANCELLED, finished_at=now, error="the run ended before this attempt started"
+    )
+    attempts.filter(reserved_usd__gt=0).update(reserved_usd=Decimal("0"))
 
 
 # --- Admission -------------------------------------------------------------------------------------
@@ -219,60 +302,88 @@ class Capacity:
     """Slots left under every cap, read once under lock and spent as tasks are admitted."""
 
     run_slots: int
+    agents: dict[int, Agent]
     agent_slots: dict[int, int]
     provider_slots: dict[tuple[str, str], int | None]
     limits: dict[tuple[str, str], ProviderLimit]
     budget_left: Decimal
 
-
-def ready_queryset(run: Run, now):
-    """Ready tasks in admission order: longest remaining path first, then priority, then age."""
-    return (
-        run.tasks.filter(state__in=TaskRun.ADMISSIBLE)
-        .filter(Q(not_before__isnull=True) | Q(not_before__lte=now))
-        .select_related("subtask", "agent")
-        .order_by("-rank", "-subtask__priority", "ready_at", "pk")
-    )
+    def pair(self, agent_id: int) -> tuple[str, str]:
+        agent = self.agents[agent_id]
+        return agent.provider, agent.model
 
 
-def read_capacity(run: Run, agent_ids, pairs) -> Capacity:
-    """Slots left under every cap, for the given agents and (provider, model) pairs."""
+def admission_order(row: TaskRow, shape: run_shape.RunShape) -> tuple:
+    """Longest remaining path first, then priority, then age (never-ready-before last), then id."""
+    return (-row.rank, -shape.subtasks[row.subtask_id].priority, row.ready_at is None, row.ready_at or 0, row.pk)
+
+
+def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
+    """Slots left under every cap for the given agents, read under their locks.
+
+    Lock order: run (held), agents, provider limits — held to commit, so admission is serial per
+    agent and provider across runs, processes and clusters.
+    """
     agent_ids = sorted(set(agent_ids))
-    pairs = sorted(set(pairs))
-    # Lock order: run (held), provider limits, agents. Held to commit: admission is serial per agent.
+    agents = {a.pk: a for a in Agent.objects.select_for_update(no_key=True).filter(pk__in=agent_ids).order_by("pk")}
+    pairs = sorted({(a.provider, a.model) for a in agents.values()})
     limit_q = Q(pk__in=[])
     for provider, model in pairs:
         limit_q |= Q(provider=provider, model=model)
     limits = {
-        (pl.provider, pl.model): pl for pl in ProviderLimit.objects.select_for_update().filter(limit_q).order_by("pk")
+        (pl.provider, pl.model): pl
+        for pl in ProviderLimit.objects.select_for_update(no_key=True).filter(limit_q).order_by("pk")
     }
-    agents = {a.pk: a for a in Agent.objects.select_for_update().filter(pk__in=agent_ids).order_by("pk")}
-    active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE)
-    agent_busy = dict(active.filter(agent_id__in=agent_ids).order_by().values_list("agent_id").annotate(n=Count("pk")))
-    provider_slots: dict[tuple[str, str], int | None] = {}
-    for pair in pairs:
-        limit = limits.get(pair)
-        cap = limit and (limit.effective_in_flight or limit.max_in_flight)
-        if cap:
-            busy = active.filter(agent__provider=pair[0], agent__model=pair[1]).count()
-            provider_slots[pair] = cap - busy
-        else:
-            provider_slots[pair] = None
+    active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE).order_by()
+    agent_busy = dict(active.filter(agent_id__in=agent_ids).values_list("agent_id").annotate(n=Count("pk")))
+    capped = {
+        pair for pair in pairs if (limit := limits.get(pair)) and (limit.effective_in_flight or limit.max_in_flight)
+    }
+    provider_busy: dict[tuple[str, str], int] = {}
+    if capped:
+        provider_q = Q(pk__in=[])
+        for provider, model in capped:
+            provider_q |= Q(agent__provider=provider, agent__model=model)
+        for provider, model, busy in (
+            active.filter(provider_q).values_list("agent__provider", "agent__model").annotate(n=Count("pk"))
+        ):
+            provider_busy[(provider, model)] = busy
+    provider_slots: dict[tuple[str, str], int | None] = {pair: None for pair in pairs}
+    for pair in capped:
+        provider_slots[pair] = (
+            limits[pair].effective_in_flight or limits[pair].max_in_flight or 0
+        ) - provider_busy.get(pair, 0)
+    running_here = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
     return Capacity(
-        run_slots=run.cap - run.tasks.filter(state__in=TaskRun.ACTIVE).count(),
-        agent_slots={aid: agents[aid].max_concurrency - agent_busy.get(aid, 0) for aid in agent_ids},
+        run_slots=run.cap - running_here,
+        agents=agents,
+        agent_slots={aid: agents[aid].max_concurrency - agent_busy.get(aid, 0) for aid in agents},
         provider_slots=provider_slots,
         limits=limits,
         budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
     )
 
 
-def worst_case_cost(task: TaskRun, limit: ProviderLimit | None) -> Decimal:
+def input_estimate(shape: run_shape.SubtaskShape, goal: str, agent: Agent) -> int:
+    """The input tokens admission counts for an attempt: the plan's estimate, or the prompt's
+    bound when that is larger (the plan's numbers must not let a large prompt through)."""
+    bound = context.subtask_token_bound(
+        goal=goal,
+        title=shape.title,
+        instructions=shape.instructions,
+        system_prompt=agent.system_prompt,
+        inputs=shape.inputs,
+        upstreams=len(shape.upstreams),
+        has_downstream=shape.has_downstream,
+    )
+    return max(shape.estimated_input_tokens, bound)
+
+
+def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None) -> Decimal:
     """The most one attempt can cost: reserved at admission, settled with the real usage."""
     if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
         return Decimal("0")
-    input_tokens = max(task.subtask.estimated_input_tokens, context.prompt_token_bound(task))
-    return limit.cost(input_tokens, task.agent.max_output_tokens)
+    return limit.cost(input_tokens, agent.max_output_tokens)
 
 
 # A throttled task is looked at again after at most this long (the tick's pace), even if the
@@ -285,163 +396,339 @@ def admission_key(provider: str, model: str, suffix: str) -> str:
     return f"admit:{provider}:{model}:{suffix}"
 
 
-def rate_limit_wait(task: TaskRun, limit: ProviderLimit | None, now) -> tuple[waits.Wait | None, float]:
-    """Take this task's share of the provider's per-minute budgets, or say why and how long to wait."""
+@dataclass(frozen=True)
+class TokenReservation:
+    """What admission took from a provider's token budgets for one attempt, and in which minute
+    window: kept on the Attempt, corrected to the real usage when it ends (execution.settle)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    window: int | None = None
+
+
+def rate_limit_wait(
+    agent: Agent, limit: ProviderLimit | None, now, input_tokens: int
+) -> tuple[waits.Wait | None, float, TokenReservation]:
+    """Take one attempt's share of the provider's per-minute budgets, or say why and how long to wait.
+
+    Requests count one per call; input tokens the prompt's estimate; output tokens the call's
+    max_tokens, as the provider itself counts them when a request starts (DESIGN §9) — the
+    surplus is given back when the attempt ends. Nothing is kept of a taking that fails half-way.
+    """
     if limit is None:
-        return None, 0.0
+        return None, 0.0, TokenReservation()
     if limit.backoff_until and limit.backoff_until > now:
-        return waits.ProviderBackoff(str(limit), limit.backoff_until), (limit.backoff_until - now).total_seconds()
+        wait_for = (limit.backoff_until - now).total_seconds()
+        return waits.ProviderBackoff(str(limit), limit.backoff_until), wait_for, TokenReservation()
     configured = [
         ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
-        ("itpm", task.subtask.estimated_input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
-        ("otpm", task.agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
+        ("itpm", input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
+        ("otpm", agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
     ]
-    budgets = [(suffix, amount, per_minute, wait) for suffix, amount, per_minute, wait in configured if per_minute]
-    for suffix, amount, per_minute, wait in budgets:
-        remaining, reset_s = ratelimit.peek(admission_key(limit.provider, limit.model, suffix), per_minute)
-        if remaining < min(amount, per_minute):
-            return wait(str(limit)), reset_s
-    for suffix, amount, per_minute, wait in budgets:
-        wait_s = ratelimit.acquire(admission_key(limit.provider, limit.model, suffix), amount, per_minute)
-        if wait_s:
-            return wait(str(limit)), wait_s
-    return None, 0.0
+    taken: dict[str, ratelimit.Reservation] = {}
+    for suffix, amount, per_minute, wait in configured:
+        if not per_minute:
+            continue
+        key = admission_key(limit.provider, limit.model, suffix)
+        reservation = ratelimit.reserve(key, amount, per_minute)
+        if not reservation.granted:
+            for earlier, got in taken.items():
+                if got.window is not None:
+                    ratelimit.correct(admission_key(limit.provider, limit.model, earlier), got.window, -got.taken)
+            return wait(str(limit)), reservation.wait_s, TokenReservation()
+        taken[suffix] = reservation
+    windows = [got.window for got in taken.values() if got.window is not None]
+    return (
+        None,
+        0.0,
+        TokenReservation(
+            input_tokens=taken["itpm"].taken if "itpm" in taken else 0,
+            output_tokens=taken["otpm"].taken if "otpm" in taken else 0,
+            window=windows[0] if windows else None,
+        ),
+    )
 
 
-def admission_block(task: TaskRun, cap: Capacity, now) -> waits.Wait | None:
-    """Why `task` cannot start now (None when it can), spending nothing."""
-    if not task.agent.is_schedulable:
-        return waits.AgentInactive(task.agent.name, task.agent.status)
+def admission_block(row: TaskRow, run: Run, cap: Capacity, cost: Decimal) -> waits.Wait | None:
+    """Why the task cannot start now (None when it can), spending nothing."""
+    agent = cap.agents[row.agent_id]
+    if not agent.is_schedulable:
+        return waits.AgentInactive(agent.name, agent.status)
     if cap.run_slots <= 0:
-        return waits.RunCap(task.run.cap)
-    if cap.agent_slots[task.agent_id] <= 0:
-        return waits.AgentLimit(task.agent.name, task.agent.max_concurrency)
-    pair = (task.agent.provider, task.agent.model)
+        return waits.RunCap(run.cap)
+    if cap.agent_slots[row.agent_id] <= 0:
+        return waits.AgentLimit(agent.name, agent.max_concurrency)
+    pair = cap.pair(row.agent_id)
     slots = cap.provider_slots[pair]
     if slots is not None and slots <= 0:
         return waits.ProviderInFlight(*pair)
-    if worst_case_cost(task, cap.limits.get(pair)) > cap.budget_left:
+    if cost > cap.budget_left:
         return waits.Budget()
     return None
 
 
-# Ready tasks are read in pages of (free run slots + ADMIT_PAGE) while run slots are left.
-ADMIT_PAGE = 4
+@dataclass
+class Admission:
+    """One task admitted in this step: what its attempt reserves."""
+
+    row: TaskRow
+    reserve: Decimal
+    tokens: TokenReservation
 
 
-def admit(run: Run, *, keep_one: bool = False) -> list[int]:
+def admit(
+    run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], *, keep: int = 0, claim_for: str = ""
+) -> tuple[list[int], list]:
     """Admit ready tasks in order while every cap holds; show every other ready task why it waits.
 
-    Candidates are read page by page only while run slots are left. Once the run's cap is
-    reached, the remaining candidates all wait for it: only those not already showing that
-    reason (newly ready or throttled ones, or whose agent is no longer active) are loaded and
-    noted, so a run with hundreds of ready tasks does not load them all on every call.
+    Once the run's cap is reached, the remaining candidates all wait for it: only those not
+    already showing that reason are written, so a run with hundreds of ready tasks writes nothing
+    for them on every call.
     """
     now = timezone.now()
-    ready = ready_queryset(run, now)
-    groups = list(ready.order_by().values_list("agent_id", "agent__provider", "agent__model").distinct())
-    if not groups:
-        return []
-    capacity = read_capacity(run, [g[0] for g in groups], [(g[1], g[2]) for g in groups])
-    admitted: list[int] = []
-    seen: list[int] = []
+    candidates = sorted(
+        (
+            row
+            for row in rows.values()
+            if row.state in TaskRun.ADMISSIBLE and (row.not_before is None or row.not_before <= now)
+        ),
+        key=lambda row: admission_order(row, shape),
+    )
+    if not candidates:
+        return [], []
+    capacity = read_capacity(run, rows, [row.agent_id for row in candidates])
+    admitted: list[Admission] = []
+    waiting: list[tuple[TaskRow, waits.Wait, float]] = []
     budget_blocked = False
-
-    def consider(task: TaskRun) -> None:
-        nonlocal budget_blocked
-        task.run = run
-        seen.append(task.pk)
-        reason = admission_block(task, capacity, now)
-        pair = (task.agent.provider, task.agent.model)
+    for row in candidates:
+        if capacity.run_slots <= 0 and row.state == State.READY and row.wait_code == waits.RunCap.code:
+            if capacity.agents[row.agent_id].is_schedulable:
+                continue  # already says so: nothing to write
+        agent = capacity.agents[row.agent_id]
+        pair = capacity.pair(row.agent_id)
         limit = capacity.limits.get(pair)
+        input_tokens = input_estimate(shape.subtasks[row.subtask_id], shape.goal, agent)
+        cost = worst_case_cost(input_tokens, agent, limit)
+        reason = admission_block(row, run, capacity, cost)
         wait_s = 0.0
+        tokens = TokenReservation()
         if reason is None:
-            reason, wait_s = rate_limit_wait(task, limit, now)
+            reason, wait_s, tokens = rate_limit_wait(agent, limit, now, input_tokens)
         if reason is not None:
             budget_blocked |= reason.code == waits.Budget.code
-            note_waiting(task, reason, throttled_for=wait_s, now=now)
-            return
-        reserve = worst_case_cost(task, limit)
-        admitted.append(dispatch(task, reserve, now, enqueue=not (keep_one and not admitted)).pk)
+            waiting.append((row, reason, wait_s))
+            continue
+        admitted.append(Admission(row, cost, tokens))
         capacity.run_slots -= 1
-        capacity.agent_slots[task.agent_id] -= 1
+        capacity.agent_slots[row.agent_id] -= 1
         provider_slots = capacity.provider_slots[pair]
         if provider_slots is not None:
             capacity.provider_slots[pair] = provider_slots - 1
-        capacity.budget_left -= reserve
-        run.reserved_usd += reserve
-
-    while capacity.run_slots > 0:
-        page = list(ready.exclude(pk__in=seen)[: capacity.run_slots + ADMIT_PAGE])
-        if not page:
-            break
-        for task in page:
-            if capacity.run_slots <= 0:
-                break  # the rest of the page is noted below with every other task held by the cap
-            consider(task)
-    if capacity.run_slots <= 0:
-        holding = ready.exclude(pk__in=seen).exclude(
-            state=State.READY, wait_code=waits.RunCap.code, agent__status=Agent.Status.ACTIVE
+        capacity.budget_left -= cost
+    attempt_ids, claims = dispatch(run, admitted, now, keep=keep, claim_for=claim_for, limits=capacity.limits)
+    note_waiting(run, waiting, now)
+    active = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
+    added = sum((a.reserve for a in admitted), Decimal("0"))
+    if added or active > run.peak_running:
+        Run.objects.filter(pk=run.pk).update(
+            reserved_usd=F("reserved_usd") + added, peak_running=Greatest(F("peak_running"), Value(active))
         )
-        for task in holding:
-            consider(task)
-    active = run.tasks.filter(state__in=TaskRun.ACTIVE).count()
-    run.peak_running = max(run.peak_running, active)
-    run.save(update_fields=["reserved_usd", "peak_running"])
+        run.reserved_usd += added
+        run.peak_running = max(run.peak_running, active)
     if budget_blocked and active == 0:
         stop_over_budget(run)
-    return admitted
+    return attempt_ids, claims
 
 
-def note_waiting(task: TaskRun, reason: waits.Wait, *, throttled_for: float = 0.0, now=None) -> None:
-    """Show why a ready task waits; an event only when the reason changes.
+def hold_paused(run: Run, rows: dict[int, TaskRow]) -> None:
+    """A paused run admits nothing: every task that could start says so (not an earlier cap)."""
+    paused = waits.RunPaused()
+    note_waiting(
+        run,
+        [
+            (row, paused, 0.0)
+            for row in rows.values()
+            if row.state in TaskRun.ADMISSIBLE and not (row.state == State.READY and row.wait_code == paused.code)
+        ],
+        timezone.now(),
+    )
+
+
+def note_waiting(run: Run, waiting: list[tuple[TaskRow, waits.Wait, float]], now) -> None:
+    """Show why ready tasks wait; an event only when a task's reason changes.
 
     A task held back by the provider's rate budget is THROTTLED and not looked at again until
     the budget may have freed (at most THROTTLE_RECHECK_S later); a task held by a cap stays
     READY and is admitted as soon as a slot frees. The sentence takes part in "changes" only
     because it is what people see: a new one (another backoff deadline) must reach the page.
+    Tasks that change alike are written together.
     """
-    state = State.THROTTLED if throttled_for else State.READY
-    if throttled_for:
-        task.not_before = (now or timezone.now()) + timedelta(seconds=min(throttled_for, THROTTLE_RECHECK_S))
-        task.save(update_fields=["not_before"])
-    if task.wait_code == reason.code and task.wait_reason == reason.message and task.state == state:
-        return
-    transitions.move(task, state, wait_code=reason.code, wait_reason=reason.message)
-    events.record(
-        "task.throttled" if throttled_for else "task.waiting",
-        run=task.run_id,
-        task=task,
-        message=reason.message,
-        payload={"reason": reason.message, "code": reason.code, "state": state},
-    )
+    rechecks: dict[datetime, list[int]] = defaultdict(list)
+    changes: dict[tuple[str, str, str], list[TaskRow]] = defaultdict(list)
+    for row, reason, throttled_for in waiting:
+        state: str = State.THROTTLED if throttled_for else State.READY
+        if throttled_for:
+            rechecks[now + timedelta(seconds=min(throttled_for, THROTTLE_RECHECK_S))].append(row.pk)
+        if (row.wait_code, row.wait_reason, row.state) != (reason.code, reason.message, state):
+            changes[(state, reason.code, reason.message)].append(row)
+    for not_before, ids in rechecks.items():
+        TaskRun.objects.filter(pk__in=ids).update(not_before=not_before)
+    for (state, code, message), changed in changes.items():
+        transitions.move_where(
+            TaskRun.objects.filter(pk__in=[row.pk for row in changed]),
+            state,
+            from_states=list(TaskRun.ADMISSIBLE),
+            wait_code=code,
+            wait_reason=message,
+        )
+        for row in changed:
+            row.state, row.wait_code, row.wait_reason = state, code, message
+            events.record(
+                "task.throttled" if state == State.THROTTLED else "task.waiting",
+                run=run,
+                task=row.stub(run),
+                message=message,
+                payload={"reason": message, "code": code, "state": state},
+            )
 
 
-def dispatch(task: TaskRun, reserve: Decimal, now, *, enqueue: bool = True) -> Attempt:
-    """Admit one task: a new Attempt, the task queued, one q2 task enqueued after commit
-    (unless the worker that called `advance` runs it itself: see advance's keep_one)."""
-    transitions.move(
-        task,
-        State.QUEUED,
-        attempt_count=task.attempt_count + 1,
-        wait_reason="",
-        wait_code="",
-        lease_owner="",
-        lease_expires_at=now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S),
+def kept_share(admitted: int, at_most: int) -> int:
+    """How many of `admitted` attempts the host that called `advance` keeps, when it has room for
+    `at_most`: its share of the cluster's worker processes (GLASSBOX_WORKERS), at least one — the
+    one that follows the attempt that just ended — so that a wide fan-out spreads over the
+    processes (each an interpreter of its own) while a chain never waits for the broker."""
+    if at_most <= 0 or admitted <= 0:
+        return 0
+    workers = max(1, int(str(settings.Q_CLUSTER.get("workers", 1))))
+    return min(at_most, admitted, max(1, -(-admitted // workers)))
+
+
+def dispatch(
+    run: Run,
+    admitted: list[Admission],
+    now,
+    *,
+    keep: int = 0,
+    claim_for: str = "",
+    limits: dict[tuple[str, str], ProviderLimit] | None = None,
+) -> tuple[list[int], list]:
+    """Start the admitted tasks, each with a new Attempt: the ones the caller keeps (`kept_share`
+    of `keep`) claimed at once by `claim_for` when given (running, leased), else queued for it; the
+    others queued and handed to the broker after commit. Returns the attempt ids, and the claims
+    of those claimed here (execution.Claim)."""
+    if not admitted:
+        return [], []
+    kept = kept_share(len(admitted), keep)
+    claimed, queued = (admitted[:kept], admitted[kept:]) if claim_for else ([], admitted)
+    lease = {"lease_expires_at": now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)}
+    for group, state, fields in (
+        (queued, State.QUEUED, {"lease_owner": "", **lease}),
+        (claimed, State.RUNNING, execution_lease(claim_for, now)),
+    ):
+        if not group:
+            continue
+        moved = transitions.move_where(
+            TaskRun.objects.filter(pk__in=[a.row.pk for a in group]),
+            state,
+            from_states=list(TaskRun.ADMISSIBLE),
+            attempt_count=F("attempt_count") + 1,
+            wait_reason="",
+            wait_code="",
+            **fields,
+        )
+        if moved != len(group):
+            raise RuntimeError(f"run {run.pk}: {len(group)} tasks admitted but {moved} moved to {state}")
+    requests = claimed_requests(run, claimed)
+    attempts = Attempt.objects.bulk_create(
+        [
+            Attempt(
+                task_run_id=a.row.pk,
+                number=a.row.attempt_count + 1,
+                reserved_usd=a.reserve,
+                reserved_input_tokens=a.tokens.input_tokens,
+                reserved_output_tokens=a.tokens.output_tokens,
+                rate_window=a.tokens.window,
+                **(
+                    {
+                        "state": Attempt.State.RUNNING,
+                        "worker": claim_for,
+                        "started_at": now,
+                        "heartbeat_at": now,
+                        "request": attempt_requests.as_record(requests[a.row.pk][1]),
+                    }
+                    if a.row.pk in requests
+                    else {}
+                ),
+            )
+            for a in claimed + queued
+        ]
     )
-    attempt = Attempt.objects.create(task_run=task, number=task.attempt_count, reserved_usd=reserve)
-    events.record(
-        "task.queued",
-        run=task.run_id,
-        task=task,
-        payload={
-            "attempt": attempt.number,
-            "latency_ms": int((now - task.ready_at).total_seconds() * 1000) if task.ready_at else None,
-        },
-    )
-    if enqueue:
-        transaction.on_commit(lambda: enqueue_attempt(attempt.pk))
-    return attempt
+    claims = []
+    for a, attempt in zip(claimed + queued, attempts, strict=True):
+        a.row.attempt_count, a.row.wait_code, a.row.wait_reason = attempt.number, "", ""
+        a.row.state = State.RUNNING if a.row.pk in requests else State.QUEUED
+        events.record(
+            "task.queued",
+            run=run,
+            task=a.row.stub(run),
+            payload={
+                "attempt": attempt.number,
+                "latency_ms": int((now - a.row.ready_at).total_seconds() * 1000) if a.row.ready_at else None,
+            },
+        )
+        if a.row.pk in requests:
+            task, request = requests[a.row.pk]
+            events.record(
+                "task.started",
+                run=run,
+                task=task,
+                actor_name=f"agent:{task.agent.name}",
+                payload={"attempt": attempt.number, "worker": claim_for},
+            )
+            claims.append(make_claim(task, attempt, claim_for, limits, request))
+    ids = [attempt.pk for attempt in attempts]
+    if not claim_for:
+        for attempt_id in ids[kept:]:
+            transaction.on_commit(functools.partial(enqueue_attempt, attempt_id))
+    else:
+        for attempt_id in ids[len(claimed) :]:
+            transaction.on_commit(functools.partial(enqueue_attempt, attempt_id))
+    return ids, claims
+
+
+def execution_lease(worker: str, now) -> dict:
+    """The fields of a task a worker has claimed (as execution.claim_attempt sets them)."""
+    return {
+        "lease_owner": worker,
+        "lease_expires_at": now + timedelta(seconds=settings.GLASSBOX_LEASE_S),
+        "started_at": now,
+        "progress": 0,
+        "progress_at": None,
+        "output": "",
+    }
+
+
+def claimed_requests(run: Run, claimed: list[Admission]) -> dict[int, tuple[TaskRun, AgentRequest]]:
+    """The tasks claimed at admission, loaded with what their requests need, and the requests
+    (execution.build_request), by task id."""
+    if not claimed:
+        return {}
+    from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
+
+    tasks = TaskRun.objects.select_related("subtask", "agent", "run__plan").filter(pk__in=[a.row.pk for a in claimed])
+    out = {}
+    for task in tasks:
+        task.state = State.RUNNING
+        number = next(a.row.attempt_count + 1 for a in claimed if a.row.pk == task.pk)
+        out[task.pk] = (task, execution.build_request(task, number))
+    return out
+
+
+def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request):
+    from orchestrator.engine import execution
+
+    limit = (limits or {}).get((task.agent.provider, task.agent.model))
+    return execution.Claim(task, attempt, worker, limit, request)
 
 
 def enqueue_attempt(attempt_id: int) -> None:
@@ -461,8 +748,8 @@ def stop_over_budget(run: Run) -> None:
     """Nothing is running and the next task would pass the budget: the run cannot go on."""
     spent = run.cost_usd
     message = (
-        f"stopped: the budget of ${run.budget_usd:.2f} does not cover the next task "
-        f"(spent ${spent:.4f}); raise the budget and retry"
+        f"stopped: the budget of {wording.usd(run.budget_usd)} does not cover the next task "
+        f"(spent {wording.usd(spent)}); raise the budget and retry"
     )
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
         transitions.move(task, State.CANCELLED, error="run over budget", finished_at=timezone.now())

@@ -51,10 +51,13 @@ def ticker_loop(interval_s: float) -> None:
 
 def start_ticker(**kwargs) -> None:
     """post_spawn receiver: start this process's ticker thread once (and, as this is a worker
-    process, stop ringing doorbells that could not reach any viewer from here)."""
+    process, stop ringing doorbells that could not reach any viewer from here, and let SIGTERM
+    drain its agent host instead of killing it: orchestrator/engine/host.py)."""
+    from orchestrator.engine.host import prepare_worker_process
     from orchestrator.events import silence_doorbell_if_unreachable
 
     silence_doorbell_if_unreachable()
+    prepare_worker_process()
     if _started.is_set() or not settings.GLASSBOX_TICK_S:
         return
     _started.set()

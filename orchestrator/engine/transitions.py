@@ -28,9 +28,10 @@ TASK_MOVES: dict[str, frozenset[str]] = {
     State.PENDING: frozenset({State.READY, State.WAITING_GATE, State.SKIPPED, State.CANCELLED}),
     # the gate is approved or rejected
     State.WAITING_GATE: frozenset({State.READY, State.SKIPPED, State.CANCELLED}),
-    # admitted, or held back by the provider's rate budget
-    State.READY: frozenset({State.THROTTLED, State.QUEUED, State.SKIPPED, State.CANCELLED}),
-    State.THROTTLED: frozenset({State.READY, State.QUEUED, State.SKIPPED, State.CANCELLED}),
+    # admitted (to the broker's queue, or claimed at once by the agent host whose attempt's end
+    # admitted it: scheduler.dispatch), or held back by the provider's rate budget
+    State.READY: frozenset({State.THROTTLED, State.QUEUED, State.RUNNING, State.SKIPPED, State.CANCELLED}),
+    State.THROTTLED: frozenset({State.READY, State.QUEUED, State.RUNNING, State.SKIPPED, State.CANCELLED}),
     # a worker claims the attempt
     State.QUEUED: frozenset({State.RUNNING, State.SKIPPED, State.CANCELLED}),
     # the attempt ends: output (reviewed or not), a retry, a failure, or it is stopped
@@ -39,9 +40,10 @@ TASK_MOVES: dict[str, frozenset[str]] = {
     ),
     # a person reviews the output
     State.AWAITING_REVIEW: frozenset({State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED}),
-    State.SUCCEEDED: frozenset(),
-    # a person retries or skips a failed task
-    State.FAILED: frozenset({State.READY, State.SKIPPED}),
+    # a person re-runs from here (engine/reruns.py): the task and its downstream start over
+    State.SUCCEEDED: frozenset({State.PENDING}),
+    # a person retries or skips a failed task, or re-runs from it
+    State.FAILED: frozenset({State.READY, State.SKIPPED, State.PENDING}),
     # a person retries it; work that gave up because of a failure waits for its retry again
     # ... and a rejected plan cancels every task, those a person skipped while it waited included
     State.SKIPPED: frozenset({State.READY, State.PENDING, State.CANCELLED}),

@@ -1,4 +1,4 @@
-"""Why a ready task is not running yet: typed wait reasons (DESIGN §3, Admission).
+"""Why a task is not running yet: typed wait reasons (DESIGN §3, Admission).
 
 In the spirit of Airflow's ``ti_deps``, every reason is its own type with a stable code and a
 sentence built from its parameters. The engine stores both on the TaskRun: it filters and
@@ -49,6 +49,22 @@ class RunCap(Wait):
     code = "run_cap"
     template = "run cap reached ({cap} running)"
     cap: int
+
+
+@dataclass(frozen=True)
+class RunPaused(Wait):
+    """The run is paused: nothing new starts until someone resumes it."""
+
+    code = "run_paused"
+    template = "run paused: starts when the run is resumed"
+
+
+@dataclass(frozen=True)
+class PlanApproval(Wait):
+    """The run's plan waits for a person's approval: no task starts before it."""
+
+    code = "plan_approval"
+    template = "waits for the plan's approval"
 
 
 @dataclass(frozen=True)
@@ -126,9 +142,21 @@ class RetryBackoff(Wait):
     error: str
 
 
+@dataclass(frozen=True)
+class ToolApproval(Wait):
+    """A running task's agent asked to call a tool granted with approval: it waits for a person
+    (engine/tool_approvals.py). The run goes on; only this task waits."""
+
+    code = "tool_approval"
+    template = "waits for a person to approve a call of {tool}"
+    tool: str  # SERVER:TOOL
+
+
 ALL: tuple[type[Wait], ...] = (
     AgentInactive,
     RunCap,
+    RunPaused,
+    PlanApproval,
     AgentLimit,
     ProviderInFlight,
     Budget,
@@ -137,5 +165,6 @@ ALL: tuple[type[Wait], ...] = (
     RateLimitInput,
     RateLimitOutput,
     RetryBackoff,
+    ToolApproval,
 )
 CODES: tuple[str, ...] = tuple(kind.code for kind in ALL)

@@ -8,17 +8,22 @@ from orchestrator import events
 from orchestrator.models import Event, Run
 
 
-def record_denial(user, permission: str, *, action: str, run: Run | int | None = None) -> Event:
-    """Write an `access.denied` event: who tried what, lacking which permission."""
+def record_denial(user, permission: str, *, action: str, run: Run | int | None = None, caller: str = "") -> Event:
+    """Write an `access.denied` event: who tried what, lacking which permission.
+
+    `caller` names a caller that is no logged-in user (a refused API token, by its prefix);
+    without it an unauthenticated caller is "anonymous".
+    """
     if isinstance(run, int) and not Run.objects.filter(pk=run).exists():
         run = None  # a denied look at a run that does not exist is still audited, without the run
-    who = user.get_username() if getattr(user, "is_authenticated", False) else "anonymous"
+    authenticated = getattr(user, "is_authenticated", False)
+    who = user.get_username() if authenticated else (caller or "anonymous")
     with transaction.atomic():
         return events.record(
             "access.denied",
             run=run,
-            user=user if getattr(user, "is_authenticated", False) else None,
-            actor_name=who if who == "anonymous" else "",
+            user=user if authenticated else None,
+            actor_name="" if authenticated else who[:100],
             message=f"{who} was denied {action} (needs {permission})",
             payload={"permission": permission, "action": action},
         )

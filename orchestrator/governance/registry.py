@@ -12,10 +12,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from orchestrator import events
 from orchestrator.models import Agent, ProviderLimit
+from orchestrator.providers.options import option_problems
 
 # Fields a person edits, in the order the audit payload lists them.
 AGENT_FIELDS = (
@@ -29,6 +31,7 @@ AGENT_FIELDS = (
     "timeout_s",
     "max_retries",
     "max_output_tokens",
+    "max_steps",
     "provider_options",
     "status",
     "owner",
@@ -49,6 +52,30 @@ MAX_AUDIT_TEXT = 2000
 
 class RegistryError(Exception):
     """A registry change that cannot be made; the message says why, for people."""
+
+
+class InvalidAgent(RegistryError):
+    """An agent's settings with problems, by field; nothing was saved."""
+
+    def __init__(self, problems: dict[str, list[str]]):
+        self.problems = problems
+        super().__init__("; ".join(f"{field}: {problem}" for field, items in problems.items() for problem in items))
+
+
+def agent_problems(agent: Agent) -> dict[str, list[str]]:
+    """Every problem of an agent's settings, by field: the model's validators (ranges, the name's
+    form and uniqueness, the provider's choices) and the provider's option schema
+    (providers/options.py). Empty when the agent may be saved."""
+    problems: dict[str, list[str]] = {}
+    try:
+        agent.full_clean()
+    except ValidationError as error:
+        problems = {field: [str(message) for message in messages] for field, messages in error.message_dict.items()}
+    if "provider" not in problems:
+        options = option_problems(agent.provider, agent.provider_options)
+        if options:
+            problems.setdefault("provider_options", []).extend(options)
+    return problems
 
 
 def _audit_value(obj, field: str) -> Any:
@@ -108,13 +135,17 @@ def _record_status_change(agent: Agent, old: str, new: str, user) -> None:
 
 
 def save_agent(agent: Agent, *, user=None) -> Agent:
-    """Create or update an agent (e.g. from an admin form) and record every changed field.
+    """Create or update an agent (from the admin, `manage.py agent` or the API) and record every
+    changed field. Invalid settings raise InvalidAgent naming every problem, and nothing is saved.
 
     A new agent gives `agent.created` with its fields; a change gives `agent.changed` with
     {field: [old, new]} and, when the status moved, also `agent.status_changed`, so that one
     event type lists every lifecycle transition whatever the entry point. Saving with no
     change records nothing.
     """
+    problems = agent_problems(agent)
+    if problems:
+        raise InvalidAgent(problems)
     with transaction.atomic():
         previous = Agent.objects.select_for_update().filter(pk=agent.pk).first() if agent.pk else None
         if previous is None:

@@ -94,3 +94,23 @@ def authenticate(raw: str | None):
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_RESOLUTION)
         ).update(last_used_at=now)
     return token.user
+
+
+def describe_refused(raw: str | None) -> str:
+    """Who a refused bearer token claims to be, for the audit log ("" when it is no token of ours).
+
+    Names the token by its prefix (never the secret part) and says why it was refused, so that a
+    script still using a revoked token can be found: "API token 3f9a1c2e… (revoked, of alice)".
+    """
+    if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return ""
+    prefix = raw[len(TOKEN_PREFIX) :].split("_", 1)[0][:PREFIX_CHARS]
+    token = ApiToken.objects.select_related("user").filter(token_hash=hash_token(raw)).first()
+    if token is None:
+        return f"API token {prefix}… (unknown)"
+    owner = token.user.get_username()
+    if token.revoked_at is not None:
+        return f"API token {token.prefix}… (revoked, of {owner})"
+    if not token.user.is_active:
+        return f"API token {token.prefix}… (of {owner}, an inactive user)"
+    return f"API token {token.prefix}… (of {owner})"

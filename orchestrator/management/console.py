@@ -7,6 +7,8 @@ and print through the helpers here so that every command words and formats thing
 from __future__ import annotations
 
 import argparse
+import getpass
+import os
 import shlex
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -17,6 +19,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
+from orchestrator import wording
 from orchestrator.engine import runs
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run
@@ -68,8 +71,8 @@ def decide_checkpoint(checkpoint_id: int, *, approve: bool, comment: str) -> Che
 
 
 def usd(amount: Decimal | float | int | None) -> str:
-    """Dollars with four decimals: demo runs cost fractions of a cent per task."""
-    return f"${Decimal(amount or 0):.4f}"
+    """Dollars as the pages show them (orchestrator/wording.py): a fraction of a cent is never $0.00."""
+    return wording.usd(amount)
 
 
 def duration(seconds: float | None) -> str:
@@ -250,3 +253,11 @@ def positive_int(value: str) -> int:
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
     return number
+
+
+def cli_actor() -> str:
+    """Who runs a command, for the audit log: ``cli:`` and the operating-system user."""
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):  # no user name for this uid (a bare container)
+        return f"cli:uid-{os.getuid()}"

@@ -10,11 +10,12 @@ from orchestrator.plans.errors import PlanError, PlanValidationError
 from orchestrator.plans.estimates import MIN_ESTIMATED_DURATION_S, estimated_duration_s, plan_weights
 from orchestrator.plans.parsing import MAX_PLAN_BYTES, parse_document, read_document
 from orchestrator.plans.spec import PlanSpec, SubtaskSpec
-from orchestrator.plans.storage import plan_graph, save_plan
+from orchestrator.plans.storage import content_hash, plan_document, plan_graph, plan_version, save_plan, saved_plan_of
 from orchestrator.plans.validation import (
     MAX_INSTRUCTIONS_CHARS,
     MAX_SUBTASKS,
     MAX_TITLE_CHARS,
+    agent_setting_problems,
     load_file,
     validate,
     validate_document,
@@ -30,13 +31,18 @@ __all__ = [
     "PlanSpec",
     "PlanValidationError",
     "SubtaskSpec",
+    "agent_setting_problems",
+    "content_hash",
     "estimated_duration_s",
     "load_file",
     "parse_document",
+    "plan_document",
     "plan_graph",
+    "plan_version",
     "plan_weights",
     "read_document",
     "save_plan",
+    "saved_plan_of",
     "validate",
     "validate_document",
 ]

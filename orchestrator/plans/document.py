@@ -30,6 +30,8 @@ KEY_PATTERN = rf"^[A-Za-z0-9_-]{{1,{MAX_KEY_CHARS}}}$"
 # Subtask.Gate's choices spelled out so that mypy reads a type (tests/orchestrator/plans/test_plans.py
 # checks that they are exactly the model's, in its order).
 Gate = Literal["none", "before", "after"]
+# What a subtask receives from its upstreams (Subtask.Inputs without its "" default; same test).
+Inputs = Literal["summaries", "full"]
 
 
 def _distinct(keys: list[str]) -> list[str]:
@@ -95,6 +97,11 @@ class SubtaskDocument(_Mapping):
     timeout_s: int | None = _integer(*TIMEOUT_RANGE, "Seconds an attempt may take (default: the agent's)")
     max_retries: int | None = _integer(*MAX_RETRIES_RANGE, "Retries after a failed attempt (default: the agent's)")
     estimate: EstimateDocument = Field(default_factory=EstimateDocument, description="Estimated tokens")
+    inputs: Inputs | None = Field(
+        None,
+        description="What it receives from its upstreams: summaries (bounded in tokens) or their full outputs; "
+        "by default summaries, and full outputs for a fan-in subtask",
+    )
 
 
 class PlanDocument(_Mapping):

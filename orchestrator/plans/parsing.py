@@ -177,8 +177,9 @@ def _json_object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, A
 
 
 def _parse_yaml(text: str) -> ParsedDocument:
-    loader = _PlanYamlLoader(text)
+    loader = None
     try:
+        loader = _PlanYamlLoader(text)  # its reader checks the first characters already
         root = loader.get_single_node()
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
@@ -191,7 +192,8 @@ def _parse_yaml(text: str) -> ParsedDocument:
     except yaml.YAMLError as exc:
         raise PlanValidationError([PlanError("YAML syntax", str(exc))]) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return ParsedDocument(data, LineMap(lambda: root))
 
 

@@ -225,7 +225,7 @@ def _ignore(feedback: ProviderFeedback | None) -> None:
 
 def _ask(messages: list[MessageParam], agents: list[Agent], model: str, on_feedback: FeedbackSink) -> _Answer:
     """One call to Claude; ProviderError (redacted, SDK retries off) when it fails."""
-    sdk = claude.client(PLANNER_TIMEOUT_S, who="the planner")
+    sdk = claude.sync_client(PLANNER_TIMEOUT_S, who="the planner")
     try:
         raw_response = sdk.messages.with_raw_response.create(
             model=model,

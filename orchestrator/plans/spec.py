@@ -24,6 +24,7 @@ class SubtaskSpec:
     estimated_input_tokens: int = 0
     estimated_output_tokens: int = 0
     position: int = 0
+    inputs: str = ""  # "", "summaries" or "full" (Subtask.Inputs)
 
 
 @dataclass

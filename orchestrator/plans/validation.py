@@ -53,6 +53,7 @@ from orchestrator.plans.document import (
 from orchestrator.plans.errors import PlanError, PlanValidationError
 from orchestrator.plans.parsing import LineMap, read_document, read_file
 from orchestrator.plans.spec import PlanSpec, SubtaskSpec
+from orchestrator.providers.options import option_problems
 
 __all__ = ["MAX_INSTRUCTIONS_CHARS", "MAX_SUBTASKS", "MAX_TITLE_CHARS", "load_file", "validate", "validate_document"]
 
@@ -210,6 +211,7 @@ def _subtask_specs(document: PlanDocument) -> list[SubtaskSpec]:
             estimated_input_tokens=subtask.estimate.input_tokens,
             estimated_output_tokens=subtask.estimate.output_tokens,
             position=index,
+            inputs=subtask.inputs or "",
         )
         for index, subtask in enumerate(document.subtasks)
     ]
@@ -397,7 +399,18 @@ def _agent_problems(name: str, agents: Mapping[str, Agent], suggestions: Iterabl
         return [f'no agent named "{name}"{_did_you_mean(name, suggestions)}']
     if not agent.is_schedulable:
         return [f'agent "{name}" is {agent.status}; only active agents can run subtasks']
-    return []
+    return agent_setting_problems(agent)
+
+
+def agent_setting_problems(agent: Agent) -> list[str]:
+    """An agent whose saved settings its provider would refuse (saved before they were checked
+    where they are entered): named here, so that the plan is refused before it runs, not by a
+    failed attempt."""
+    return [
+        f'agent "{agent.name}" has invalid provider options: {problem} (fix them in the admin, or with '
+        f"`python manage.py agent {agent.name} --options '...'`)"
+        for problem in option_problems(agent.provider, agent.provider_options)
+    ]
 
 
 def _subtask_index(path: Path_) -> int:

@@ -21,12 +21,17 @@ One attempt is one streamed ``messages.create`` call:
   stream yields it as soon as the answer starts, an error carries it as ``error.feedback``.
   What to do with it is the engine's decision (``orchestrator.engine.feedback``); nothing here
   writes engine state.
-* **Timeouts.** The SDK's timeout is the task's timeout. ``base.KEEPALIVE_S`` cannot be kept
-  while the socket is silent: this generator yields on every event the server sends (a ping
-  too, as an empty :class:`~.base.TextDelta`) but blocks in between. A stalled connection
-  therefore ends by the SDK's read timeout (``timeout_s`` without a byte), raising a
-  retryable error; the engine checks its own deadline, its lease and cancellation at every
-  item yielded.
+* **Async.** The SDK's ``AsyncAnthropic`` client, one per event loop (its connection pool
+  belongs to the loop), so a worker process's agent host runs many calls at once.
+* **Usage as it is reported.** ``message_start`` reports the input tokens (and cache tokens),
+  ``message_delta`` the output tokens: each is yielded as :class:`~.base.UsageSoFar`, so an
+  attempt that times out or fails part-way still records what the server counted.
+* **Tool use.** ``request.tools`` are offered as the API's ``tools``; each finished ``tool_use``
+  block is yielded as :class:`~.base.ToolUse`, and :class:`~.base.Completed` carries the whole
+  assistant content for the next turn.
+* **Timeouts.** The SDK's timeout is the task's timeout; the engine also enforces the attempt's
+  deadline around the whole stream. The SDK's own timeout (a stalled connection) is a
+  :class:`~.base.ProviderTimeout`, recorded as a timed-out attempt like the engine's own.
 * **The API key** comes from ``settings.ANTHROPIC_API_KEY`` (the environment) and nowhere
   else: the SDK is given it explicitly, so it never reads credential files or profiles. Every
   error message is passed through ``redact_secrets``; nothing here logs a request.
@@ -34,10 +39,12 @@ One attempt is one streamed ``messages.create`` call:
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import functools
 import math
-from collections.abc import Iterator, Mapping
+import weakref
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -58,10 +65,13 @@ from orchestrator.providers.base import (
     Provider,
     ProviderError,
     ProviderFeedback,
+    ProviderTimeout,
     RateLimited,
     StreamItem,
     TextDelta,
+    ToolUse,
     Usage,
+    UsageSoFar,
 )
 
 PUBLIC_BASE_URL = "https://api.anthropic.com"
@@ -98,19 +108,46 @@ def base_url() -> str:
     return settings.ANTHROPIC_BASE_URL or PUBLIC_BASE_URL
 
 
-@functools.lru_cache(maxsize=4)
-def _client(api_key: str, url: str) -> anthropic.Anthropic:
-    # Explicit credentials and base URL: the SDK then reads neither the environment nor profiles.
-    return anthropic.Anthropic(api_key=api_key, base_url=url, max_retries=0)
+# One SDK client per event loop and (key, URL): an async client's connection pool belongs to its loop.
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], anthropic.AsyncAnthropic]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def client(timeout_s: float, *, who: str = "the anthropic provider") -> anthropic.Anthropic:
-    """An SDK client for one call: the configured key and base URL, no SDK retries, ``timeout_s``."""
+def _client(api_key: str, url: str) -> anthropic.AsyncAnthropic:
+    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    client = per_loop.get((api_key, url))
+    if client is None:
+        # Explicit credentials and base URL: the SDK then reads neither the environment nor profiles.
+        client = per_loop[(api_key, url)] = anthropic.AsyncAnthropic(api_key=api_key, base_url=url, max_retries=0)
+    return client
+
+
+def _api_key(who: str) -> str:
     api_key = settings.ANTHROPIC_API_KEY
     if not api_key:
         raise MissingApiKey(who)
-    timeout = anthropic.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
-    return _client(api_key, base_url()).with_options(timeout=timeout, max_retries=0)
+    return api_key
+
+
+def _timeout(timeout_s: float) -> anthropic.Timeout:
+    return anthropic.Timeout(timeout_s, connect=min(CONNECT_TIMEOUT_S, timeout_s))
+
+
+def client(timeout_s: float, *, who: str = "the anthropic provider") -> anthropic.AsyncAnthropic:
+    """This loop's SDK client for one call: the configured key and base URL, no SDK retries, ``timeout_s``."""
+    return _client(_api_key(who), base_url()).with_options(timeout=_timeout(timeout_s), max_retries=0)
+
+
+@functools.lru_cache(maxsize=4)
+def _sync_client(api_key: str, url: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(api_key=api_key, base_url=url, max_retries=0)
+
+
+def sync_client(timeout_s: float, *, who: str) -> anthropic.Anthropic:
+    """A blocking SDK client, for callers outside the agent host (the planner, asked from a page
+    or a command): the same key, base URL and policy as :func:`client`."""
+    return _sync_client(_api_key(who), base_url()).with_options(timeout=_timeout(timeout_s), max_retries=0)
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -182,7 +219,7 @@ def map_error(exc: Exception, *, timeout_s: float | None = None, model: str = ""
         return error
     if isinstance(exc, anthropic.APITimeoutError | sdk_http.TimeoutException):
         within = f" within {timeout_s:g} s" if timeout_s else ""
-        return ProviderError(f"anthropic: no answer{within} (timed out)", retryable=True)
+        return ProviderTimeout(f"anthropic: no answer{within} (timed out)")
     if isinstance(exc, anthropic.APIConnectionError):
         return ProviderError(f"anthropic: could not reach {base_url()}: {exc}", retryable=True)
     if isinstance(exc, sdk_http.HTTPError):  # raised while reading a stream that had started
@@ -225,45 +262,65 @@ def _body_error(body: Any, name: str) -> str | None:
 class AnthropicProvider(Provider):
     name = "anthropic"
 
-    def stream(self, request: AgentRequest) -> Iterator[StreamItem]:
+    async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
         sdk = client(request.timeout_s, who=f"agent {request.agent_name}")
         params: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens,
-            "messages": [{"role": "user", "content": request.prompt}],
+            "messages": request.conversation(),
         }
         if request.system_prompt:
             params["system"] = request.system_prompt
+        if request.tools:
+            params["tools"] = [
+                {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+                for tool in request.tools
+            ]
         try:
-            with sdk.messages.stream(**params) as stream:
+            async with sdk.messages.stream(**params) as stream:
                 feedback = rate_limit_feedback(request.model, stream.response.headers)
                 if feedback.budgets:
                     yield feedback
-                yield from self._events(stream, request)
+                async for item in self._events(stream, request):
+                    yield item
         except SDK_ERRORS as exc:
             raise map_error(exc, timeout_s=request.timeout_s, model=request.model) from None
 
-    def _events(self, stream: Any, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+    async def _events(self, stream: Any, request: AgentRequest) -> AsyncIterator[StreamItem]:
         chars = 0
         so_far = 0
-        for event in stream:
+        usage = Usage()
+        async for event in stream:
             if event.type == "content_block_delta" and event.delta.type == "text_delta":
                 chars += len(event.delta.text)
                 so_far = max(so_far, min(request.max_tokens, math.ceil(chars / CHARS_PER_OUTPUT_TOKEN)))
                 yield TextDelta(text=event.delta.text, output_tokens=so_far)
             elif event.type == "message_start":
-                so_far = max(so_far, event.message.usage.output_tokens or 0)
-                yield TextDelta(text="", output_tokens=so_far)
+                usage = usage_of(event.message.usage)
+                so_far = max(so_far, usage.output_tokens)
+                yield UsageSoFar(usage)
             elif event.type == "message_delta":
                 so_far = max(so_far, event.usage.output_tokens)
+                usage = Usage(
+                    input_tokens=event.usage.input_tokens or usage.input_tokens,
+                    output_tokens=event.usage.output_tokens,
+                    cache_read_tokens=getattr(event.usage, "cache_read_input_tokens", None) or usage.cache_read_tokens,
+                    cache_creation_tokens=getattr(event.usage, "cache_creation_input_tokens", None)
+                    or usage.cache_creation_tokens,
+                )
+                yield UsageSoFar(usage)
                 yield TextDelta(text="", output_tokens=so_far)
+            elif event.type == "content_block_stop" and event.content_block.type == "tool_use":
+                block = event.content_block
+                yield ToolUse(id=block.id, name=block.name, input=dict(block.input or {}))
             elif event.type == "message_stop":
                 message = event.message
                 stop_reason = message.stop_reason or "end_turn"
-                yield Completed(usage=usage_of(message.usage), stop_reason=stop_reason, simulated=False)
+                content = [block.model_dump(mode="json", exclude_none=True) for block in message.content]
+                yield Completed(
+                    usage=usage_of(message.usage), stop_reason=stop_reason, simulated=False, content=content
+                )
                 return
-            else:
-                yield TextDelta(text="", output_tokens=so_far)  # any other event: a keep-alive tick
         raise ProviderError("anthropic: the stream ended before message_stop (the connection closed early)")
 
     def estimate_duration_s(self, agent: Any, output_tokens: int) -> float:

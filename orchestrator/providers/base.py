@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-
-# A provider yields at least this often while it works, so that the caller can heartbeat,
-# enforce its deadline and notice a cancellation between two items.
-KEEPALIVE_S = 0.2
 
 _API_KEY_PATTERN = re.compile(r"sk-ant-[A-Za-z0-9_\-]+")
 _REDACTED = "[redacted]"
@@ -42,6 +38,25 @@ class AgentRequest:
     seed: str
     attempt: int
     options: dict[str, Any] = field(default_factory=dict)  # Agent.provider_options
+    # The conversation so far, in the Messages API's shape ({"role": "user" | "assistant",
+    # "content": str | [block, ...]}). Empty: one user message, ``prompt``. An agent that uses
+    # tools sends its earlier turns here (assistant tool_use blocks, user tool_result blocks).
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    # The tools offered to the model for this call (only granted ones; DESIGN §10).
+    tools: list[ToolSpec] = field(default_factory=list)
+
+    def conversation(self) -> list[dict[str, Any]]:
+        """The messages to send: ``messages``, or the prompt as the one user message."""
+        return self.messages or [{"role": "user", "content": self.prompt}]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool offered to the model: the MCP tool's name, description and JSON input schema."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
 
 
 @dataclass
@@ -56,8 +71,26 @@ class Usage:
 class TextDelta:
     """Yielded while the agent works."""
 
-    text: str  # may be "": a keep-alive tick
-    output_tokens: int  # output tokens so far
+    text: str  # may be "": progress without new text
+    output_tokens: int  # output tokens so far (an estimate until the provider reports them)
+
+
+@dataclass(frozen=True)
+class UsageSoFar:
+    """What the provider has reported of this call's usage so far (the Messages API reports input
+    tokens when the answer starts and output tokens as it ends). The caller keeps the last one, so
+    that an attempt that fails, times out or is cancelled part-way still records what it used."""
+
+    usage: Usage
+
+
+@dataclass(frozen=True)
+class ToolUse:
+    """Yielded when the model has finished asking for one tool call (a whole tool_use block)."""
+
+    id: str
+    name: str
+    input: dict[str, Any]
 
 
 @dataclass
@@ -65,8 +98,11 @@ class Completed:
     """The last item of a successful stream."""
 
     usage: Usage
-    stop_reason: str
+    stop_reason: str  # "end_turn", "max_tokens", "tool_use", "stop_sequence", ...
     simulated: bool
+    # The assistant message's content blocks as the Messages API returns them (text and
+    # tool_use blocks), for the next turn's conversation. Empty for a text-only answer.
+    content: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -143,6 +179,13 @@ class RateLimited(ProviderError):
         )
 
 
+class ProviderTimeout(ProviderError):
+    """The provider did not answer (or stopped answering) within the call's timeout."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=True)
+
+
 class Overloaded(ProviderError):
     """HTTP 529: the provider is overloaded as a whole."""
 
@@ -152,24 +195,29 @@ class Overloaded(ProviderError):
         )
 
 
-StreamItem = TextDelta | Completed | ProviderFeedback
+StreamItem = TextDelta | UsageSoFar | ToolUse | Completed | ProviderFeedback
 
 
 class Provider(ABC):
-    """One way of running an agent. Instances hold no per-request state."""
+    """One way of running an agent. Instances hold no per-request state.
+
+    Providers are asyncio code: a worker process's agent host (orchestrator.engine.host) runs
+    many attempts at once on one event loop, so a provider must never block it (no
+    ``time.sleep``, no synchronous network or database call on the loop: hand those to a thread).
+    """
 
     name: str
 
     @abstractmethod
-    def stream(self, request: AgentRequest) -> Iterator[StreamItem]:
-        """Run ``request``, yielding output as it comes.
+    def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
+        """Run ``request``, yielding output as it comes (an async generator).
 
-        Yields a :class:`TextDelta` at least every ``KEEPALIVE_S`` while working (an empty
-        one if there is no new text) and ends with exactly one :class:`Completed`, or raises
-        :class:`ProviderError`. A provider that learns about its rate limits from an answer
-        also yields a :class:`ProviderFeedback` (at most one per answer, usually first). The
-        caller may abandon the generator (``close()``) at any point, e.g. on timeout or
-        cancellation.
+        Yields :class:`TextDelta` items as text arrives, :class:`UsageSoFar` whenever the
+        provider reports usage, :class:`ToolUse` for each whole tool call the model asks for,
+        at most one :class:`ProviderFeedback` per answer (usually first), and ends with exactly
+        one :class:`Completed`, or raises :class:`ProviderError` (:class:`ProviderTimeout` when
+        the provider stopped answering). The caller enforces the attempt's deadline and may
+        abandon the generator at any point (``aclose()``), e.g. on timeout or cancellation.
         """
 
     @abstractmethod

@@ -27,9 +27,12 @@ Scripting. Tests say what the server answers next: ``server.enqueue(Reply.text(.
 Reply.error(429, ...))`` in-process, or ``POST /_fake/replies`` with ``{"replies": [...]}``
 (each reply as :meth:`Reply.to_dict` gives it) from another process. Scripted replies are
 used first in, first out, by ``/v1/messages`` only. With the queue empty the answer is
-deterministic: the text :func:`default_text` derives from the request, or, when the request
-forces a tool (``tool_choice: {"type": "tool", ...}``), a tool call whose input is the
-smallest instance of the tool's input schema. ``GET /_fake/requests`` lists what the server
+deterministic (:func:`default_reply`): the text :func:`default_text` derives from the request;
+when the request forces a tool (``tool_choice: {"type": "tool", ...}``), a tool call whose input
+is the smallest instance of the tool's input schema; when it offers tools, tool calls with
+schema-valid inputs (``tool_calls_per_turn`` of them, in the order offered), then, once the
+``tool_result`` blocks come back, a text that quotes them and ends the turn. A conversation whose
+``tool_use`` and ``tool_result`` blocks do not pair up is refused with the API's own 400. ``GET /_fake/requests`` lists what the server
 received; ``POST /_fake/reset`` empties the queue and the record and refills the buckets.
 The ``/_fake/`` endpoints take no credentials: the server listens on 127.0.0.1 only.
 
@@ -52,6 +55,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from orchestrator.tools.arguments import example_arguments
 
 DEFAULT_MODEL = "claude-sonnet-4-6"
 CHARS_PER_INPUT_TOKEN = 4
@@ -89,7 +94,8 @@ class Reply:
     kind:
       ``"text"``: a text answer (``text``; ``None`` means the deterministic default text);
       ``"tool_use"``: a tool call (``tool_name``, ``tool_input``; ``raw_json`` sends that exact
-      JSON text in the stream instead, e.g. malformed), optionally after a text block;
+      JSON text in the stream instead, e.g. malformed), or several in one message
+      (``tool_uses``: ``[{"name": ..., "input": ...}, ...]``), optionally after a text block;
       ``"error"``: an HTTP error before any output (``status``, ``error_type``, ``message``,
       ``retry_after``);
       ``"stream_error"``: a stream that starts, sends ``error_after_words`` words of ``text``
@@ -111,6 +117,7 @@ class Reply:
     tool_name: str = ""
     tool_input: Any = None
     raw_json: str | None = None
+    tool_uses: list[dict[str, Any]] = field(default_factory=list)
     status: int = 200
     error_type: str = ""
     message: str = ""
@@ -131,8 +138,11 @@ class Reply:
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
             raise ValueError(f"Reply kind must be one of {', '.join(self.KINDS)}, not {self.kind!r}")
-        if self.kind == "tool_use" and not self.tool_name:
-            raise ValueError("A tool_use reply needs a tool_name")
+        if self.kind == "tool_use" and not (self.tool_name or self.tool_uses):
+            raise ValueError("A tool_use reply needs a tool_name (or tool_uses)")
+        for use in self.tool_uses:
+            if not isinstance(use, dict) or not use.get("name"):
+                raise ValueError(f"each of tool_uses is {{'name': ..., 'input': ...}}, not {use!r}")
         if self.kind in ("error", "stream_error") and not self.error_type:
             raise ValueError(f"A {self.kind} reply needs an error_type such as overloaded_error")
 
@@ -143,6 +153,12 @@ class Reply:
     @classmethod
     def tool_call(cls, name: str, tool_input: Any = None, *, raw_json: str | None = None, **options: Any) -> Reply:
         return cls(kind="tool_use", tool_name=name, tool_input=tool_input, raw_json=raw_json, **options)
+
+    @classmethod
+    def tool_calls(cls, *calls: tuple[str, Any], text: str | None = None, **options: Any) -> Reply:
+        """Several tool calls in one message (the model asks for them in parallel), in this order."""
+        uses = [{"name": name, "input": tool_input if tool_input is not None else {}} for name, tool_input in calls]
+        return cls(kind="tool_use", tool_uses=uses, text=text, **options)
 
     @classmethod
     def error(
@@ -397,17 +413,21 @@ def build_answer(reply: Reply, body: dict[str, Any]) -> Answer:
     if reply.kind == "tool_use":
         if reply.text:
             blocks.append({"type": "text", "words": words})
-        tool_input = reply.tool_input if reply.tool_input is not None else {}
-        raw = reply.raw_json if reply.raw_json is not None else json.dumps(tool_input)
-        try:
-            parsed = json.loads(raw)
-        except ValueError:
-            parsed = None  # malformed on purpose: only a stream can carry it
-        blocks.append(
-            {"type": "tool_use", "id": _new_id("toolu"), "name": reply.tool_name, "input": parsed, "raw": raw}
-        )
-        produced = sum(len(b["words"]) for b in blocks if b["type"] == "text") + math.ceil(
-            len(raw) / CHARS_PER_TOOL_TOKEN
+        uses = list(reply.tool_uses)
+        if reply.tool_name:
+            uses.insert(0, {"name": reply.tool_name, "input": reply.tool_input, "raw": reply.raw_json})
+        for use in uses:
+            tool_input = use.get("input") if use.get("input") is not None else {}
+            raw = use["raw"] if use.get("raw") is not None else json.dumps(tool_input)
+            try:
+                parsed = json.loads(raw)
+            except ValueError:
+                parsed = None  # malformed on purpose: only a stream can carry it
+            blocks.append(
+                {"type": "tool_use", "id": _new_id("toolu"), "name": use["name"], "input": parsed, "raw": raw}
+            )
+        produced = sum(len(b["words"]) for b in blocks if b["type"] == "text") + sum(
+            math.ceil(len(b["raw"]) / CHARS_PER_TOOL_TOKEN) for b in blocks if b["type"] == "tool_use"
         )
         stop_reason = reply.stop_reason or "tool_use"
     else:
@@ -428,12 +448,110 @@ def build_answer(reply: Reply, body: dict[str, Any]) -> Answer:
     )
 
 
-def default_reply(body: dict[str, Any]) -> Reply:
+def default_reply(body: dict[str, Any], *, tool_calls_per_turn: int = 1) -> Reply:
+    """What the server answers when nothing is scripted, deterministically:
+
+    * a forced tool (``tool_choice: {"type": "tool"}``): that tool, with the smallest valid input;
+    * tools offered (``tool_choice`` auto or absent) and no tool result yet in the last user
+      message: ``tool_calls_per_turn`` calls of the offered tools, in the order offered (the next
+      ones at each tool turn), with inputs derived from each tool's schema and the request
+      (``orchestrator.tools.arguments``: a schema's ``examples`` are used when it has some);
+      ``tool_choice: {"type": "any"}`` always calls a tool;
+    * tool results just came back: a text answer that quotes them, ending the turn;
+    * otherwise (``tool_choice: {"type": "none"}`` too): :func:`default_text`.
+    """
     choice = body.get("tool_choice") or {}
-    if isinstance(choice, dict) and choice.get("type") == "tool":
-        tool: dict[str, Any] = next((t for t in body.get("tools") or [] if t.get("name") == choice.get("name")), {})
+    choice_type = choice.get("type", "auto") if isinstance(choice, dict) else "auto"
+    tools = [t for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name") and "input_schema" in t]
+    if choice_type == "tool":
+        tool: dict[str, Any] = next((t for t in tools if t.get("name") == choice.get("name")), {})
         return Reply.tool_call(choice["name"], minimal_instance(tool.get("input_schema", {})))
-    return Reply.text_answer()
+    if not tools or choice_type == "none":
+        return Reply.text_answer()
+    results = last_tool_results(body)
+    if results and choice_type != "any":
+        return Reply.text_answer(text_after_tools(body, results))
+    count = max(1, tool_calls_per_turn) if choice_type == "any" else tool_calls_per_turn
+    if count <= 0:
+        return Reply.text_answer()
+    turn = sum(1 for m in body.get("messages") or [] if isinstance(m, dict) and _tool_uses_of(m))
+    chosen = [tools[(turn * count + i) % len(tools)] for i in range(min(count, len(tools)))]
+    seed = f"{turn}:{last_user_text(body)}"
+    calls = [(t["name"], example_arguments(t.get("input_schema") or {}, f"{t['name']}:{seed}")) for t in chosen]
+    return Reply.tool_calls(*calls, text=f"I will use {', '.join(name for name, _ in calls)}.")
+
+
+def _tool_uses_of(message: dict[str, Any]) -> list[dict[str, Any]]:
+    content = message.get("content")
+    if message.get("role") != "assistant" or not isinstance(content, list):
+        return []
+    return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+
+
+def last_tool_results(body: dict[str, Any]) -> list[tuple[str, str, bool]]:
+    """(tool name, result text, is_error) of the tool results in the last message, if it is a user's."""
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    if not messages or messages[-1].get("role") != "user" or not isinstance(messages[-1].get("content"), list):
+        return []
+    names = {b.get("id"): b.get("name") for m in messages[:-1] for b in _tool_uses_of(m)}
+    return [
+        (str(names.get(b.get("tool_use_id"), "tool")), _text_of(b.get("content", "")), bool(b.get("is_error")))
+        for b in messages[-1]["content"]
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]
+
+
+def text_after_tools(body: dict[str, Any], results: list[tuple[str, str, bool]]) -> str:
+    """The deterministic answer once tool results are back: it quotes each one's start."""
+    quoted = "; ".join(
+        f"{name} {'failed: ' if failed else '→ '}{' '.join(text.split()[:12])}" for name, text, failed in results
+    )
+    return (
+        f"This is the fake Anthropic API answering as {body.get('model', DEFAULT_MODEL)} after using tools. "
+        f"Tool results: {quoted}. Summary: the tools were called and their results read deterministically."
+    )
+
+
+def tool_pairing_problem(messages: list[Any]) -> str | None:
+    """The API's own refusal of a conversation whose tool calls and results do not pair up."""
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        content = message.get("content")
+        results = (
+            [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            if message.get("role") == "user" and isinstance(content, list)
+            else []
+        )
+        asked = (
+            {b.get("id") for b in _tool_uses_of(messages[index - 1])}
+            if index and isinstance(messages[index - 1], dict)
+            else set()
+        )
+        for position, block in enumerate(results):
+            if block.get("tool_use_id") not in asked:
+                return (
+                    f"messages.{index}.content.{position}: unexpected `tool_use_id` found in `tool_result` blocks: "
+                    f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding `tool_use` block "
+                    "in the previous message."
+                )
+        uses = _tool_uses_of(message)
+        if uses and index + 1 < len(messages):
+            following = messages[index + 1]
+            blocks = following.get("content") if isinstance(following, dict) else None
+            answered = {
+                b.get("tool_use_id")
+                for b in (blocks if isinstance(blocks, list) else [])
+                if isinstance(b, dict) and b.get("type") == "tool_result"
+            }
+            missing = [u.get("id") for u in uses if u.get("id") not in answered]
+            if missing:
+                return (
+                    f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                    f"{', '.join(str(m) for m in missing)}. Each `tool_use` block must have a corresponding "
+                    "`tool_result` block in the next message."
+                )
+    return None
 
 
 def stream_events(answer: Answer, reply: Reply) -> list[tuple[str, dict[str, Any], float]]:
@@ -508,8 +626,11 @@ class FakeAnthropicServer:
         enforce_limits: bool = False,
         api_key: str | None = None,
         chunk_delay_s: float = 0.0,
+        tool_calls_per_turn: int = 1,
     ):
         self.limits = limits or RateLimits()
+        # Unscripted answers to a request that offers tools: this many tool calls per turn (0: none).
+        self.tool_calls_per_turn = tool_calls_per_turn
         self.enforce_limits = enforce_limits
         self.api_key = api_key  # None: any non-empty key is accepted
         self.chunk_delay_s = chunk_delay_s  # default pause between deltas of unscripted answers
@@ -753,6 +874,9 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
             return 400, "invalid_request_error", "messages: at least one message is required"
         if "max_tokens" in body and (not isinstance(body["max_tokens"], int) or body["max_tokens"] < 1):
             return 400, "invalid_request_error", "max_tokens: must be an integer of at least 1"
+        pairing = tool_pairing_problem(body["messages"])
+        if pairing:
+            return 400, "invalid_request_error", pairing
         choice = body.get("tool_choice")
         if isinstance(choice, dict) and choice.get("type") == "tool":
             names = [t.get("name") for t in body.get("tools") or [] if isinstance(t, dict)]
@@ -774,7 +898,7 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
             return
         reply = self.fake._next_reply()
         if reply is None:
-            reply = default_reply(body)
+            reply = default_reply(body, tool_calls_per_turn=self.fake.tool_calls_per_turn)
             reply.chunk_delay_s = self.fake.chunk_delay_s
         if reply.delay_s and self._sleep(reply.delay_s):
             return

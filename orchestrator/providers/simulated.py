@@ -20,6 +20,12 @@ Knobs (``Agent.provider_options``)::
      "hang": true,               # never finishes: keeps yielding empty ticks
      "server_limit": {"requests_per_minute": 50, "tokens_per_minute": 40000}}
 
+Tools (DESIGN §10): offered tools whose names the prompt mentions ("use the calculate tool")
+are called in the first turn, in the order mentioned, with arguments derived from each tool's
+schema and the request's seed (``orchestrator.tools.arguments``: a schema's ``examples`` are
+used), so that demos and tests make real MCP round trips with no key. Once the tool results
+are back, the answer is the usual text. No tool mentioned: no call.
+
 The server limit answers like the real API: a 429 with a Retry-After before any output. Its
 budget belongs to the model, shared by every agent on it and every worker process (it lives
 in :mod:`orchestrator.ratelimit`). A request refused for tokens still counts as a request.
@@ -27,16 +33,16 @@ in :mod:`orchestrator.ratelimit`). A request refused for tokens still counts as 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import math
 import random
 import re
-import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from orchestrator import ratelimit
+from orchestrator import db_threads, ratelimit
 from orchestrator.providers.base import (
     AgentRequest,
     Completed,
@@ -44,12 +50,16 @@ from orchestrator.providers.base import (
     Provider,
     ProviderError,
     RateLimited,
+    StreamItem,
     TextDelta,
+    ToolUse,
     Usage,
+    UsageSoFar,
 )
+from orchestrator.tools.arguments import example_arguments
 
-# The stream sleeps in slices this long and yields after each (below base.KEEPALIVE_S).
-SLICE_S = 0.1
+# The answer streams in slices of about this long (a few updates a second, as a viewer sees them).
+SLICE_S = 0.25
 # Natural output length in words (≈ tokens), before max_tokens caps it.
 MIN_WORDS, MAX_WORDS = 150, 400
 TOPIC_WORDS = 6
@@ -69,9 +79,12 @@ def estimate_input_tokens(request: AgentRequest) -> int:
     return (len(request.system_prompt) + len(request.prompt)) // CHARS_PER_INPUT_TOKEN
 
 
+INVALID_PREFIX = "Invalid simulated provider options: "
+
+
 def _invalid(message: str) -> ProviderError:
     """A configuration error: retrying the same request cannot help."""
-    return ProviderError(f"Invalid simulated provider options: {message}", retryable=False)
+    return ProviderError(f"{INVALID_PREFIX}{message}", retryable=False)
 
 
 def _number(spec: dict[str, Any], name: str, default: float, *, minimum: float = 0.0) -> float:
@@ -169,6 +182,43 @@ class SimulationOptions:
             requests_per_minute=_optional_budget(server_limit, "requests_per_minute"),
             tokens_per_minute=_optional_budget(server_limit, "tokens_per_minute"),
         )
+
+
+# The options SimulationOptions.parse reads; any other key would be ignored silently (a typo).
+KNOWN_OPTIONS = ("latency", "failure_rate", "overloaded_rate", "hang", "server_limit")
+# Keys other code reads from a simulated agent's options, accepted as they are: "bench" holds the
+# per-node durations of the benchmark's instrumentation (bench/hooks.py).
+EXTENSION_OPTIONS = ("bench",)
+
+
+def option_problems(options: Any) -> list[str]:
+    """Every problem of a simulated agent's ``provider_options``, in words ([] when they are valid).
+
+    A pure entry point for the places where options are entered (admin, CLI, API) and for plan
+    validation, so that bad options are refused there rather than failing the run. The rules are
+    ``SimulationOptions.parse``'s own, applied to each option apart so that every problem is named
+    at once; beyond them, an unknown key is named (parse would ignore it) and ``hang`` must be a
+    boolean (parse would read "no" as true).
+    """
+    if not isinstance(options, dict):
+        return [f"provider options must be an object (a JSON mapping), got {options!r}"]
+    problems = [
+        f"unknown option {key!r}: the simulated provider takes {', '.join(KNOWN_OPTIONS)}"
+        for key in options
+        if key not in KNOWN_OPTIONS and key not in EXTENSION_OPTIONS
+    ]
+    for key in KNOWN_OPTIONS:
+        if key not in options:
+            continue
+        if key == "hang":
+            if not isinstance(options[key], bool):
+                problems.append(f"hang must be true or false, got {options[key]!r}")
+            continue
+        try:
+            SimulationOptions.parse({key: options[key]})
+        except ProviderError as error:
+            problems.append(str(error).removeprefix(INVALID_PREFIX).rstrip("."))
+    return problems
 
 
 @dataclass(frozen=True)
@@ -306,6 +356,38 @@ def generate_output(request: AgentRequest) -> SimulatedOutput:
     return SimulatedOutput(words[:kept], "max_tokens")
 
 
+def planned_tool_calls(request: AgentRequest) -> list[ToolUse]:
+    """The tool calls of the first turn: the offered tools the prompt names, in the order named,
+    with arguments from their schemas (none once tool results came back)."""
+    if not request.tools or any(_has_tool_results(message) for message in request.messages):
+        return []
+    text = f"{request.system_prompt}\n{request.prompt}".lower()
+    named = sorted(
+        (position, tool.name, tool) for tool in request.tools if (position := _mention(text, tool.name.lower())) >= 0
+    )
+    return [
+        ToolUse(
+            id=f"toolu_sim_{request.attempt}_{index}",
+            name=tool.name,
+            input=example_arguments(tool.input_schema, f"{request.seed}:{request.attempt}:{tool.name}"),
+        )
+        for index, (_, _, tool) in enumerate(named)
+    ]
+
+
+def _mention(text: str, name: str) -> int:
+    """Where ``name`` first stands as a word of ``text`` (-1: nowhere)."""
+    found = re.search(rf"(?<![\w]){re.escape(name)}(?![\w])", text)
+    return found.start() if found else -1
+
+
+def _has_tool_results(message: dict[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(block, dict) and block.get("type") == "tool_result" for block in content
+    )
+
+
 def _attempt_random(request: AgentRequest, purpose: str) -> random.Random:
     return seeded_random(purpose, request.seed, request.agent_name, request.prompt, request.attempt)
 
@@ -313,12 +395,21 @@ def _attempt_random(request: AgentRequest, purpose: str) -> random.Random:
 class SimulatedProvider(Provider):
     name = "simulated"
 
-    def stream(self, request: AgentRequest) -> Iterator[TextDelta | Completed]:
+    async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
         options = SimulationOptions.parse(request.options)
-        self._enforce_server_limit(request, options)
+        if options.requests_per_minute or options.tokens_per_minute:
+            await db_threads.run(self._enforce_server_limit, request, options)
         self._maybe_overloaded(request, options)
+        input_tokens = estimate_input_tokens(request)
+        yield UsageSoFar(Usage(input_tokens=input_tokens))  # as the Messages API's message_start
         if options.hang:
-            yield from self._hang()
+            while True:  # never answers: the caller's deadline or a cancellation ends it
+                await asyncio.sleep(3600)
+        calls = planned_tool_calls(request)
+        if calls:
+            async for item in self._call_tools(request, calls, input_tokens):
+                yield item
+            return
         output = generate_output(request)
         duration_s = self.draw_latency_s(request)
         slices = max(1, math.ceil(duration_s / SLICE_S))
@@ -331,11 +422,33 @@ class SimulatedProvider(Provider):
                     f"(failure_rate={options.failure_rate})",
                     retryable=True,
                 )
-            time.sleep(duration_s / slices)
+            await asyncio.sleep(duration_s / slices)
             start, end = index * total // slices, (index + 1) * total // slices
             yield TextDelta(text="".join(output.words[start:end]), output_tokens=end)
-        usage = Usage(input_tokens=estimate_input_tokens(request), output_tokens=total)
-        yield Completed(usage=usage, stop_reason=output.stop_reason, simulated=True)
+        usage = Usage(input_tokens=input_tokens, output_tokens=total)
+        yield UsageSoFar(usage)
+        yield Completed(
+            usage=usage,
+            stop_reason=output.stop_reason,
+            simulated=True,
+            content=[{"type": "text", "text": output.text}],
+        )
+
+    async def _call_tools(
+        self, request: AgentRequest, calls: list[ToolUse], input_tokens: int
+    ) -> AsyncIterator[StreamItem]:
+        """A turn that asks for tools: a sentence, then the calls."""
+        text = f"I will use {', '.join(call.name for call in calls)}."
+        await asyncio.sleep(min(self.draw_latency_s(request), SLICE_S))
+        words = len(text.split()) + sum(len(str(call.input).split()) for call in calls)
+        yield TextDelta(text=text, output_tokens=words)
+        for call in calls:
+            yield ToolUse(id=call.id, name=call.name, input=call.input)
+        usage = Usage(input_tokens=input_tokens, output_tokens=words)
+        yield UsageSoFar(usage)
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+        content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.input} for c in calls]
+        yield Completed(usage=usage, stop_reason="tool_use", simulated=True, content=content)
 
     def estimate_duration_s(self, agent: Any, output_tokens: int) -> float:
         """The expected latency of ``agent``'s distribution.
@@ -380,10 +493,6 @@ class SimulatedProvider(Provider):
         rng = _attempt_random(request, "failure")
         if rng.random() >= options.failure_rate:
             return None
-        return math.floor(slices * rng.uniform(0.2, 0.8))
-
-    @staticmethod
-    def _hang() -> Iterator[TextDelta]:
-        while True:
-            time.sleep(SLICE_S)
-            yield TextDelta(text="", output_tokens=0)
+        if slices == 1:
+            return 0
+        return min(slices - 1, max(1, math.floor(slices * rng.uniform(0.2, 0.8))))

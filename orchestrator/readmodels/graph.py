@@ -1,8 +1,16 @@
-"""The run page's DAG: nodes, edges and wide fan-outs detected as collapsible groups.
+"""The run page's DAG: nodes, edges and the groups a large graph is read by.
 
-Also the run's structure as tasks: a task's upstream tasks, and the final tasks (the plan's
-sinks), whose outputs are the run's result. `fanout_groups` and `collapsed_by_default` take
-plain data and are tested without a database.
+Three ways to group, each a *mode* the page switches between (`GROUP_MODES`):
+
+- `fanout`: siblings with the same upstreams and agent (a fan-out), collapsed largest first
+  until no layer is wider than MAX_LAYER_NODES;
+- `agent`: the tasks of one agent within one step (layer) of the DAG, all collapsed;
+- `step`: every task of a step, all collapsed (a pipeline view).
+
+The page starts in `fanout` when that leaves every layer readable, else in `agent`
+(`default_mode`). Also the run's structure as tasks: a task's upstream tasks, and the final
+tasks (the plan's sinks), whose outputs are the run's result. The grouping functions take plain
+data and are tested without a database.
 """
 
 from __future__ import annotations
@@ -73,14 +81,61 @@ def collapsed_by_default(
     return collapsed
 
 
+GROUP_MODES = ("fanout", "agent", "step")
+
+
+def agent_step_groups(
+    agent_of: Mapping[Hashable, str], edges: Iterable[tuple[Hashable, Hashable]], *, min_size: int = 2
+) -> list[list[Hashable]]:
+    """The tasks of one agent within one step (layer) of the DAG, `min_size` or more of them,
+    step by step, in the order of `agent_of` within each."""
+    groups = []
+    for layer in dag.layers(list(agent_of), list(edges)):
+        by_agent: dict[str, list[Hashable]] = {}
+        for node in layer:
+            by_agent.setdefault(agent_of[node], []).append(node)
+        groups += [members for members in by_agent.values() if len(members) >= min_size]
+    return groups
+
+
+def step_groups(nodes: Sequence[Hashable], edges: Iterable[tuple[Hashable, Hashable]]) -> list[list[Hashable]]:
+    """Every step (layer) of the DAG with two tasks or more."""
+    return [layer for layer in dag.layers(list(nodes), list(edges)) if len(layer) >= 2]
+
+
+def widest_layer(
+    nodes: Sequence[Hashable], edges: Iterable[tuple[Hashable, Hashable]], collapsed: Iterable[Sequence[Hashable]]
+) -> int:
+    """How many nodes the widest layer shows when each group of `collapsed` is drawn as one."""
+    edges = list(edges)
+    shown = {node: node for node in nodes}
+    for index, members in enumerate(collapsed):
+        for member in members:
+            shown[member] = ("group", index)
+    widths = [len({shown[node] for node in layer}) for layer in dag.layers(list(nodes), edges)]
+    return max(widths, default=0)
+
+
+def default_mode(
+    nodes: Sequence[Hashable],
+    edges: Iterable[tuple[Hashable, Hashable]],
+    fanouts_collapsed: Iterable[Sequence[Hashable]],
+    *,
+    max_layer: int = MAX_LAYER_NODES,
+) -> str:
+    """`fanout` when collapsing fan-outs leaves every layer readable, else `agent`."""
+    return "fanout" if widest_layer(nodes, edges, fanouts_collapsed) <= max_layer else "agent"
+
+
 @dataclass
 class Graph:
     nodes: list[dict]
     edges: list[dict]
     groups: list[dict]
+    mode: str = "fanout"  # the grouping the page starts with
 
     def as_dict(self) -> dict:
-        return {"nodes": self.nodes, "edges": self.edges, "groups": self.groups}
+        return {"nodes": self.nodes, "edges": self.edges, "groups": self.groups, "mode": self.mode}
 
 
 def graph(run: Run | int) -> Graph:
@@ -99,9 +154,11 @@ def graph(run: Run | int) -> Graph:
         .values_list("upstream_id", "downstream_id")
         if up in task_of_subtask and down in task_of_subtask
     ]
-    groups = fanout_groups({t.pk: t.agent.name for t in tasks}, pairs)
+    agent_of = {t.pk: t.agent.name for t in tasks}
+    groups = fanout_groups(agent_of, pairs)
     collapsed = collapsed_by_default([t.pk for t in tasks], pairs, groups)
     by_pk = {t.pk: t for t in tasks}
+    step_of = {pk: depth for depth, layer in enumerate(dag.layers(list(agent_of), pairs), start=1) for pk in layer}
     group_of = {}
     group_dicts = []
     for index, members in enumerate(groups, start=1):
@@ -110,6 +167,7 @@ def graph(run: Run | int) -> Graph:
         group_dicts.append(
             {
                 "id": gid,
+                "mode": "fanout",
                 "agent": first.agent.name,
                 "members": [f"t{pk}" for pk in members],
                 "size": len(members),
@@ -119,6 +177,31 @@ def graph(run: Run | int) -> Graph:
         )
         for pk in members:
             group_of[pk] = gid
+    for index, members in enumerate(agent_step_groups(agent_of, pairs), start=1):
+        agent = agent_of[members[0]]
+        group_dicts.append(
+            {
+                "id": f"a{index}",
+                "mode": "agent",
+                "agent": agent,
+                "members": [f"t{pk}" for pk in members],
+                "size": len(members),
+                "label": f"{len(members)} × {agent} · step {step_of[members[0]]}",
+                "collapsed": True,
+            }
+        )
+    for index, members in enumerate(step_groups(list(agent_of), pairs), start=1):
+        group_dicts.append(
+            {
+                "id": f"s{index}",
+                "mode": "step",
+                "agent": "",
+                "members": [f"t{pk}" for pk in members],
+                "size": len(members),
+                "label": f"Step {step_of[members[0]]} · {len(members)} tasks",
+                "collapsed": True,
+            }
+        )
     nodes = [
         {
             "id": f"t{t.pk}",
@@ -131,7 +214,8 @@ def graph(run: Run | int) -> Graph:
         for t in tasks
     ]
     edges = [{"id": f"e{up}-{down}", "source": f"t{up}", "target": f"t{down}"} for up, down in pairs]
-    return Graph(nodes=nodes, edges=edges, groups=group_dicts)
+    mode = default_mode(list(agent_of), pairs, [groups[i] for i in collapsed])
+    return Graph(nodes=nodes, edges=edges, groups=group_dicts, mode=mode)
 
 
 def upstream_tasks(task: TaskRun) -> list[TaskRun]:

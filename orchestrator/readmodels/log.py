@@ -6,8 +6,10 @@ from orchestrator.models import Event, Run
 
 # Rows the event log shows at once.
 LOG_LIMIT = 200
+# The run page shows this many newest events at first; older ones load on demand.
+PAGE_LOG_ROWS = 30
 # Event families the log can be filtered by (the part of the type before the dot).
-EVENT_FAMILIES = ("run", "task", "checkpoint", "plan", "provider", "attempt", "access")
+EVENT_FAMILIES = ("run", "task", "checkpoint", "plan", "provider", "attempt", "agent", "tool", "access")
 # The log hides the streamed-progress heartbeat unless asked ("all") or filtered to it.
 NOISY_TYPES = ("task.progress",)
 
@@ -18,13 +20,14 @@ def event_log(
     task_id: int | None = None,
     type_filter: str = "",
     after_seq: int | None = None,
+    before_seq: int | None = None,
     limit: int = LOG_LIMIT,
 ) -> list[Event]:
     """Events of the run, newest first.
 
     `type_filter`: "" (everything but the streamed-progress heartbeat), "all", a family such as
     "task" or "checkpoint" (every type that starts with it), or one exact type like "task.failed".
-    `after_seq` keeps only events newer than that sequence number.
+    `after_seq` keeps only events newer than that sequence number, `before_seq` only older ones.
     """
     run_id = run.pk if isinstance(run, Run) else run
     events = Event.objects.filter(run_id=run_id).select_related("task_run__subtask", "agent")
@@ -33,7 +36,15 @@ def event_log(
     events = filter_types(events, type_filter)
     if after_seq is not None:
         events = events.filter(seq__gt=after_seq)
+    if before_seq is not None:
+        events = events.filter(seq__lt=before_seq)
     return list(events.order_by("-seq")[:limit])
+
+
+def older_than(events: list[Event], limit: int) -> int | None:
+    """The sequence number to ask for older events with (`before_seq`), or None when a page of
+    `limit` newest-first events shows them all."""
+    return events[-1].seq if len(events) >= limit and events else None
 
 
 def filter_types(events, type_filter: str):

@@ -70,6 +70,8 @@ class AgentRecord(Record):
     timeout_s: int
     max_retries: int
     max_output_tokens: int
+    system_prompt: str
+    provider_options: dict[str, Any]
 
     @classmethod
     def of(cls, agent: Agent) -> Self:
@@ -84,6 +86,8 @@ class AgentRecord(Record):
             timeout_s=agent.timeout_s,
             max_retries=agent.max_retries,
             max_output_tokens=agent.max_output_tokens,
+            system_prompt=agent.system_prompt,
+            provider_options=dict(agent.provider_options or {}) if isinstance(agent.provider_options, dict) else {},
         )
 
 
@@ -106,6 +110,7 @@ class SubtaskRecord(Record):
     timeout_s: int | None
     max_retries: int | None
     estimate: EstimateRecord
+    inputs: str | None = None  # "summaries" or "full"; None: the default (as in a plan file)
 
     @classmethod
     def of(cls, subtask: Subtask, depends_on: list[str] | None = None) -> Self:
@@ -127,6 +132,7 @@ class SubtaskRecord(Record):
             estimate=EstimateRecord(
                 input_tokens=subtask.estimated_input_tokens, output_tokens=subtask.estimated_output_tokens
             ),
+            inputs=subtask.inputs or None,
         )
 
 
@@ -327,6 +333,8 @@ class CheckpointRecord(Record):
     decided_by: str | None
     decided_at: Time
     comment: str
+    # The plan checkpoint's plan version (under review while pending, decided after); "" for a task's.
+    plan_version: str
 
     @classmethod
     def of(cls, checkpoint: Checkpoint) -> Self:
@@ -345,6 +353,7 @@ class CheckpointRecord(Record):
             decided_by=_username(checkpoint.decided_by),
             decided_at=checkpoint.decided_at,
             comment=checkpoint.comment,
+            plan_version=checkpoint.plan_version,
             **more,
         )
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from decimal import Decimal
 from typing import Any, Literal, Self
 
+from orchestrator import wording
 from orchestrator.models import Run, TaskRun
 
 from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
@@ -92,7 +92,7 @@ def run_markdown(run: Run) -> str:
         "",
         f"- Status: {r['status']}" + (f" ({_one_line(r['summary'])})" if r["summary"] else ""),
         f"- Started: {r['started_at'] or 'not started'}; finished: {r['finished_at'] or 'not finished'}",
-        f"- Cost: ${Decimal(r['cost_usd']):.4f} of a ${Decimal(r['budget_usd']):.2f} budget; "
+        f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.usd(r['budget_usd'])} budget; "
         f"tokens: {r['input_tokens']:,} in, {r['output_tokens']:,} out",
         f"- Tasks: {len(data['tasks'])}",
         "",

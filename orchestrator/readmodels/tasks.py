@@ -2,18 +2,21 @@
 
 `TaskView` is the task's record (orchestrator/readmodels/records.py: `TaskRecord`, the shape
 the API and the JSON download give) plus what the page shows besides: the display state, the
-tokens streaming now, the agent's id for the lanes, the gate. The task rows, the lanes, the
+tokens streaming now, the agent's id for the lanes, the gate, and what a running agent is doing now
+(its activity, from its step events: orchestrator/readmodels/steps.py). The task rows, the lanes, the
 task panel and the websocket frames all render it, so a task is described once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Self
 
 from orchestrator.models import Event, Run, TaskRun
 
 from .records import TaskRecord
+from .steps import activities
 
 State = TaskRun.State
 
@@ -52,6 +55,63 @@ STATE_LABELS = {
 }
 
 
+# The order of a state strip, left to right: what ended (good news first), what is under way,
+# what has not started.
+STRIP_ORDER = (
+    State.SUCCEEDED,
+    State.FAILED,
+    State.SKIPPED,
+    State.CANCELLED,
+    State.AWAITING_REVIEW,
+    State.RUNNING,
+    State.QUEUED,
+    State.THROTTLED,
+    WAITING,
+    State.READY,
+    State.WAITING_GATE,
+    State.PENDING,
+)
+
+
+@dataclass(frozen=True)
+class StripSegment:
+    """One state's share of a state strip (an SVG bar): where it starts and how wide it is, in %."""
+
+    state: str
+    label: str
+    count: int
+    x: float
+    width: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.count} {self.label}"
+
+
+def state_strip(counts: Mapping[str, int]) -> list[StripSegment]:
+    """Tasks by (display) state as segments of one bar, in STRIP_ORDER; empty states are left out.
+
+    A state that holds tasks is never drawn thinner than MIN_SEGMENT % (one cancelled task among
+    three hundred must still be seen); the others share what is left in proportion.
+    """
+    present = [(state, counts.get(state, 0)) for state in STRIP_ORDER if counts.get(state, 0) > 0]
+    total = sum(count for _, count in present)
+    if not total:
+        return []
+    widths = [max(MIN_SEGMENT, 100 * count / total) for _, count in present]
+    scale = 100 / sum(widths)
+    segments, x = [], 0.0
+    for (state, count), width in zip(present, widths, strict=True):
+        segments.append(
+            StripSegment(state, STATE_LABELS.get(state, state), count, round(x, 3), round(width * scale, 3))
+        )
+        x += width * scale
+    return segments
+
+
+MIN_SEGMENT = 1.5
+
+
 def display_state(state: str, wait_reason: str = "") -> str:
     """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state."""
     return WAITING if state == State.READY and wait_reason else state
@@ -67,9 +127,10 @@ class TaskView(TaskRecord):
     display_state: str
     live_output_tokens: int  # streamed so far by the attempt running now (not yet settled)
     gate: str
+    activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
 
     @classmethod
-    def of(cls, task: TaskRun, live_output_tokens: int = 0) -> Self:
+    def of(cls, task: TaskRun, live_output_tokens: int = 0, activity: str = "") -> Self:
         """The view of a TaskRun with subtask and agent selected."""
         return cls.build(
             task,
@@ -78,6 +139,7 @@ class TaskView(TaskRecord):
             display_state=display_state(task.state, task.wait_reason),
             live_output_tokens=live_output_tokens,
             gate=task.subtask.gate,
+            activity=activity if task.state == State.RUNNING else "",
         )
 
     @property
@@ -125,9 +187,10 @@ def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[Ta
         query = query.filter(pk__in=list(task_ids))
     tasks = list(query)
     live = live_output_tokens(tasks)
-    return [TaskView.of(t, live.get(t.pk, 0)) for t in tasks]
+    doing = activities(tasks)
+    return [TaskView.of(t, live.get(t.pk, 0), doing.get(t.pk, "")) for t in tasks]
 
 
 def task_view(task: TaskRun) -> TaskView:
     task = tasks_query(task.run_id).get(pk=task.pk)
-    return TaskView.of(task, live_output_tokens([task]).get(task.pk, 0))
+    return TaskView.of(task, live_output_tokens([task]).get(task.pk, 0), activities([task]).get(task.pk, ""))

@@ -14,11 +14,11 @@ from decimal import Decimal
 
 from django.utils import timezone
 
-from orchestrator import plans
+from orchestrator import plans, wording
 from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
 
-from .tasks import DISPLAY_ORDER, STATE_LABELS, State, TaskView, task_views
+from .tasks import DISPLAY_ORDER, STATE_LABELS, State, StripSegment, TaskView, state_strip, task_views
 
 
 def remaining_seconds(
@@ -106,6 +106,25 @@ class Totals:
     effective_cap: EffectiveCap
     peak_running: int
     pending_checkpoints: int
+    estimate_usd: Decimal | None = None  # the pre-flight estimate the run was launched with
+    finished: bool = False
+
+    @property
+    def against_estimate(self) -> str:
+        return self.estimate_note(self.finished)
+
+    def estimate_note(self, finished: bool) -> str:
+        """The estimate the run was launched with, and at the end the cost set against it:
+        "estimated $0.0150: it cost 82% of that", "… 2.4× that" ("" without an estimate)."""
+        if self.estimate_usd is None:
+            return ""
+        if self.estimate_usd <= 0:
+            return "no estimate: no price was known for its models"
+        estimated = f"estimated {wording.usd(self.estimate_usd)}"
+        if not finished:
+            return f"{estimated} before it started"
+        ratio = self.cost_usd / self.estimate_usd
+        return f"{estimated}: it cost {f'{ratio:.1f}×' if ratio >= 2 else f'{round(100 * ratio)}% of'} that"
 
     @property
     def cost_percent(self) -> int:
@@ -116,6 +135,15 @@ class Totals:
     @property
     def done_percent(self) -> int:
         return int(100 * self.done / self.total) if self.total else 0
+
+    @property
+    def strip(self) -> list[StripSegment]:
+        return state_strip({c.state: c.count for c in self.counts})
+
+    @property
+    def counts_text(self) -> str:
+        """The tasks by state in words: "3 succeeded, 2 cancelled"."""
+        return ", ".join(f"{c.count} {c.label}" for c in self.counts) or "no tasks"
 
 
 def totals(run: Run, views: Sequence[TaskView] | None = None, *, now: datetime | None = None) -> Totals:
@@ -167,4 +195,6 @@ def totals(run: Run, views: Sequence[TaskView] | None = None, *, now: datetime |
         effective_cap=cap,
         peak_running=run.peak_running,
         pending_checkpoints=run.checkpoints.filter(status=Checkpoint.Status.PENDING).count(),
+        estimate_usd=run.estimate_usd,
+        finished=run.is_finished,
     )

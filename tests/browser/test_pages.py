@@ -55,7 +55,7 @@ def test_runs_page_lists_runs_and_refreshes_itself(logged_in_page, screenshot, d
     # The 2-second poll brings the new run in without a reload.
     row = page.locator(f"#run-row-{run.pk}")
     expect(row).to_contain_text("Summarise the week", timeout=10_000)
-    expect(row).to_contain_text("0/2 done")
+    expect(row).to_contain_text("0 of 2 tasks succeeded")
     expect(row).to_contain_text("Running")
     expect(row).to_contain_text("command line")
     expect(page.get_by_role("link", name="New run").first).to_be_visible()
@@ -79,7 +79,7 @@ def test_launch_the_feature_pipeline_then_approve_its_review_from_the_inbox(
     expect(page.locator("#preflight-dag")).to_contain_text("5 subtasks, 5 dependencies")
     for key in ("spec", "design", "implement", "test_plan", "review"):
         expect(page.locator(f"#preflight-node-{key}")).to_be_visible()
-    expect(page.locator("#preflight-cost")).to_contain_text("$0.1071")
+    expect(page.locator("#preflight-cost")).to_contain_text("$0.1332")
     expect(page.locator("#preflight-duration")).to_contain_text("critical path")
     assert not Run.objects.exists(), "the preflight saved something"
     screenshot(page, "preflight")

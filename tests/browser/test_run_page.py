@@ -61,7 +61,7 @@ def wait_for_node(page, task_id: int, states: tuple[str, ...], timeout_s: float 
 
 def wait_caught_up(page, run: Run) -> None:
     """Until the page has applied every event the run has written so far."""
-    seq = Run.objects.filter(pk=run.pk).values_list("last_event_seq", flat=True).get()
+    seq = Run.objects.get(pk=run.pk).last_event_seq
     poll(page, "seq => window.glassboxRun.lastSeq() >= seq", seq, what=f"the live view to reach event {seq}")
 
 
@@ -301,7 +301,7 @@ def test_the_page_follows_changes_made_elsewhere_and_labels_nodes_with_the_serve
     open_run(page, run)
 
     # The node's label places the row's server-formatted token count (12,345 → "12.3k").
-    expect(page.locator(f"#task-{write.pk}")).to_have_attribute("data-tokens-text", "12.3k")
+    expect(page.locator(f"#task-{write.pk} .cell-tokens")).to_have_text("12.3k")
     label = page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).data('label')", write.pk)
     assert label.endswith("· 12.3k tok"), label
     seq_before = page.evaluate("window.glassboxRun.lastSeq()")

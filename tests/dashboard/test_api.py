@@ -12,7 +12,7 @@ from django.test import Client
 
 from orchestrator.engine import runs
 from orchestrator.governance import tokens
-from orchestrator.models import Checkpoint, Event, Plan, Run
+from orchestrator.models import Agent, Checkpoint, Event, Plan, Run
 from orchestrator.readmodels.records import RunRecord
 
 DOCUMENT = """\
@@ -44,6 +44,9 @@ class Api:
     def post(self, path, body=None, raw: str | None = None):
         data = raw if raw is not None else json.dumps(body if body is not None else {})
         return self.client.post(f"/api{path}", data, content_type="application/json", **self.headers)
+
+    def patch(self, path, body):
+        return self.client.patch(f"/api{path}", json.dumps(body), content_type="application/json", **self.headers)
 
 
 @pytest.fixture
@@ -130,6 +133,14 @@ def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(api):
         ({"document": DOCUMENT, "budget_usd": "0.12345"}, "must have at most 4 decimal places"),
         ({"document": DOCUMENT, "failure_policy": "sometimes"}, "'continue' or 'fail_fast'"),
         ({"document": "goal: g\x00"}, "must not contain NUL characters"),
+        (
+            {"document": DOCUMENT, "require_plan_approval": 0},
+            "body.require_plan_approval: Input should be a valid boolean",
+        ),
+        ({"document": DOCUMENT, "require_plan_approval": "yes"}, "Input should be a valid boolean"),
+        ({"document": DOCUMENT, "cap": "2"}, "body.cap: must be a whole number"),
+        ({"document": DOCUMENT, "budget_usd": 1.5}, "body.budget_usd: Input should be a valid string"),
+        ({"document": DOCUMENT, "budget_usd": "1e2"}, "must be an amount in USD such as 0.50, got '1e2'"),
     ],
 )
 def test_invalid_launch_requests_say_which_field(api, body, message):
@@ -270,9 +281,11 @@ def test_separation_of_duties_refuses_approving_your_own_run(api, two_runs):
     checkpoint = second.checkpoints.get()
     response = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve")
     assert response.status_code == 409
-    assert error(response)["message"] == (
-        f"Separation of duties: approver launched run {second.pk}, so another approver must approve its plan"
+    message = error(response)["message"]
+    assert message.startswith(
+        f"Separation of duties: approver launched run {second.pk}, so another approver must approve its plan ("
     )
+    assert "nobody else holds the Approver role yet" in message  # and says how to give it to someone
     checkpoint.refresh_from_db()
     assert checkpoint.status == Checkpoint.Status.PENDING
 
@@ -349,11 +362,24 @@ def test_no_credentials_is_401_and_audited(api):
     }
 
 
-def test_a_revoked_token_is_401(personas, team):
+def test_a_revoked_token_is_401_and_audited_by_its_prefix(personas, team):
     token, raw = tokens.issue(personas["viewer"], "ci")
     tokens.revoke(token)
     response = Client().get("/api/runs", HTTP_AUTHORIZATION=f"Bearer {raw}")
     assert response.status_code == 401
+    denial = Event.objects.filter(type="access.denied").latest("id")
+    assert denial.actor_name == f"API token {token.prefix}… (revoked, of viewer)"
+    assert (
+        denial.message
+        == f"API token {token.prefix}… (revoked, of viewer) was denied GET /api/runs (needs authentication)"
+    )
+    assert raw.split("_", 2)[2] not in denial.message  # the secret part is never written
+
+
+def test_an_unknown_token_is_audited_by_the_prefix_it_claims(team):
+    response = Client().get("/api/runs", HTTP_AUTHORIZATION="Bearer gbx_deadbeef_not-a-real-secret")
+    assert response.status_code == 401
+    assert Event.objects.filter(type="access.denied").latest("id").actor_name == "API token deadbeef… (unknown)"
 
 
 def test_session_auth_reads_freely_and_needs_csrf_to_write(personas, two_runs):
@@ -414,6 +440,8 @@ def test_the_schema_documents_every_operation_and_error(personas, team):
         ("POST", "/api/checkpoints/{checkpoint_id}/approve"),
         ("POST", "/api/checkpoints/{checkpoint_id}/reject"),
         ("GET", "/api/agents"),
+        ("POST", "/api/agents"),
+        ("PATCH", "/api/agents/{name}"),
     }
     for path, item in schema["paths"].items():
         for method, operation in item.items():
@@ -486,3 +514,103 @@ def test_unknown_api_paths_answer_json_404(api):
     response = api["viewer"].get("/no-such-thing")
     assert response.status_code == 404
     assert error(response)["message"] == "No API endpoint at /api/no-such-thing; the endpoints are listed at /api/docs."
+
+
+# --- Agents: added and changed with their settings checked ------------------------------------------
+
+
+def test_an_agent_admin_adds_and_changes_an_agent_through_the_api(api, personas):
+    response = api["agent_admin"].post(
+        "/agents",
+        {"name": "critic", "provider": "simulated", "provider_options": {"latency": {"dist": "fixed", "seconds": 1}}},
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["provider_options"] == {"latency": {"dist": "fixed", "seconds": 1}}
+    assert Event.objects.get(type="agent.created").actor_user == personas["agent_admin"]
+    response = api["agent_admin"].patch("/agents/critic", {"max_concurrency": 3, "status": "draft"})
+    assert response.status_code == 200 and response.json()["max_concurrency"] == 3
+    assert Agent.objects.get(name="critic").status == "draft"
+    assert api["agent_admin"].post("/agents", {"name": "critic"}).status_code == 409
+
+
+def test_invalid_agent_settings_are_refused_naming_every_problem_and_nothing_is_saved(api):
+    before = Agent.objects.get(name="researcher").provider_options
+    response = api["agent_admin"].patch(
+        "/agents/researcher", {"provider_options": {"latency": "fast", "failure_rate": 7}}
+    )
+    assert response.status_code == 422
+    problem = error(response)
+    assert problem["code"] == "invalid_agent"
+    messages = {(d["field"], d["message"]) for d in problem["details"]}
+    assert ("provider_options", "latency must be an object, got 'fast'") in messages
+    assert ("provider_options", "failure_rate must be between 0 and 1, got 7.0") in messages
+    # A number out of its range is refused by the schema itself, naming the field.
+    response = api["agent_admin"].patch("/agents/researcher", {"max_concurrency": 0})
+    assert response.status_code == 422 and "max_concurrency" in error(response)["message"]
+    assert Agent.objects.get(name="researcher").provider_options == before
+    assert not Event.objects.filter(type="agent.changed").exists()
+    response = api["agent_admin"].post("/agents", {"name": "typo", "provider_options": {"failur_rate": 0.1}})
+    assert response.status_code == 422 and "unknown option 'failur_rate'" in error(response)["message"]
+    assert not Agent.objects.filter(name="typo").exists()
+
+
+@pytest.mark.parametrize("raw", ['"garbage"', "[null, null]", "3"])
+def test_a_body_that_is_not_an_object_is_refused_and_approves_nothing(api, personas, make_plan, raw):
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
+    checkpoint = run.checkpoints.get()
+    response = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve", raw=raw)
+    assert response.status_code == 422
+    assert error(response)["message"] == "The request is not valid: body: must be a JSON object, or no body at all"
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"
+
+
+def test_no_body_or_null_still_approves(api, personas, make_plan):
+    plan = make_plan({"a": ("researcher", [])})
+    for raw in ("", "null"):
+        run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True)
+        response = api["approver"].post(f"/checkpoints/{run.checkpoints.get().pk}/approve", raw=raw)
+        assert response.status_code == 200 and response.json()["status"] == "approved"
+
+
+def test_launched_by_follows_the_schemas_pattern(api, two_runs):
+    response = api["viewer"].get("/runs", launched_by="\u00f0")
+    assert response.status_code == 422 and error(response)["code"] == "invalid_request"
+    assert api["viewer"].get("/runs", launched_by="launcher").json()["count"] == 1
+
+
+def test_the_schema_states_one_plan_source_and_no_nul():
+    from dashboard.api import api as ninja_api
+
+    schemas = ninja_api.get_openapi_schema()["components"]["schemas"]
+    create = schemas["RunCreateIn"]
+    assert [option["required"] for option in create["oneOf"]] == [["plan_id"], ["document"]]
+    for name, field in [("RunCreateIn", "document"), ("RunCreateIn", "filename"), ("ApproveIn", "comment")]:
+        assert schemas[name]["properties"][field]["pattern"] == "^[^\\u0000]*$"
+
+
+def test_an_approval_of_an_edited_plan_version_is_409(api, personas, make_plan):
+    from orchestrator.engine import plan_edits
+
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
+    listed = api["approver"].get("/checkpoints", run=run.pk).json()["items"][0]
+    reviewed = listed["plan_version"]
+    plan_edits.edit_instructions(run.checkpoints.get(), "a", "Changed after review.")
+    response = api["approver"].post(f"/checkpoints/{listed['id']}/approve", {"plan_version": reviewed})
+    assert response.status_code == 409 and error(response)["code"] == "action_refused"
+    assert f"you reviewed version {reviewed}" in error(response)["message"]
+    current = api["approver"].get("/checkpoints", run=run.pk).json()["items"][0]["plan_version"]
+    approved = api["approver"].post(f"/checkpoints/{listed['id']}/approve", {"plan_version": current})
+    assert approved.status_code == 200 and approved.json()["plan_version"] == current
+
+
+def test_plan_approval_is_the_default_once_two_people_may_approve(api, personas):
+    assert api["launcher"].post("/runs", {"document": DOCUMENT}).json()["run"]["status"] == "running"
+    User.objects.create_superuser("second-approver")
+    assert api["launcher"].post("/runs", {"document": DOCUMENT}).json()["run"]["status"] == "awaiting_approval"
+    off = api["launcher"].post("/runs", {"document": DOCUMENT, "require_plan_approval": False})
+    assert off.json()["run"]["status"] == "running"

@@ -79,9 +79,9 @@ def test_without_decide_checkpoint_everything_is_403_and_audited(client, persona
 
 def test_the_header_shows_the_approvals_link_only_to_approvers(client, personas):
     client.force_login(personas["viewer"])
-    assert "/approvals/count/" not in client.get("/").text
+    assert "/approvals/count/" not in client.get("/runs/").text
     client.force_login(personas["approver"])
-    html = client.get("/").text
+    html = client.get("/runs/").text
     assert 'id="approvals-count"' in html and 'hx-get="/approvals/count/"' in html and "every 5s" in html
 
 
@@ -112,24 +112,38 @@ def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(
     assert items[1].ask == "May “Publish” start?"
     assert items[1].excerpt == "Publish <b>it</b>"
     html = response.text
-    assert "Publish &lt;b&gt;it&lt;/b&gt;" in html  # instructions and output are shown as text
+    assert "<p>Publish <b>it</b></p>" in html  # instructions and output are shown as sanitised Markdown
     assert f'href="/runs/{run.pk}/"' in html
     assert f'id="checkpoint-{gate.pk}"' in html
     assert "Waiting for 12 min" in html
 
 
-def test_an_output_review_shows_the_output_as_escaped_text(client, personas, gated_run):
+def test_an_output_review_shows_the_output_as_sanitised_markdown(client, personas, gated_run):
     run, gate = gated_run
     draft = run.tasks.get(subtask__key="draft")
     TaskRun.objects.filter(pk=draft.pk).update(
-        state=TaskRun.State.AWAITING_REVIEW, output="<img src=x onerror=alert(1)> done"
+        state=TaskRun.State.AWAITING_REVIEW,
+        output="## Findings\n\n- **fast** enough\n\n<img src=x onerror=alert(1)> done <script>alert(2)</script>",
     )
     review = Checkpoint.objects.create(run=run, task_run=draft, kind=Checkpoint.Kind.AFTER)
     client.force_login(personas["approver"])
     html = client.get("/approvals/").text
     assert "Review the output of “Draft”" in html
-    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(1)&gt; done" in html
+    assert "<h2>Findings</h2>" in html and "<strong>fast</strong>" in html  # Markdown, not raw text
+    assert "onerror" not in html and "<img" not in html and "<script>alert(2)" not in html
     assert f'id="checkpoint-{review.pk}"' in html
+
+
+def test_a_long_output_is_cut_at_a_paragraph_with_a_link_to_all_of_it(client, personas, gated_run):
+    run, _ = gated_run
+    draft = run.tasks.get(subtask__key="draft")
+    paragraphs = "\n\n".join(f"Paragraph {i}: " + "word " * 80 for i in range(40))
+    TaskRun.objects.filter(pk=draft.pk).update(state=TaskRun.State.AWAITING_REVIEW, output=paragraphs)
+    Checkpoint.objects.create(run=run, task_run=draft, kind=Checkpoint.Kind.AFTER)
+    client.force_login(personas["approver"])
+    html = client.get("/approvals/").text
+    assert "Paragraph 3:" in html and "Paragraph 39:" not in html
+    assert "all of it on the run page</a>" in html and f"/runs/{run.pk}/?task={draft.pk}" in html
 
 
 def test_the_count_counts_pending_checkpoints_of_unfinished_runs(client, personas, gated_run, plan_checkpoint):
@@ -239,3 +253,72 @@ def test_an_overlong_comment_is_refused_with_the_reason(client, personas, gated_
     assert "Ensure this value has at most 5000 characters" in response.text
     gate.refresh_from_db()
     assert gate.status == "pending"
+
+
+def test_the_inbox_and_the_run_page_agree_on_who_may_approve_a_plan(client, personas, plan_checkpoint):
+    """The launcher sees no Approve button in the inbox, the run page marks its Approve for the
+    page's script to hide, and both say why and who may approve instead."""
+    run, checkpoint = plan_checkpoint
+    launcher = personas["launcher"]
+    launcher.groups.add(personas["approver"].groups.get())
+    Run.objects.filter(pk=run.pk).update(launched_by=launcher)
+    client.force_login(launcher)
+    inbox = client.get("/approvals/").text
+    item = inbox[inbox.index(f'id="checkpoint-{checkpoint.pk}"') :]
+    assert "Approve</button>" not in item.split("</article>")[0]
+    assert "launcher launched run" in inbox and "who may approve: approver" in inbox
+    page = client.get(f"/runs/{run.pk}/").text
+    assert f'data-launcher="{launcher.pk}">Approve</button>' in page
+    assert "Separation of duties: launcher launched this run" in page and "who may approve: approver" in page
+    assert f'data-user="{launcher.pk}"' in page  # what the page's script compares
+
+
+def test_a_viewer_is_told_who_may_decide(client, personas, gated_run):
+    run, _ = gated_run
+    client.force_login(personas["viewer"])
+    page = client.get(f"/runs/{run.pk}/").text
+    assert "deciding it needs the Approver role" in page and "who may approve: approver" in page
+
+
+# --- Tool calls awaiting approval ------------------------------------------------------------------
+
+
+@pytest.fixture
+def tool_checkpoint(demo_agents, make_plan, personas):
+    """The coder's running task asks to call workspace:write_file (as engine/tool_approvals opens it)."""
+    from orchestrator.engine import execution, tool_approvals
+
+    run = runs.launch(make_plan({"build": ("coder", [])}, goal="Build it"), launched_by=personas["launcher"])
+    claim = execution.claim_attempt(run.tasks.get().attempts.get().pk, "worker:1")
+    asked = tool_approvals.Asked(
+        "toolu_7", "write_file", "workspace", "write_file", {"path": "notes/a.md", "text": "<b>hi</b>"}
+    )
+    return run, Checkpoint.objects.get(pk=tool_approvals.open_checkpoint(claim, asked))
+
+
+def test_a_tool_call_is_shown_with_its_tool_and_arguments(client, personas, tool_checkpoint):
+    run, checkpoint = tool_checkpoint
+    client.force_login(personas["approver"])
+    inbox = client.get("/approvals/").text
+    assert "coder wants to call workspace:write_file with these arguments" in inbox
+    assert "notes/a.md" in inbox and "<b>hi</b>" not in inbox  # shown as text, never as HTML
+    assert "tool call awaiting approval" in inbox
+    page = client.get(f"/runs/{run.pk}/").text
+    assert "coder wants to call workspace:write_file" in page and "&lt;b&gt;hi&lt;/b&gt;" in page
+    assert "waits for a person to approve a call of workspace:write_file" in page  # the task says why
+
+
+def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_who(client, personas, tool_checkpoint):
+    run, checkpoint = tool_checkpoint
+    client.force_login(personas["approver"])
+    assert client.post(f"/approvals/{checkpoint.pk}/reject/", {"comment": ""}, **HTMX).status_code == 200
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"  # a rejection needs a comment
+    client.post(f"/approvals/{checkpoint.pk}/reject/", {"comment": "not in notes/"}, **HTMX)
+    checkpoint.refresh_from_db()
+    assert (checkpoint.status, checkpoint.comment) == ("rejected", "not in notes/")
+    task = run.tasks.get()
+    assert task.state == TaskRun.State.RUNNING and task.wait_code == ""
+    event = Event.objects.get(run=run, type="checkpoint.rejected")
+    assert event.actor_name == "approver" and event.payload["tool"] == "workspace:write_file"
+    assert "coder wants to call workspace:write_file" in event.message

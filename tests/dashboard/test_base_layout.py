@@ -24,7 +24,7 @@ def test_vendored_htmx_is_2_0_with_the_htmx_2_websocket_extension():
         assert "Zero" in licence.read_text()
 
 
-@pytest.mark.parametrize("url", ["/", "/runs/new/", "/approvals/", "/accounts/login/"])
+@pytest.mark.parametrize("url", ["/runs/", "/runs/new/", "/approvals/", "/accounts/login/"])
 def test_pages_carry_no_inline_script_handler_or_style(client, personas, url):
     if url != "/accounts/login/":
         client.force_login(personas["launcher"])
@@ -44,19 +44,19 @@ def test_the_header_for_someone_who_may_do_everything(client, personas):
     user.is_staff = True
     user.save()
     client.force_login(user)
-    html = client.get("/").text
+    html = client.get("/runs/").text
     assert re.search(r'<body hx-headers=\'\{"X-CSRFToken": "[A-Za-z0-9]{64}"\}\'', html)
     assert '<script src="/static/vendor/htmx/htmx.min.js" defer></script>' in html
     assert '<script src="/static/vendor/htmx-ext-ws/ws.min.js" defer></script>' in html
     assert '"includeIndicatorStyles": false' in html
-    for link in ('href="/"', 'href="/runs/new/"', 'href="/approvals/"', 'href="/admin/"'):
+    for link in ('href="/runs/"', 'href="/plans/"', 'href="/runs/new/"', 'href="/approvals/"', 'href="/admin/"'):
         assert link in html
     assert "Log out" in html and ">launcher<" in html
 
 
 def test_the_header_for_a_viewer_has_only_what_they_may_use(client, personas):
     client.force_login(personas["viewer"])
-    html = client.get("/").text
+    html = client.get("/runs/").text
     assert 'href="/runs/new/"' not in html and 'href="/approvals/"' not in html and 'href="/admin/"' not in html
     assert "Log out" in html
 

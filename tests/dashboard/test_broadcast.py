@@ -169,7 +169,9 @@ def test_each_permission_class_sees_its_own_controls_and_each_viewer_its_own_csr
         classes = {viewer for _, _, viewer in renders}
         assert classes == {
             fragments.Viewer(can_control=False, can_decide=False, csrf_token=fragments.CSRF_PLACEHOLDER),
-            fragments.Viewer(can_control=True, can_decide=False, csrf_token=fragments.CSRF_PLACEHOLDER),
+            fragments.Viewer(
+                can_control=True, can_decide=False, csrf_token=fragments.CSRF_PLACEHOLDER, can_launch=True
+            ),
         }
         assert len(renders) == len({(after, upto, viewer) for after, upto, viewer in renders})
         for comm in comms:
@@ -248,3 +250,91 @@ def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_ot
     assert result.frame_for(launcher, 0, None) is None
     html, to_seq = result.frame_for(viewer, 0, None)
     assert to_seq == latest and 'id="event-1"' in html
+
+
+# --- Live progress (not events) ----------------------------------------------------------------------
+
+
+async def receive_live(comm, predicate, frames: int = 10) -> str:
+    """The first live frame (one without #live-seq) that satisfies `predicate`."""
+    for _ in range(frames):
+        html = await comm.receive_from(timeout=5)
+        if 'id="live-seq"' not in html and predicate(html):
+            return html
+    raise AssertionError("no such live frame")
+
+
+def running_task(run: Run) -> TaskRun:
+    """The run's first task, claimed by a (pretend) host."""
+    from orchestrator.engine import execution
+    from orchestrator.models import Attempt
+
+    attempt = Attempt.objects.get(task_run__run=run, state="queued")
+    return execution.claim_attempt(attempt.pk, "host:1")
+
+
+def test_saved_progress_reaches_every_viewer_and_the_output_its_panel(run, personas):
+    from orchestrator.engine import execution
+    from orchestrator.providers.base import Usage
+
+    claim = running_task(run)
+    task_id = claim.task.pk
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watcher = await connect_and_resume(cookie, run.pk, seen, watch=task_id)
+        other = await connect_and_resume(cookie, run.pk, seen)
+        await database_sync_to_async(execution.save_progress)(
+            [(claim, execution.Progress("The first findings are in", 40, Usage(30, 9)))]
+        )
+        frame = await receive_live(watcher, lambda html: "The first findings are in" in html)
+        assert f'data-tasks="{task_id}:40"' in frame
+        assert f'id="task-output-{task_id}"' in frame
+        elsewhere = await receive_live(other, lambda html: "live-progress" in html)
+        assert f'data-tasks="{task_id}:40"' in elsewhere and "task-output" not in elsewhere
+        events_now = await database_sync_to_async(last_seq)(run)
+        assert events_now == seen  # progress wrote no event
+        await watcher.disconnect()
+        await other.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_live_pieces_from_a_host_reach_viewers_without_the_database(run, personas):
+    from channels.layers import get_channel_layer
+
+    from orchestrator.engine.live import LIVE_MESSAGE_TYPE
+
+    task_id = running_task(run).task.pk
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watcher = await connect_and_resume(cookie, run.pk, seen, watch=task_id)
+        assert await watcher.receive_nothing(timeout=0.5)
+        layer = get_channel_layer()
+        group = events.run_group_name(run.pk)
+        await layer.group_send(group, {"type": LIVE_MESSAGE_TYPE, "tasks": [[task_id, 20, 0, "Streaming "]]})
+        await layer.group_send(group, {"type": LIVE_MESSAGE_TYPE, "tasks": [[task_id, 35, 10, "as it comes"]]})
+        frame = await receive_live(watcher, lambda html: "Streaming as it comes" in html)
+        assert f'data-tasks="{task_id}:35"' in frame
+        await watcher.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_live_outputs_place_pieces_at_their_offsets_and_catch_up_from_the_saved_output():
+    live = broadcast.LiveOutputs()
+    live.add_pieces([[1, 10, 0, "abc"], [2, 5, 0, "not watched"]], watched={1})
+    live.add_pieces([[1, 20, 3, "def"]], watched={1})
+    assert live.take({1}) == ({1: 20, 2: 5}, {1: "abcdef"})
+    live.add_pieces([[1, 30, 9, "jkl"]], watched={1})  # a piece was lost (at-most-once): it waits
+    assert live.take({1}) == ({1: 30}, {})
+    saved = fragments.SavedProgress(progress={1: 25}, outputs={1: "abcdefghi"}, latest=timezone.now())
+    live.add_saved(saved)  # the host saved what the lost piece carried
+    live.add_pieces([[1, 40, 9, "jkl"]], watched={1})
+    assert live.take({1}) == ({1: 40}, {1: "abcdefghijkl"})
+    live.add_pieces([[1, 50, 12, "mno"]], watched={1})
+    assert live.take(set()) == ({1: 50}, {})  # nobody watches any more: its text is forgotten
+    assert live.text == {}

@@ -85,14 +85,23 @@ async def receive_until(comm: WebsocketCommunicator, seq: int) -> list[str]:
 # --- Who may connect ----------------------------------------------------------------------------
 
 
-def test_anonymous_is_rejected(run):
-    async def scenario():
-        comm = communicator(run.pk)
-        connected, code = await comm.connect()
-        assert not connected
-        assert code == consumers.CLOSE_UNAUTHENTICATED
+async def refusal_code(comm) -> int:
+    """A refused connection completes its handshake, then is closed with the reason's code."""
+    connected, _ = await comm.connect()
+    assert connected, "refused at the handshake (a bare HTTP 403), not with a close code"
+    closing = await comm.receive_output()
+    assert closing["type"] == "websocket.close"
+    return closing["code"]
 
-    async_to_sync(scenario)()
+
+def test_anonymous_is_rejected_and_audited(run):
+    async def scenario():
+        return await refusal_code(communicator(run.pk))
+
+    assert async_to_sync(scenario)() == consumers.CLOSE_UNAUTHENTICATED
+    denial = Event.objects.filter(type="access.denied").latest("id")
+    assert (denial.actor_name, denial.run_id) == ("anonymous", run.pk)
+    assert denial.payload == {"permission": "authentication", "action": f"WEBSOCKET /ws/runs/{run.pk}/"}
 
 
 def test_wrong_origin_is_rejected(run, personas):
@@ -111,10 +120,7 @@ def test_user_without_view_permission_is_rejected(run, personas):
     cookie = cookies_for(personas["outsider"])
 
     async def scenario():
-        comm = communicator(run.pk, cookie)
-        connected, code = await comm.connect()
-        assert not connected
-        assert code == consumers.CLOSE_FORBIDDEN
+        assert await refusal_code(communicator(run.pk, cookie)) == consumers.CLOSE_FORBIDDEN
 
     async_to_sync(scenario)()
     denial = Event.objects.filter(type="access.denied").latest("id")
@@ -126,10 +132,7 @@ def test_unknown_run_is_rejected(run, personas):
     cookie = cookies_for(personas["viewer"])
 
     async def scenario():
-        comm = communicator(run.pk + 999, cookie)
-        connected, code = await comm.connect()
-        assert not connected
-        assert code == consumers.CLOSE_NOT_FOUND
+        assert await refusal_code(communicator(run.pk + 999, cookie)) == consumers.CLOSE_NOT_FOUND
 
     async_to_sync(scenario)()
 
@@ -454,7 +457,7 @@ def test_plan_events_bring_the_graph_and_the_task_table(transactional_db, make_p
     plan_edits.remove_subtask(run.checkpoints.get(), "a")
     html = batch_after(run, seen)
     assert {"dag-graph", "task-table", "run-checkpoints"} <= oob_ids(html)
-    graph = json.loads(html_lib.unescape(re.search(r'id="dag-graph" hidden data-graph="([^"]*)"', html).group(1)))
+    graph = json.loads(html_lib.unescape(re.search(r"id=\"dag-graph\" hidden data-graph='([^']*)'", html).group(1)))
     remaining = set(run.tasks.values_list("pk", flat=True))
     assert {node[0] for node in graph["nodes"]} == remaining and len(remaining) == 2
     assert graph["edges"] == []  # a lost its upstream scope and its downstream b: nothing reconnects

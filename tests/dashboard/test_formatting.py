@@ -53,12 +53,25 @@ def test_format_tokens(count, text):
 @pytest.mark.parametrize(
     ("amount", "text"),
     [
-        (None, "$0.0000"),
+        (None, "$0.00"),
+        (0, "$0.00"),
+        (Decimal("0.000012"), "$0.000012"),  # a fraction of a cent is never rounded to zero
+        (Decimal("0.00005"), "$0.000050"),
+        (Decimal("0.0000004"), "<$0.000001"),
+        (Decimal("0.005"), "$0.0050"),  # the budget that once read "$0.00"
+        (Decimal("0.0099996"), "$0.0100"),
         (Decimal("0.0123"), "$0.0123"),
+        (Decimal("0.06494"), "$0.0649"),
         ("0.5", "$0.5000"),
+        (Decimal("0.99995"), "$1.00"),
+        (Decimal("1"), "$1.00"),
         (Decimal("12.3456"), "$12.35"),
+        (Decimal("12.345"), "$12.35"),  # half up, as money is read
         (Decimal("1234.5"), "$1,234.50"),
+        (Decimal("99999999.9999"), "$100,000,000.00"),
+        (Decimal("-0.25"), "-$0.2500"),
         ("n/a", "—"),
+        ("NaN", "—"),
     ],
 )
 def test_format_usd(amount, text):

@@ -19,7 +19,10 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.django_db
 
 FEATURE_PIPELINE = ROOT / "examples" / "feature_pipeline.yaml"
-FEATURE_ESTIMATE = "$0.1071"  # (10,100 input tokens × $3 + 5 × 1,024 output tokens × $15) per million
+FEATURE_ESTIMATE = (
+    "$0.1332"  # (10,100 estimated + 8,700 received input tokens × $3 + 5 × 1,024 output tokens × $15) per million
+)
+# received: three summaries of 220 tokens (200 + their headings) and the review's fan-in of full outputs (8,040)
 
 
 def upload(text: str | bytes, name: str = "plan.yaml") -> SimpleUploadedFile:
@@ -215,7 +218,7 @@ def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client
     layers = [[node.key for node in layer] for layer in checked.layers]
     assert layers == [["spec"], ["design"], ["implement", "test_plan"], ["review"]]
     assert checked.critical_path == ["spec", "design", "implement", "review"]
-    assert checked.estimate_usd == Decimal("0.1071")
+    assert checked.estimate_usd == Decimal("0.1332")
     # Every demo agent here takes 0.2 s: the chain of 4 beats 5 tasks over a cap of 4.
     assert checked.predicted_duration_s == pytest.approx(0.8)
     html = response.text
@@ -266,8 +269,8 @@ def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(launcher_
     preflight_url = check(launcher_client, plan_file=pipeline_upload(), budget_usd="0.05")
     page = launcher_client.get(preflight_url)
     refusal = (
-        "The estimated cost $0.1071 is over the budget of $0.0500: "
-        "raise the budget to at least $0.1071 or trim the plan."
+        "The estimated cost $0.1332 is over the budget of $0.0500: "
+        "raise the budget to at least $0.1332 or trim the plan."
     )
     assert page.context["preflight"].over_budget and refusal in page.text
     response = launcher_client.post(preflight_url, form_data(budget_usd="0.05", action="launch"))
@@ -363,3 +366,64 @@ def test_a_planner_error_is_shown_on_the_form(launcher_client, monkeypatch):
     assert response.status_code == 200
     assert "the planner&#x27;s answer named no agents" in response.text
     assert nothing_saved()
+
+
+# --- A plan written or pasted on the page -----------------------------------------------------------
+
+
+def test_a_pasted_plan_is_checked_as_you_type_naming_each_problem_with_its_line(launcher_client):
+    bad = "goal: Ship it\nsubtasks:\n  - key: a\n    agent: nobody\n    title: A\n    depends_on: [zz]\n"
+    response = launcher_client.post("/runs/new/check/", {"plan_text": bad})
+    assert response.status_code == 200 and "<html" not in response.text
+    assert "2 problems" in response.text
+    assert "no agent named &quot;nobody&quot;" in response.text and "line 4" in response.text
+    assert "zz" in response.text
+    good = FEATURE_PIPELINE.read_text()
+    response = launcher_client.post("/runs/new/check/", {"plan_text": good})
+    assert "Valid:" in response.text and "5 subtasks" in response.text
+    assert "Write or paste a plan" in launcher_client.post("/runs/new/check/", {"plan_text": "  "}).text
+    assert nothing_saved()
+
+
+def test_a_pasted_plan_goes_through_the_preflight_and_is_saved_only_at_launch(launcher_client):
+    form = launcher_client.get("/runs/new/").text
+    assert 'name="plan_text"' in form and 'hx-post="/runs/new/check/"' in form and 'value="text"' in form
+    preflight_url = check(launcher_client, source="text", plan_text=FEATURE_PIPELINE.read_text())
+    assert nothing_saved()
+    page = launcher_client.get(preflight_url).text
+    assert "The plan written on the New-run page, not saved yet." in page and FEATURE_ESTIMATE in page
+    launcher_client.post(preflight_url, form_data(action="launch"))
+    run = Run.objects.get()
+    assert run.plan.document == FEATURE_PIPELINE.read_text()
+    assert run.plan.source_name == "written on the New-run page"
+
+
+def test_an_empty_editor_is_refused_by_name(launcher_client):
+    response = launcher_client.post("/runs/new/", form_data(source="text", plan_text=""))
+    assert response.status_code == 200 and "Write or paste a plan." in response.text
+    assert nothing_saved()
+
+
+def test_the_same_document_twice_is_one_plan_with_two_runs(launcher_client):
+    for _ in range(2):
+        preflight_url = check(launcher_client, plan_file=pipeline_upload())
+        launcher_client.post(preflight_url, form_data(action="launch"))
+    assert Plan.objects.count() == 1 and Run.objects.count() == 2
+    check_text = launcher_client.post("/runs/new/check/", {"plan_text": FEATURE_PIPELINE.read_text()}).text
+    plan = Plan.objects.get()
+    assert f'The same as saved <a href="/plans/{plan.pk}/">plan #{plan.pk}</a>' in check_text
+    # a different goal makes a different plan
+    preflight_url = check(launcher_client, plan_file=pipeline_upload(), goal="Another goal")
+    launcher_client.post(preflight_url, form_data(action="launch"))
+    assert Plan.objects.count() == 2
+
+
+def test_edit_a_copy_opens_a_saved_plan_in_the_editor(launcher_client, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"], {"gate": "after"})}, goal="Edit me")
+    page = launcher_client.get(f"/runs/new/?edit={plan.pk}")
+    assert page.context["form"].initial["source"] == "text"
+    text = page.context["form"].initial["plan_text"]
+    assert "goal: Edit me" in text and "depends_on:\n  - a" in text and "gate: after" in text
+    assert plans.validate_document(text).keys == ["a", "b"]  # the editor gets a valid document
+    chosen = launcher_client.get(f"/runs/new/?plan={plan.pk}").context["form"].initial
+    assert (chosen["source"], chosen["saved_plan"]) == ("saved", plan.pk)

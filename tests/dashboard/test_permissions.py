@@ -33,6 +33,8 @@ CONTROL_RUN = "orchestrator.control_run"
 DECIDE = "orchestrator.decide_checkpoint"
 VIEW_AGENT = "orchestrator.view_agent"
 VIEW_CHECKPOINT = "orchestrator.view_checkpoint"
+ADD_AGENT = "orchestrator.add_agent"
+CHANGE_AGENT = "orchestrator.change_agent"
 PUBLIC = "public"
 
 # Which persona holds which permission (the roles of migration 0006_roles).
@@ -42,7 +44,7 @@ HOLDS = {
     "viewer": {VIEW_RUN, VIEW_AGENT, VIEW_CHECKPOINT},
     "launcher": {VIEW_RUN, VIEW_AGENT, VIEW_CHECKPOINT, LAUNCH_RUN, CONTROL_RUN},
     "approver": {VIEW_RUN, VIEW_AGENT, VIEW_CHECKPOINT, DECIDE},
-    "agent_admin": {VIEW_AGENT},
+    "agent_admin": {VIEW_AGENT, ADD_AGENT, CHANGE_AGENT},
 }
 
 # Dashboard views by URL name: the methods they answer and the permission that guards them.
@@ -60,10 +62,13 @@ VIEWS = {
     "run_detail": (["GET"], VIEW_RUN),
     "run_graph": (["GET"], VIEW_RUN),
     "run_events": (["GET"], VIEW_RUN),
+    "run_event_tasks": (["GET"], VIEW_RUN),
     "run_download_md": (["GET"], VIEW_RUN),
     "run_download_json": (["GET"], VIEW_RUN),
     "run_task": (["GET"], VIEW_RUN),
     "run_task_output": (["GET"], VIEW_RUN),
+    "run_attempt": (["GET"], VIEW_RUN),
+    "run_artifact": (["GET"], VIEW_RUN),
     "run_pause": (["POST"], CONTROL_RUN),
     "run_resume": (["POST"], CONTROL_RUN),
     "run_cancel": (["POST"], CONTROL_RUN),
@@ -72,6 +77,21 @@ VIEWS = {
     "run_checkpoint_decide": (["POST"], DECIDE),
     "run_plan_edit": (["POST"], DECIDE),
     "run_plan_remove": (["POST"], DECIDE),
+    "run_launch_again": (["POST"], LAUNCH_RUN),
+    "run_task_rerun": (["POST"], CONTROL_RUN),
+    "new_run_check": (["POST"], LAUNCH_RUN),
+    "plans": (["GET"], VIEW_RUN),
+    "plan_detail": (["GET"], VIEW_RUN),
+    "plan_document": (["GET"], VIEW_RUN),
+    # Folders of longer URLs: they send to the page that shows them (nothing trimmed is a 404).
+    "approval": (["GET"], VIEW_RUN),
+    "run_tasks": (["GET"], VIEW_RUN),
+    "run_task_attempts": (["GET"], VIEW_RUN),
+    "run_artifacts": (["GET"], VIEW_RUN),
+    "run_checkpoints": (["GET"], VIEW_RUN),
+    "run_checkpoint": (["GET"], VIEW_RUN),
+    "run_plan_subtasks": (["GET"], VIEW_RUN),
+    "run_plan_subtask": (["GET"], VIEW_RUN),
 }
 # Route prefixes with their own, separately tested, guards: the admin (staff + model
 # permissions, tests/orchestrator/test_admin.py), the API (below) and Django's login views.
@@ -92,6 +112,8 @@ API = {
     ("POST", "/api/checkpoints/{checkpoint_id}/approve"): (DECIDE, lambda w: {"comment": "ok"}),
     ("POST", "/api/checkpoints/{checkpoint_id}/reject"): (DECIDE, lambda w: {"comment": "no"}),
     ("GET", "/api/agents"): (VIEW_AGENT, None),
+    ("POST", "/api/agents"): (ADD_AGENT, lambda w: {"name": "new-agent", "provider": "simulated"}),
+    ("PATCH", "/api/agents/{name}"): (CHANGE_AGENT, lambda w: {"role": "Reads a lot"}),
 }
 
 
@@ -107,11 +129,14 @@ def world(personas, make_agent, make_plan):
     run = runs.launch(plan, launched_by=someone, require_plan_approval=True)
     return {
         "plan": plan.pk,
+        "plan_id": plan.pk,
         "run_id": run.pk,
         "task_id": run.tasks.get(subtask__key="a").pk,
         "checkpoint_id": run.checkpoints.get().pk,
         "key": "a",
         "token": "no-such-draft",
+        "name": "researcher",
+        "number": 1,
     }
 
 
@@ -147,7 +172,8 @@ def test_every_api_operation_is_in_the_table():
 
 def view_url(name: str, world: dict) -> str:
     route = dashboard_views()[name]
-    kwargs = {key: world[key] for key in ("run_id", "task_id", "checkpoint_id", "key", "token") if f":{key}>" in route}
+    keys = ("run_id", "task_id", "checkpoint_id", "key", "token", "plan_id", "number", "name")
+    kwargs = {key: world[key] for key in keys if f":{key}>" in route}
     return reverse(name, kwargs=kwargs)
 
 
@@ -207,7 +233,8 @@ def test_api_boundary(method, path, persona, personas, world):
         response = client.get(url, **headers)
     else:
         data = json.dumps(body(world) if body else {})
-        response = client.post(url, data, content_type="application/json", **headers)
+        send = client.patch if method == "PATCH" else client.post
+        response = send(url, data, content_type="application/json", **headers)
     new = denials()[before:]
     if persona == "anonymous":
         assert response.status_code == 401
@@ -239,6 +266,10 @@ def connect(run_id: int, user, *, origin: str = "http://localhost"):
     async def attempt():
         communicator = WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=headers)
         connected, code = await communicator.connect(timeout=10)
+        if connected and not await communicator.receive_nothing(timeout=0.3):
+            closing = await communicator.receive_output()
+            if closing["type"] == "websocket.close":  # accepted, then refused with a close code
+                return False, closing["code"]
         await communicator.disconnect()
         return connected, code
 
@@ -254,7 +285,8 @@ def test_websocket_boundary(persona, transactional_db, personas, world):
         assert connected, f"{persona} could not watch the run (close code {code})"
         assert not new
     elif persona == "anonymous":
-        assert not connected
+        assert not connected and code == 4401, f"anonymous: connected={connected}, code={code}"
+        assert len(new) == 1 and new[0].actor_name == "anonymous", "the anonymous attempt was not audited"
     else:
         assert not connected and code == 4403, f"{persona}: connected={connected}, code={code}"
         assert len(new) == 1, f"{persona}'s refused websocket was not audited"

@@ -418,3 +418,31 @@ def test_downloads(login, personas, brief):
     assert data["final_tasks"] == ["write"]
     assert {t["key"] for t in data["tasks"]} == {"scope", "a", "b", "write"}
     assert data["plan"]["dependencies"]
+
+
+# --- The plan approval is bound to the version on the page ----------------------------------------
+
+
+def test_the_page_sends_the_plan_version_it_showed_and_an_edit_since_refuses_the_approval(
+    login, personas, make_plan, demo_agents
+):
+    from orchestrator.engine import plan_edits
+
+    run = runs.launch(
+        make_plan({"a": ("researcher", [])}), launched_by=personas["launcher"], require_plan_approval=True
+    )
+    checkpoint = run.checkpoints.get()
+    client = login(personas["approver"])
+    page = client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    shown = f'<input type="hidden" name="plan_version" value="{checkpoint.plan_version}">'
+    assert shown in page
+    plan_edits.edit_instructions(checkpoint, "a", "Edited while the approver was reading.")
+    response = client.post(
+        url("run_checkpoint_decide", run, checkpoint.pk),
+        {"decision": "approve", "plan_version": checkpoint.plan_version},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response["X-Glassbox-Refused"] == "1"
+    assert "the plan was edited after you opened it" in response.content.decode()
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == "pending"

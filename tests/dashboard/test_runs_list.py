@@ -14,7 +14,7 @@ from orchestrator.models import Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/runs/table/"]
+PAGES = ["/runs/", "/runs/table/"]
 
 
 @pytest.mark.parametrize("url", PAGES)
@@ -36,7 +36,7 @@ def test_a_user_without_view_run_gets_403_and_the_denial_is_audited(client, pers
 
 def test_the_page_is_empty_before_any_run(client, personas):
     client.force_login(personas["viewer"])
-    response = client.get("/")
+    response = client.get("/runs/")
     assert response.status_code == 200
     assert "No runs yet." in response.text
     assert 'hx-trigger="every 2s"' in response.text  # the table refreshes itself
@@ -80,7 +80,7 @@ def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, pe
         assert waiting.pending_checkpoints == 1
         html = response.text
         assert f'id="run-row-{first.pk}"' in html
-        assert "2/3 done" in html and "1 failed" in html
+        assert "1 of 3 tasks succeeded" in html and "1 failed" in html
         assert "$0.6000" in html and "of $0.5000" in html
         assert "Awaiting Approval" in html
         assert "1 waiting for a decision" in html
@@ -91,15 +91,15 @@ def test_the_table_alone_is_the_partial_the_page_includes(client, personas, two_
     table = client.get("/runs/table/").text
     assert '<section id="runs-table"' in table
     assert "<html" not in table
-    page = client.get("/").text
+    page = client.get("/runs/").text
     assert '<section id="runs-table"' in page and "<html" in page
 
 
 def test_only_launchers_see_the_new_run_button(client, personas):
     client.force_login(personas["viewer"])
-    assert "/runs/new/" not in client.get("/").text
+    assert "/runs/new/" not in client.get("/runs/").text
     client.force_login(personas["launcher"])
-    assert "/runs/new/" in client.get("/").text
+    assert "/runs/new/" in client.get("/runs/").text
 
 
 def test_goals_are_escaped(client, personas, demo_agents, make_plan):

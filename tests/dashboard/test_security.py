@@ -21,7 +21,7 @@ from django.views.debug import SafeExceptionReporterFilter
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.governance import tokens
-from orchestrator.models import TaskRun
+from orchestrator.models import Event, TaskRun
 from tests.dashboard.test_permissions import VIEWS, view_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,11 +41,14 @@ def world(superuser, make_agent, make_plan, priced_limit):
     run = runs.launch(plan, launched_by=User.objects.create_user("someone"), require_plan_approval=True)
     return {
         "plan": plan.pk,
+        "plan_id": plan.pk,
         "run_id": run.pk,
         "task_id": run.tasks.get(subtask__key="a").pk,
         "checkpoint_id": run.checkpoints.get().pk,
         "key": "a",
         "token": "no-such-draft",
+        "number": 1,
+        "name": "researcher",
     }
 
 
@@ -201,6 +204,11 @@ def test_posts_without_the_csrf_token_are_refused(personas, world):
     assert browser.post(reverse("run_cancel", args=[run.pk])).status_code == 403
     run.refresh_from_db()
     assert run.status == Run.Status.AWAITING_APPROVAL
+    denials = list(Event.objects.filter(type="access.denied", payload__permission="csrf").order_by("id"))
+    assert [(d.actor_name, d.payload["action"]) for d in denials] == [
+        ("anonymous", "POST /accounts/login/"),
+        ("launcher", f"POST /runs/{run.pk}/cancel/"),
+    ]
 
 
 # --- Untrusted agent output ----------------------------------------------------------------------
@@ -339,3 +347,49 @@ def test_https_setting_turns_on_redirect_hsts_and_secure_cookies():
     assert json.loads(on.stdout) == [True, 31536000, True, True, True, ["HTTP_X_FORWARDED_PROTO", "https"]]
     off = run_django(code, **{**PRODUCTION, "GLASSBOX_HTTPS": "0"})
     assert json.loads(off.stdout) == [False, 0, True, False, False, None]
+
+
+# --- Static files (served by daphne through glassbox.asgi) ----------------------------------------
+
+
+def static_get(path: str) -> tuple[int, dict[str, str]]:
+    from asgiref.sync import async_to_sync
+    from asgiref.testing import ApplicationCommunicator
+
+    from glassbox.asgi import application
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [(b"host", b"localhost")],
+    }
+
+    async def get():
+        communicator = ApplicationCommunicator(application, scope)
+        await communicator.send_input({"type": "http.request", "body": b""})
+        start = await communicator.receive_output(10)
+        while (await communicator.receive_output(10)).get("more_body"):
+            pass
+        return start
+
+    start = async_to_sync(get)()
+    return start["status"], {k.decode().lower(): v.decode() for k, v in start["headers"]}
+
+
+@pytest.mark.parametrize("path", ["/static/../../../etc/passwd", "/static/dashboard/../../../../etc/passwd"])
+def test_a_static_path_that_escapes_the_static_folders_is_404(db, path):
+    status, _ = static_get(path)
+    assert status == 404
+
+
+def test_static_files_carry_the_pages_security_headers(db):
+    status, headers = static_get("/static/dashboard/base.css")
+    assert status == 200 and headers["content-type"].startswith("text/css")
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "same-origin"
+    assert headers["cross-origin-opener-policy"] == "same-origin"
+    assert headers["x-frame-options"] == "DENY"
+    assert "default-src 'self'" in headers["content-security-policy"]

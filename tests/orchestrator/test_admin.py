@@ -18,6 +18,7 @@ from orchestrator import events
 from orchestrator.engine import runs
 from orchestrator.governance import tokens
 from orchestrator.models import Agent, ApiToken, Checkpoint, Event, ProviderLimit, Run
+from tests.conftest import fast_latency
 
 
 @pytest.fixture
@@ -209,6 +210,7 @@ def _agent_form(agent: Agent, **changes) -> dict:
         "timeout_s": agent.timeout_s,
         "max_retries": agent.max_retries,
         "max_output_tokens": agent.max_output_tokens,
+        "max_steps": agent.max_steps,
         "provider_options": json.dumps(agent.provider_options),
         "status": agent.status,
         "owner": "",
@@ -238,6 +240,34 @@ def test_an_agent_admin_adds_an_agent_and_it_is_audited(client, db):
     response = client.post(reverse("admin:orchestrator_agent_add"), form)
     assert response.status_code == 302
     assert Event.objects.get(type="agent.created").agent == Agent.objects.get(name="critic")
+
+
+def test_the_admin_refuses_provider_options_the_provider_would_refuse_naming_each(client, make_agent):
+    """{"latency": "fast", "failure_rate": 7} was once saved, and the run failed only when it ran."""
+    agent = make_agent("researcher")
+    client.force_login(staff_in("Agent admin"))
+    form = _agent_form(agent, provider_options=json.dumps({"latency": "fast", "failure_rate": 7, "seeed": 1}))
+    response = client.post(reverse("admin:orchestrator_agent_change", args=[agent.pk]), form)
+    assert response.status_code == 200  # the form again, with the problems
+    html = response.content.decode()
+    assert "Latency must be an object, got &#x27;fast&#x27;." in html
+    assert "Failure_rate must be between 0 and 1, got 7.0." in html
+    assert "Unknown option &#x27;seeed&#x27;" in html
+    agent.refresh_from_db()
+    assert agent.provider_options == fast_latency() and not Event.objects.filter(type="agent.changed").exists()
+
+
+def test_an_anthropic_agent_takes_no_simulated_options(client, make_agent):
+    agent = make_agent("researcher")
+    client.force_login(staff_in("Agent admin"))
+    form = _agent_form(agent, provider="anthropic", model="claude-sonnet-4-6")  # latency options kept by mistake
+    response = client.post(reverse("admin:orchestrator_agent_change", args=[agent.pk]), form)
+    assert (
+        "Unknown option &#x27;latency&#x27;: the anthropic provider takes no provider options."
+        in response.content.decode()
+    )
+    form = _agent_form(agent, provider="anthropic", model="claude-sonnet-4-6", provider_options="{}")
+    assert client.post(reverse("admin:orchestrator_agent_change", args=[agent.pk]), form).status_code == 302
 
 
 def test_activate_and_retire_actions_are_audited(client, make_agent):
@@ -351,7 +381,8 @@ def test_every_model_is_in_the_admin():
     missing = [
         m.__name__
         for m in apps.get_app_config("orchestrator").get_models()
-        if m not in django_admin.site._registry and m.__name__ not in ("Subtask", "Dependency", "RateCounter")
+        if m not in django_admin.site._registry
+        and m.__name__ not in ("Subtask", "Dependency", "RateCounter", "EventSequence")
     ]
     assert not missing, f"register these in orchestrator/admin.py: {missing}"
 

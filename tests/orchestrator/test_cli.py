@@ -273,7 +273,7 @@ def test_runs_lists_runs_newest_first(gated_run, demo_agents, make_plan):
     out, _ = run_command("runs")
     lines = out.splitlines()
     assert lines[0].split() == ["id", "status", "done", "cost", "started", "goal"]
-    assert lines[2].split()[:4] == [str(second.pk), "running", "0/1", "$0.0000"]
+    assert lines[2].split()[:4] == [str(second.pk), "running", "0/1", "$0.00"]
     assert lines[2].endswith("Second goal")
     assert lines[3].split()[:3] == [str(first.pk), "running", "0/2"]
 
@@ -437,3 +437,103 @@ def test_a_refused_launch_saves_nothing(demo_agents, priced_limit):
     with pytest.raises(CommandError, match="Nothing was saved."):
         run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--budget", "0.001")
     assert not Plan.objects.exists()
+
+
+# --- manage.py agent --------------------------------------------------------------------------------
+
+
+def test_agent_creates_shows_and_changes_an_agent(db):
+    out, _ = run_command(
+        "agent",
+        "critic",
+        "--provider",
+        "simulated",
+        "--max-concurrency",
+        "2",
+        "--options",
+        '{"latency": {"dist": "fixed", "seconds": 0.5}}',
+    )
+    assert "Agent critic: created" in out and "max concurrency    2" in out
+    from orchestrator.models import Agent, Event
+
+    assert Agent.objects.get(name="critic").provider_options == {"latency": {"dist": "fixed", "seconds": 0.5}}
+    out, _ = run_command("agent", "critic", "--status", "retired")
+    assert "Agent critic: saved" in out and "status             retired" in out
+    assert Event.objects.filter(type="agent.status_changed", agent__name="critic").exists()
+    out, _ = run_command("agent", "critic")
+    assert "provider           simulated:sim-1" in out
+
+
+def test_agent_refuses_invalid_settings_naming_every_problem_and_saves_nothing(db):
+    from orchestrator.models import Agent
+
+    with pytest.raises(CommandError) as refused:
+        run_command("agent", "critic", "--options", '{"latency": "fast", "failure_rate": 7}', "--timeout", "0")
+    message = str(refused.value)
+    assert "agent 'critic' not saved, 3 problems" in message
+    assert "provider_options: latency must be an object, got 'fast'" in message
+    assert "provider_options: failure_rate must be between 0 and 1, got 7.0" in message
+    assert "timeout_s:" in message
+    assert not Agent.objects.filter(name="critic").exists()
+    with pytest.raises(CommandError, match="--options is not valid JSON"):
+        run_command("agent", "critic", "--options", "{latency: fast}")
+    with pytest.raises(CommandError, match="no agent named 'nobody'"):
+        run_command("agent", "nobody")
+
+
+def test_a_missing_table_suggests_migrate(demo_agents, tmp_path):
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE orchestrator_dependency")
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        "goal: g\nsubtasks:\n  - {key: a, agent: researcher, title: A}\n"
+        "  - {key: b, agent: researcher, title: B, depends_on: [a]}\n"
+    )
+    with pytest.raises(CommandError, match=r"(?s)cannot save the plan: .*\(has `manage.py migrate` been run\?\)"):
+        call_command("import_plan", str(plan))
+
+
+def test_a_deadlock_is_reported_as_a_conflict_not_a_missing_migration():
+    import psycopg
+    from django.db import OperationalError
+
+    from orchestrator.management.commands.validate_plan import database_unavailable
+
+    try:
+        try:
+            raise psycopg.errors.DeadlockDetected("deadlock detected")
+        except psycopg.Error as cause:
+            raise OperationalError(str(cause)) from cause
+    except OperationalError as error:
+        message = str(database_unavailable(error, doing="save the plan"))
+    assert message == (
+        "cannot save the plan: deadlock detected (a conflict with concurrent work: nothing was saved; try again)"
+    )
+    assert "migrate" not in message
+
+
+@pytest.mark.django_db
+def test_launch_waits_for_plan_approval_by_default_once_two_people_may_approve(demo_agents, personas):
+    from django.contrib.auth.models import User
+
+    out, _ = run_command("launch", RESEARCH_BRIEF, "--no-cluster-check")
+    assert Run.objects.latest("pk").status == Run.Status.RUNNING  # one approver: nobody else could approve
+
+    User.objects.create_superuser("admin2")
+    out, _ = run_command("launch", RESEARCH_BRIEF, "--no-cluster-check")
+    run = Run.objects.latest("pk")
+    checkpoint = run.checkpoints.get()
+    assert run.status == Run.Status.AWAITING_APPROVAL
+    assert f"It waits for its plan's approval (plan version {checkpoint.plan_version})" in out
+    assert f"approve {checkpoint.pk}" in out and "`--no-approval` launches without it." in out
+
+    run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--no-approval")
+    assert Run.objects.latest("pk").status == Run.Status.RUNNING
+
+
+@pytest.mark.django_db
+def test_launch_approval_flag_asks_for_it_with_a_single_approver(demo_agents):
+    run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--approval")
+    assert Run.objects.latest("pk").status == Run.Status.AWAITING_APPROVAL

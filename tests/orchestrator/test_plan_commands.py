@@ -228,3 +228,14 @@ def test_command_line_without_a_migrated_database_explains_itself(tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     assert "cannot read the agent registry" in result.stderr
     assert "migrate" in result.stderr
+
+
+def test_the_same_document_imported_twice_is_one_plan(researcher, tmp_path):
+    first = write(tmp_path, "plan.yaml", GOOD_PLAN)
+    run_command("import_plan", first)
+    plan = Plan.objects.get()
+    again = write(tmp_path, "copy.yaml", GOOD_PLAN.replace("\n", "\r\n"))  # line endings aside, the same
+    assert run_command("import_plan", again).strip() == (
+        f"Already saved as plan {plan.pk} (the same document and goal): nothing new saved"
+    )
+    assert counts() == (1, 4, 3)

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from orchestrator.models import Agent, Plan, ProviderLimit, Subtask
 
 DEMO_AGENTS = {"researcher", "architect", "coder", "tester", "reviewer", "writer"}
-EXAMPLES = {"research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml"}
+EXAMPLES = {"research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml", "workspace_report.yaml"}
 
 pytestmark = pytest.mark.django_db
 
@@ -99,3 +99,70 @@ def test_anthropic_provider_switches_the_team(settings):
 
     seed()  # back to the simulated team
     assert set(Agent.objects.filter(name__in=DEMO_AGENTS).values_list("provider", flat=True)) == {"simulated"}
+
+
+def test_seed_creates_an_approver_who_may_approve_what_demo_launches(monkeypatch, make_plan):
+    """With only the demo login a newcomer could not approve their own plan (separation of
+    duties): the demo approver can, and the output says how to log in as it."""
+    from orchestrator.engine import approvers, runs
+    from orchestrator.models import Checkpoint
+
+    monkeypatch.delenv("GLASSBOX_APPROVER_PASSWORD", raising=False)
+    output = seed()
+    approver = get_user_model().objects.get(username="approver")
+    assert approver.check_password("approver") and not approver.is_superuser and not approver.is_staff
+    assert list(approver.groups.values_list("name", flat=True)) == ["Approver"]
+    assert approver.has_perm("orchestrator.decide_checkpoint") and not approver.has_perm("orchestrator.launch_run")
+    assert "User approver: created with the Approver role, password 'approver'" in output
+    assert "User demo: created as superuser, password 'demo'" in output
+
+    demo = get_user_model().objects.get(username="demo")
+    run = runs.launch(Plan.objects.get(source_name="research_brief.yaml"), launched_by=demo, require_plan_approval=True)
+    checkpoint = run.checkpoints.get(kind=Checkpoint.Kind.PLAN)
+    assert approvers.approvers(checkpoint) == ["approver"]
+    with pytest.raises(
+        runs.ActionError,
+        match=r"demo launched run \d+, so another approver must approve its plan \(who may approve: approver\)",
+    ):
+        runs.decide(checkpoint, approve=True, user=demo)
+    runs.decide(checkpoint, approve=True, user=approver)
+    run.refresh_from_db()
+    assert run.status == "running"
+
+    assert "User approver: exists (Approver role), password left unchanged" in seed()
+
+
+def test_the_approver_password_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("GLASSBOX_APPROVER_PASSWORD", "s3cret-approver-pass")
+    output = seed()
+    assert get_user_model().objects.get(username="approver").check_password("s3cret-approver-pass")
+    assert "s3cret-approver-pass" not in output and "password from GLASSBOX_APPROVER_PASSWORD" in output
+
+
+def test_seed_registers_the_demo_tool_server_and_grants_it_once():
+    from orchestrator.governance import tool_registry
+    from orchestrator.models import Event, ToolGrant, ToolServer
+
+    output = seed()
+    server = ToolServer.objects.get(name="workspace")
+    assert set(server.tools.values_list("name", flat=True)) == {"write_file", "read_file", "list_files", "calculate"}
+    assert "Tool server workspace: registered (4 tools)" in output
+    assert sorted(ToolGrant.objects.values_list("agent__name", "tool", "requires_approval")) == [
+        ("researcher", "", False),
+        ("writer", "", False),
+    ]
+    assert Event.objects.get(type="tool_server.added").actor_name == "seed_demo"
+    [grant] = tool_registry.granted_servers(Agent.objects.get(name="writer"))
+    assert grant.server.args == ("-m", "orchestrator.tools.demo_server")
+    events_before = Event.objects.count()
+    assert "Tool server workspace: kept as it is" in seed()
+    assert ToolGrant.objects.count() == 2 and Event.objects.count() == events_before
+    ToolServer.objects.filter(name="workspace").update(command="/old/venv/bin/python")
+    assert "Tool server workspace: command updated" in seed()
+    assert Event.objects.filter(type="tool_server.changed").count() == 1
+
+
+def test_the_workspace_example_gives_its_report_full_inputs():
+    seed()
+    plan = Plan.objects.get(source_name="workspace_report.yaml")
+    assert dict(plan.subtasks.values_list("key", "inputs")) == {"figures": "", "notes": "", "report": "full"}

@@ -44,6 +44,7 @@ def test_tasks_lost_in_a_redis_restart_are_requeued_by_the_reaper_and_the_run_co
     settings.GLASSBOX_QUEUED_GRACE_S = GRACE_S  # admissions made in this process
     qcluster.env.update(REDIS_URL=own_redis.url, GLASSBOX_QUEUED_GRACE_S=str(GRACE_S))
     qcluster.workers = 1  # q2 then holds at most a couple of tasks in memory: the rest wait in Redis
+    qcluster.env.update(GLASSBOX_SLOTS_PER_WORKER="2")  # and its agent host takes two at a time
     make_agent("researcher", max_concurrency=10, provider_options=fast_latency(0.8))
     plan = make_plan({f"t{i}": ("researcher", []) for i in range(10)})
     cluster = qcluster.start()

@@ -6,7 +6,8 @@ Point Glassbox (or any Anthropic SDK client) at it:
 
 It answers every request with deterministic text (streamed a few words at a time, with
 `--chunk-delay` seconds between deltas so the live view has something to show), forced tool
-calls with the smallest input their schema accepts, and rate-limit headers like the real API.
+calls with the smallest input their schema accepts, calls of offered tools (`--tool-calls-per-turn`
+of them, then a text once their results come back), and rate-limit headers like the real API.
 Scripted answers (errors, 429s, slow or broken streams) are queued with `POST /_fake/replies`;
 see orchestrator/providers/fake_anthropic.py. Ctrl-C stops it.
 """
@@ -53,6 +54,12 @@ class Command(BaseCommand):
             default=0.05,
             help="Seconds between two streamed deltas of an unscripted answer (default 0.05).",
         )
+        parser.add_argument(
+            "--tool-calls-per-turn",
+            type=int,
+            default=1,
+            help="Tool calls in an unscripted answer to a request that offers tools (default 1; 0: none).",
+        )
         parser.add_argument("--requests-per-minute", type=positive_int, default=RateLimits.requests_per_minute)
         parser.add_argument("--input-tokens-per-minute", type=positive_int, default=RateLimits.input_tokens_per_minute)
         parser.add_argument(
@@ -70,6 +77,7 @@ class Command(BaseCommand):
         host,
         port,
         chunk_delay,
+        tool_calls_per_turn,
         requests_per_minute,
         input_tokens_per_minute,
         output_tokens_per_minute,
@@ -79,7 +87,12 @@ class Command(BaseCommand):
         limits = RateLimits(requests_per_minute, input_tokens_per_minute, output_tokens_per_minute)
         try:
             server = FakeAnthropicServer(
-                host, port, limits=limits, enforce_limits=enforce_limits, chunk_delay_s=chunk_delay
+                host,
+                port,
+                limits=limits,
+                enforce_limits=enforce_limits,
+                chunk_delay_s=chunk_delay,
+                tool_calls_per_turn=max(0, tool_calls_per_turn),
             )
         except OSError as error:
             raise CommandError(f"Cannot listen on {host}:{port}: {error.strerror or error}") from None

@@ -1,7 +1,7 @@
 """`manage.py import_plan FILE`: validate a plan file and save it, all or nothing.
 
 On any problem nothing is saved and the command exits 1 listing every problem, exactly like
-validate_plan.
+validate_plan. The same document (and goal) imported again is the plan saved the first time.
 """
 
 from __future__ import annotations
@@ -25,6 +25,10 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         path = options["file"]
         spec, document = load_or_fail(path)
+        same = plans.saved_plan_of(spec, document)
+        if same is not None:
+            self.stdout.write(f"Already saved as plan {same.pk} (the same document and goal): nothing new saved")
+            return
         try:
             plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=Path(path).name)
         except plans.PlanValidationError as exc:

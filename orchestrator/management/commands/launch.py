@@ -22,6 +22,7 @@ from orchestrator.management import console
 from orchestrator.management.commands.validate_plan import database_unavailable, load_or_fail
 from orchestrator.management.console import budget_argument, cap_argument
 from orchestrator.models import Run
+from orchestrator.wording import counted
 
 NO_CLUSTER_MESSAGE = (
     "No qcluster is running. Start one with `python manage.py qcluster` in another terminal, or use `make run`."
@@ -43,6 +44,21 @@ class Command(BaseCommand):
             default=Run.FailurePolicy.CONTINUE,
             help="On a failed task: continue with independent branches, or fail_fast.",
         )
+        approval = parser.add_mutually_exclusive_group()
+        approval.add_argument(
+            "--approval",
+            dest="approval",
+            action="store_const",
+            const=True,
+            help="Wait for an approver to approve the plan before anything runs.",
+        )
+        approval.add_argument(
+            "--no-approval",
+            dest="approval",
+            action="store_const",
+            const=False,
+            help="Start at once, without plan approval.",
+        )
         parser.add_argument("--watch", action="store_true", help="Show a live progress bar until the run ends.")
         parser.add_argument(
             "--json",
@@ -54,15 +70,22 @@ class Command(BaseCommand):
             "--no-cluster-check", action="store_true", help="Launch even when no qcluster seems to be running."
         )
 
-    def handle(self, *args, file, cap, budget, policy, watch, as_json, no_cluster_check, **options):
+    def handle(self, *args, file, cap, budget, policy, watch, as_json, no_cluster_check, approval=None, **options):
         # With --json, stdout carries exactly one JSON line; everything meant for people goes to stderr.
         messages = self.stderr._out if as_json else self.stdout._out
         try:
-            settings = RunSettings.of(cap=cap, budget_usd=budget, failure_policy=policy)
+            settings = RunSettings.of(cap=cap, budget_usd=budget, failure_policy=policy, require_plan_approval=approval)
         except InvalidRunSetting as error:
             raise CommandError(f"Run not launched: {error}") from None
         run = self.launch(file, settings=settings, check_cluster=not no_cluster_check)
-        console.write_line(messages, f"Launched run {run.pk} ({run.tasks.count()} tasks, cap {run.cap})")
+        console.write_line(messages, f"Launched run {run.pk} ({counted(run.tasks.count(), 'task')}, cap {run.cap})")
+        if run.status == Run.Status.AWAITING_APPROVAL:
+            checkpoint = run.checkpoints.get()
+            console.write_line(
+                messages,
+                f"It waits for its plan's approval (plan version {checkpoint.plan_version}): "
+                f"{console.decide_hint(checkpoint.pk)}. `--no-approval` launches without it.",
+            )
         if not (watch or as_json):
             console.write_line(messages, f"Follow it with `{console.MANAGE} run_status {run.pk}` or in the dashboard.")
             return

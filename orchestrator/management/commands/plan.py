@@ -24,6 +24,7 @@ from orchestrator.management.commands.validate_plan import database_unavailable,
 from orchestrator.management.console import budget_argument, cap_argument
 from orchestrator.models import Checkpoint, Plan, Run
 from orchestrator.plans import dag, planner
+from orchestrator.wording import counted
 
 TITLE_WIDTH = 48
 
@@ -82,7 +83,7 @@ class Command(BaseCommand):
         upstream: dict[int, list[str]] = {s.pk: [] for s in subtasks}
         for dependency in plan.dependencies.select_related("upstream").order_by("id"):
             upstream[dependency.downstream_id].append(dependency.upstream.key)
-        self.stdout.write(f"Plan {plan.pk} proposed by {source}: {len(subtasks)} subtasks")
+        self.stdout.write(f"Plan {plan.pk} proposed by {source}: {counted(len(subtasks), 'subtask')}")
         self.stdout.write(f"  goal: {plan.goal}")
         self.stdout.write("")
         rows = [
@@ -107,7 +108,7 @@ class Command(BaseCommand):
         except runs.ActionError as error:
             raise CommandError(f"Run not launched: {error}\nThe plan was saved as plan {plan.pk}.") from None
         self.stdout.write(
-            f"Launched run {run.pk} ({run.tasks.count()} tasks, cap {run.cap}, budget {console.usd(run.budget_usd)})"
+            f"Launched run {run.pk} ({counted(run.tasks.count(), 'task')}, cap {run.cap}, budget {console.usd(run.budget_usd)})"
         )
         if approval:
             checkpoint = run.checkpoints.get(kind=Checkpoint.Kind.PLAN, status=Checkpoint.Status.PENDING)

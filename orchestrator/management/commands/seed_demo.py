@@ -1,29 +1,48 @@
-"""`python manage.py seed_demo`: the demo team, its provider limits, a login and the example plans.
+"""`python manage.py seed_demo`: the demo team, its provider limits, two logins, the demo tool server
+and the example plans.
 
 Safe to run again and again (`make run` does so on every start): agents and provider limits
-are brought back to the demo values, the demo user is created only when absent (a changed
-password is never reset), and an example plan is imported only once.
+are brought back to the demo values, the demo users are created only when absent (a changed
+password is never reset), the demo tool server `workspace` is registered (or its command brought
+up to date) and granted to the researcher and the writer, and an example plan is imported only
+once. The logins: `demo`, a superuser, and `approver`, who holds the Approver role and can approve
+the plans `demo` launches (separation of duties refuses a launcher's approval of their own plan).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from orchestrator import plans
-from orchestrator.models import Agent, Plan, ProviderLimit
+from orchestrator.governance import tool_registry
+from orchestrator.models import Agent, Plan, ProviderLimit, ToolGrant, ToolServer
+from orchestrator.wording import counted
 
 DEMO_USERNAME = "demo"
 DEMO_PASSWORD_ENV = "GLASSBOX_DEMO_PASSWORD"
+# A second person holding the Approver role: separation of duties keeps whoever launched a run
+# from approving its plan, so a newcomer needs someone else to approve what `demo` launches.
+APPROVER_USERNAME = "approver"
+APPROVER_PASSWORD_ENV = "GLASSBOX_APPROVER_PASSWORD"
+APPROVER_ROLE = "Approver"
 EXAMPLES_DIR = Path(settings.BASE_DIR) / "examples"
-EXAMPLE_PLANS = ("research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml")
+EXAMPLE_PLANS = ("research_brief.yaml", "feature_pipeline.yaml", "exploration.yaml", "workspace_report.yaml")
+# The demo MCP tool server (orchestrator/tools/demo_server.py), run by this Python, and who may use it.
+DEMO_TOOL_SERVER = "workspace"
+DEMO_TOOL_COMMAND = (sys.executable, "-m", "orchestrator.tools.demo_server")
+DEMO_TOOL_GRANTS = ("researcher", "writer")
+SEED_ACTOR = "seed_demo"
 SIMULATED_MODEL = "sim-1"
 DEMO_LATENCY = {"latency": {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}}
 
@@ -136,6 +155,17 @@ def list_prices(model: str) -> dict[str, Decimal]:
     return {"input_price_per_mtok": input_price, "output_price_per_mtok": output_price}
 
 
+def approver_role() -> Group:
+    """The Approver group, with the permissions the roles migration gives it (restored if a
+    database flush removed it: the migration's ROLES are the one definition)."""
+    roles = importlib.import_module("orchestrator.migrations.0006_roles").ROLES
+    group, _ = Group.objects.get_or_create(name=APPROVER_ROLE)
+    group.permissions.add(
+        *Permission.objects.filter(content_type__app_label="orchestrator", codename__in=roles[APPROVER_ROLE])
+    )
+    return group
+
+
 class Command(BaseCommand):
     help = "Create or refresh the demo agents, provider limits, demo login and example plans."
 
@@ -152,6 +182,8 @@ class Command(BaseCommand):
             self.seed_provider_limits(provider)
             self.seed_agents(provider)
             self.seed_demo_user()
+            self.seed_approver()
+        self.seed_tool_server()
         self.import_example_plans()
 
     def seed_provider_limits(self, provider: str) -> None:
@@ -214,8 +246,55 @@ class Command(BaseCommand):
             return
         password = os.environ.get(DEMO_PASSWORD_ENV) or "demo"
         user_model.objects.create_superuser(username=DEMO_USERNAME, email="demo@example.com", password=password)
-        source = f"from {DEMO_PASSWORD_ENV}" if os.environ.get(DEMO_PASSWORD_ENV) else "'demo'"
-        self.stdout.write(f"User {DEMO_USERNAME}: created as superuser (password {source})")
+        self.stdout.write(
+            f"User {DEMO_USERNAME}: created as superuser, {self.password_text(DEMO_PASSWORD_ENV, 'demo')}"
+        )
+
+    def seed_approver(self) -> None:
+        """The demo approver: holds the Approver role only, so it can approve plans `demo` launches."""
+        user_model = get_user_model()
+        role = approver_role()
+        user = user_model.objects.filter(username=APPROVER_USERNAME).first()
+        if user is not None:
+            user.groups.add(role)
+            self.stdout.write(f"User {APPROVER_USERNAME}: exists ({APPROVER_ROLE} role), password left unchanged")
+            return
+        password = os.environ.get(APPROVER_PASSWORD_ENV) or APPROVER_USERNAME
+        user = user_model.objects.create_user(
+            username=APPROVER_USERNAME, email="approver@example.com", password=password
+        )
+        user.groups.add(role)
+        self.stdout.write(
+            f"User {APPROVER_USERNAME}: created with the {APPROVER_ROLE} role, "
+            f"{self.password_text(APPROVER_PASSWORD_ENV, APPROVER_USERNAME)}: log in as {APPROVER_USERNAME} "
+            f"to approve the plans that {DEMO_USERNAME} launches (separation of duties)"
+        )
+
+    def password_text(self, variable: str, default: str) -> str:
+        """How to log in: the default password in full, or where a chosen one came from (never echoed)."""
+        return f"password from {variable}" if os.environ.get(variable) else f"password '{default}'"
+
+    def seed_tool_server(self) -> None:
+        """Register the demo tool server once it has listed its tools (or point it at this Python),
+        and grant it to the demo agents that use it. Each change is an audited registry change."""
+        server = ToolServer.objects.filter(name=DEMO_TOOL_SERVER).first()
+        command = list(DEMO_TOOL_COMMAND)
+        try:
+            if server is None:
+                server = tool_registry.add_server(DEMO_TOOL_SERVER, command=command, actor=SEED_ACTOR)
+                self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: registered ({server.tools.count()} tools)")
+            elif [server.command, *server.args] != command:
+                checked = tool_registry.candidate(DEMO_TOOL_SERVER, command=command, existing=server)
+                server = tool_registry.save(checked, actor=SEED_ACTOR)
+                self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: command updated")
+            else:
+                self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: kept as it is")
+        except tool_registry.ToolRegistryError as error:
+            raise CommandError(f"The demo tool server could not be registered: {error}") from None
+        for name in DEMO_TOOL_GRANTS:
+            if not ToolGrant.objects.filter(agent__name=name, server=server, tool="").exists():
+                tool_registry.grant(name, DEMO_TOOL_SERVER, actor=SEED_ACTOR)
+                self.stdout.write(f"Tool grant {name} → {DEMO_TOOL_SERVER}: created")
 
     def import_example_plans(self) -> None:
         for file_name in EXAMPLE_PLANS:
@@ -228,7 +307,9 @@ class Command(BaseCommand):
                 plan = plans.save_plan(spec, document=document, source=Plan.Source.FILE, source_name=file_name)
             except plans.PlanValidationError as error:
                 raise CommandError(f"Example plan {file_name} was not imported.\n{error.report(str(path))}") from None
-            self.stdout.write(f"Plan {file_name}: imported as plan {plan.pk} ({plan.subtasks.count()} subtasks)")
+            self.stdout.write(
+                f"Plan {file_name}: imported as plan {plan.pk} ({counted(plan.subtasks.count(), 'subtask')})"
+            )
 
     def report(self, kind: str, label: str, created: bool) -> None:
         self.stdout.write(f"{kind} {label}: {'created' if created else 'updated'}")

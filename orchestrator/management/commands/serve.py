@@ -1,10 +1,21 @@
-"""`python manage.py serve`: the web server (daphne) and the task workers (qcluster) together.
+"""`python manage.py serve`: the web server (daphne) and the task workers (qclusters) together.
 
-Each child runs in its own process group, so a Ctrl-C in the terminal reaches only this
-command, which then stops both children in order: the same signal to each (SIGINT for
-Ctrl-C, SIGTERM for SIGTERM), a grace period, then SIGKILL to whatever is left of its group.
-When either child dies on its own, the other is stopped too and the command fails naming it:
-a dashboard without workers (or workers without a dashboard) would look alive but do nothing.
+Signals. Each child runs in its own process group, so a Ctrl-C in the terminal reaches only
+this command. SIGINT or SIGTERM to `serve` is forwarded, the same signal, to daphne and to each
+qcluster's main process (which stops its own workers); `serve` then waits for them up to the
+stop grace — the lease (GLASSBOX_LEASE_S) plus STOP_MARGIN_S, at least MIN_STOP_TIMEOUT_S — so
+that attempts in flight can finish or expire, and SIGKILLs the groups of whatever is left. A
+second signal while waiting skips the grace. When a process manager signals every process at
+once (systemd's default KillMode=control-group), django-q2's sentinel and workers die on the
+spot and its main process can hang in its own shutdown (it waits, in a multiprocessing Event,
+for the dead sentinel to acknowledge): a qcluster whose main process is left without any child
+process is killed at once instead of after the grace, with a line saying so.
+
+Faults. While daphne lives, `serve` keeps serving: a qcluster that dies on its own is started
+again after a backoff (RESTART_BASE_S doubling up to RESTART_MAX_S, reset once it has run for
+STABLE_AFTER_S), each step said on stderr and published for `/health/` (the daphne it started
+reads it: `checks.broker.serve`). If daphne dies, the qclusters are stopped and the command
+fails naming it: workers without a dashboard would look alive and be unreachable.
 """
 
 from __future__ import annotations
@@ -14,25 +25,61 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
-from orchestrator.management.commands.seed_demo import DEMO_PASSWORD_ENV, DEMO_USERNAME
+from orchestrator.engine.cluster import SERVE_ID_ENV, publish_supervisor_report
+from orchestrator.management.commands.seed_demo import (
+    APPROVER_PASSWORD_ENV,
+    APPROVER_USERNAME,
+    DEMO_PASSWORD_ENV,
+    DEMO_USERNAME,
+)
 
 POLL_S = 0.2
-STOP_TIMEOUT_S = 15.0
 LISTEN_TIMEOUT_S = 20.0
+# Stop grace: an attempt in flight ends or its lease expires within GLASSBOX_LEASE_S.
+STOP_MARGIN_S = 15.0
+MIN_STOP_TIMEOUT_S = 30.0
+# A qcluster main process left without any child process for this long is hung (see above).
+HUNG_AFTER_S = 3.0
+# Restart backoff of a qcluster that died on its own.
+RESTART_BASE_S = 1.0
+RESTART_MAX_S = 60.0
+STABLE_AFTER_S = 60.0
+# How often the clusters' state is published for /health/ (besides every change).
+REPORT_EVERY_S = 5.0
 
 
-@dataclass
+def stop_timeout_s() -> float:
+    return max(MIN_STOP_TIMEOUT_S, settings.GLASSBOX_LEASE_S + STOP_MARGIN_S)
+
+
+@dataclass(eq=False)
 class Child:
     name: str
-    process: subprocess.Popen
+    argv: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen = field(init=False)
+    started_at: float = 0.0
+    restarts: int = 0
+    failures: int = 0  # deaths since it last ran for STABLE_AFTER_S: the backoff's exponent
+    restart_at: float | None = None  # when a dead child is due to start again
+    last_exit: str = ""
+
+    def start(self) -> Child:
+        self.process = subprocess.Popen(self.argv, cwd=settings.BASE_DIR, env=self.env, start_new_session=True)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+        return self
 
     @property
     def exited(self) -> bool:
@@ -53,10 +100,59 @@ class Child:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def has_children(self) -> bool | None:
+        """Whether the child has living processes of its own (None where /proc cannot tell).
+
+        A dead child its parent has not reaped yet (a zombie: the hung main process reaps nothing)
+        does not count.
+        """
+        tasks = Path(f"/proc/{self.process.pid}/task")
+        try:
+            pids = [pid for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+        except OSError:
+            return None
+        return any(_is_alive(int(pid)) for pid in pids)
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
 
 def start_child(name: str, argv: list[str], env: dict[str, str]) -> Child:
-    process = subprocess.Popen(argv, cwd=settings.BASE_DIR, env=env, start_new_session=True)
-    return Child(name, process)
+    return Child(name, argv, env).start()
+
+
+class ReportPublisher:
+    """Publishes the clusters' state for /health/ from a thread of its own: the cache (Redis or
+    the database) may be slow or down, and the supervising loop must never wait for it."""
+
+    def __init__(self, serve_id: str):
+        self.serve_id = serve_id
+        self.report: dict | None = None
+        self.changed = threading.Event()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self.run, name="serve-report", daemon=True)
+
+    def publish(self, report: dict) -> None:
+        self.report = report
+        self.changed.set()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            self.changed.wait(REPORT_EVERY_S)
+            self.changed.clear()
+            if self.report is None:
+                continue
+            try:
+                publish_supervisor_report(self.serve_id, self.report)
+            except Exception:  # best effort: /health/ then shows no report
+                pass
+            finally:
+                connections.close_all()
 
 
 def connect_host(host: str) -> str:
@@ -120,28 +216,36 @@ class Command(BaseCommand):
             env["GLASSBOX_WORKERS"] = str(workers)
         if clusters < 1:
             raise CommandError("--clusters must be at least 1")
+        serve_id = uuid.uuid4().hex
+        self.publisher = ReportPublisher(serve_id)
         manage_py = str(settings.BASE_DIR / "manage.py")
-        children = [
+        daphne = start_child(
+            "daphne",
+            [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "glassbox.asgi:application"],
+            {**env, SERVE_ID_ENV: serve_id},
+        )
+        self.clusters = [
             start_child(
-                "daphne",
-                [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "glassbox.asgi:application"],
-                env,
-            ),
+                "qcluster" if clusters == 1 else f"qcluster-{index + 1}", [sys.executable, manage_py, "qcluster"], env
+            )
+            for index in range(clusters)
         ]
-        for index in range(clusters):
-            name = "qcluster" if clusters == 1 else f"qcluster-{index + 1}"
-            children.append(start_child(name, [sys.executable, manage_py, "qcluster"], env))
+        children = [daphne, *self.clusters]
         self.workers_label = "qcluster" if clusters == 1 else f"{clusters} qclusters"
+        self.publisher.thread.start()
+        self.publish()
         died = self.wait_until_listening(children, connect_host(host), port)
         if died is None and not self.signals_received:
             self.print_banner(host, port)
-            died = self.supervise(children)
+            died = self.supervise(daphne)
         if died is None:
             self.stop(children, self.signals_received[0])
+            self.publisher.stopped.set()
             self.stdout.write(f"Stopped daphne and {self.workers_label}.")
             return
         others = [child for child in children if child is not died]
         self.stop(others, signal.SIGTERM)
+        self.publisher.stopped.set()
         stopped = " and ".join(child.name for child in others)
         raise CommandError(
             f"{died.name} {describe_exit(died.process.returncode)} on its own; stopped {stopped}. "
@@ -167,28 +271,80 @@ class Command(BaseCommand):
                 time.sleep(POLL_S)
         return None
 
-    def supervise(self, children: list[Child]) -> Child | None:
-        """Block until a stop signal arrives (returns None) or a child exits (returns it)."""
+    def supervise(self, daphne: Child) -> Child | None:
+        """Block until a stop signal arrives (returns None) or daphne exits (returns it); restart
+        each qcluster that dies meanwhile, with backoff."""
         while not self.signals_received:
-            if died := self.first_exited(children):
-                return died
+            if daphne.exited:
+                return daphne
+            now = time.monotonic()
+            for cluster in self.clusters:
+                if cluster.restart_at is None and cluster.exited:
+                    self.schedule_restart(cluster, now)
+                elif cluster.restart_at is not None and now >= cluster.restart_at:
+                    cluster.start()
+                    cluster.restarts += 1
+                    self.stderr.write(f"{cluster.name} restarted (restart {cluster.restarts}).")
+                    self.publish()
             time.sleep(POLL_S)
         return None
 
-    def stop(self, children: list[Child], signum: int) -> None:
-        """Signal each child, wait up to STOP_TIMEOUT_S, then SIGKILL the rest.
+    def schedule_restart(self, cluster: Child, now: float) -> None:
+        cluster.last_exit = describe_exit(cluster.process.returncode)
+        if now - cluster.started_at >= STABLE_AFTER_S:
+            cluster.failures = 0
+        delay = min(RESTART_MAX_S, RESTART_BASE_S * 2**cluster.failures)
+        cluster.failures += 1
+        cluster.restart_at = now + delay
+        running = sum(not c.exited for c in self.clusters)
+        self.stderr.write(
+            f"{cluster.name} {cluster.last_exit} on its own; restarting it in {delay:g} s "
+            f"({running} of {len(self.clusters)} qclusters running)."
+        )
+        self.publish()
 
-        Another Ctrl-C while waiting skips the grace period.
+    def publish(self) -> None:
+        now = time.monotonic()
+        members = []
+        for cluster in self.clusters:
+            member = {"name": cluster.name, "running": cluster.restart_at is None, "restarts": cluster.restarts}
+            if cluster.restart_at is not None:
+                member["exit"] = cluster.last_exit
+                member["restart_in_s"] = round(max(0.0, cluster.restart_at - now), 1)
+            members.append(member)
+        self.publisher.publish(
+            {"clusters": len(members), "running": sum(m["running"] for m in members), "qclusters": members}
+        )
+
+    def stop(self, children: list[Child], signum: int) -> None:
+        """Signal each child, wait up to the stop grace, then SIGKILL the rest.
+
+        Another Ctrl-C while waiting skips the grace. A qcluster whose main process has been
+        left without children for HUNG_AFTER_S is hung in django-q2's shutdown: killed at once.
         """
         signals_before = len(self.signals_received)
-        for child in children:
+        running = [child for child in children if child.restart_at is None]
+        for child in running:
             child.signal(signum)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while any(not child.exited for child in children):
-            if time.monotonic() >= deadline or len(self.signals_received) > signals_before:
+        deadline = time.monotonic() + stop_timeout_s()
+        orphaned_since: dict[str, float] = {}
+        while any(not child.exited for child in running):
+            now = time.monotonic()
+            if now >= deadline or len(self.signals_received) > signals_before:
                 break
+            for child in running:
+                if child in self.clusters and not child.exited and child.has_children() is False:
+                    since = orphaned_since.setdefault(child.name, now)
+                    if now - since >= HUNG_AFTER_S:
+                        self.stderr.write(
+                            f"{child.name}: its workers have stopped but its main process hangs in "
+                            "django-q2's shutdown: killing it."
+                        )
+                        child.kill_group()
+                else:
+                    orphaned_since.pop(child.name, None)
             time.sleep(POLL_S)
-        for child in children:
+        for child in running:
             if not child.exited:
                 self.stderr.write(f"{child.name} did not stop in time: killing it.")
                 child.kill_group()
@@ -197,7 +353,20 @@ class Command(BaseCommand):
     def print_banner(self, host: str, port: int) -> None:
         self.stdout.write(self.style.SUCCESS(f"Glassbox is running at http://{url_host(host)}:{port}/"))
         self.stdout.write(f"Log in as {self.login_hint()}.")
+        if approver := self.approver_hint():
+            self.stdout.write(approver)
         self.stdout.write(f"Ctrl-C stops both the web server (daphne) and the workers ({self.workers_label}).")
+
+    def approver_hint(self) -> str:
+        """The demo approver, who approves the plans the demo user launches ("" without it)."""
+        try:
+            exists = get_user_model().objects.filter(username=APPROVER_USERNAME).exists()
+        except DatabaseError:
+            exists = False
+        if not exists:
+            return ""
+        password = f"the password in {APPROVER_PASSWORD_ENV}" if os.environ.get(APPROVER_PASSWORD_ENV) else "approver"
+        return f"Approve plans that {DEMO_USERNAME} launched as {APPROVER_USERNAME} / {password} (another browser or a private window)."
 
     def login_hint(self) -> str:
         try:

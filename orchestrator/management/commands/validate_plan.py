@@ -29,8 +29,27 @@ def load_or_fail(path: str) -> tuple[plans.PlanSpec, str]:
         raise database_unavailable(exc) from exc
 
 
+# SQLSTATE classes a retry can cure: serialization failure, deadlock, lock not available.
+_TRANSIENT_SQLSTATES = {"40001", "40P01", "55P03"}
+
+
 def database_unavailable(exc: DatabaseError, doing: str = "read the agent registry") -> CommandError:
-    return CommandError(f"cannot {doing}: {exc} (has `manage.py migrate` been run?)", returncode=1)
+    """The command's one-line error for a database failure, with the hint that fits the failure.
+
+    Only a missing table suggests `migrate`; a deadlock or serialization failure says that
+    nothing was saved and a retry may pass; anything else is reported as it is.
+    """
+    return CommandError(f"cannot {doing}: {exc}{database_hint(exc)}", returncode=1)
+
+
+def database_hint(exc: DatabaseError) -> str:
+    sqlstate = getattr(exc.__cause__, "sqlstate", None) or getattr(exc, "sqlstate", None)
+    text = str(exc).lower()
+    if sqlstate == "42P01" or "no such table" in text:
+        return " (has `manage.py migrate` been run?)"
+    if sqlstate in _TRANSIENT_SQLSTATES:
+        return " (a conflict with concurrent work: nothing was saved; try again)"
+    return ""
 
 
 def format_critical_path(path: list[str], seconds: float) -> str:

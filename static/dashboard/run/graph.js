@@ -1,15 +1,37 @@
 /* The DAG: Cytoscape.js (the `cytoscape` global, with the dagre layout registered) drawing
  * #dag-graph's data-graph (dashboard/fragments.py compact_graph).
  *
- * The task rows (#task-<pk>: data-state, data-state-label, data-progress, data-tokens-text)
- * are the single source of node state: refreshNodes recolours the nodes from them. Fan-out
- * groups are drawn as one node while collapsed; tapping a group expands it.
+ * The task rows (#task-<pk>: data-state, data-progress, data-tokens, data-wait, and the title,
+ * key, agent, state label and token text in their cells) are the single source of node state:
+ * refreshNodes recolours the nodes from them.
+ *
+ * Reading a large graph:
+ * - grouping modes (readmodels/graph.py): fan-outs, an agent within a step, whole steps, or every
+ *   task; a collapsed group is one node that counts its members by state; tapping it expands it;
+ * - search: matching tasks (and the groups holding them) stand out, the rest is dimmed; Enter
+ *   goes to the first match;
+ * - focus: the selected task with everything upstream and downstream of it (Cytoscape's
+ *   predecessors and successors) lit, the rest dimmed; a collapsed group holding it is expanded
+ *   so that its own edges show; Esc or "Clear focus" ends it;
+ * - labels by zoom: near, the title and its state; farther, the key alone in a larger font; too
+ *   small to read, no label (min-zoomed-font-size) rather than a smudge;
+ * - the minimap: a second, small Cytoscape instance with the whole graph and the viewport as a
+ *   rectangle; click or drag on it to move there.
  */
 
 var TITLE_CHARS = 30;
 var ZOOM_STEP = 1.25;
 var MAX_FIT_ZOOM = 1.25;
 var FIT_PADDING = 18;
+var GO_TO_ZOOM = 1;
+// Label levels by zoom: below MID_ZOOM the key alone, larger; below FAR_ZOOM larger still.
+var MID_ZOOM = 0.65;
+var FAR_ZOOM = 0.4;
+// Labels smaller than this on screen are not drawn (px).
+var MIN_LABEL_PX = 7;
+// The minimap shows when the graph has more visible nodes than this.
+var MINIMAP_MIN_NODES = 12;
+var MODES = ["fanout", "agent", "step", "none"];
 
 // The aggregate state of a group: the most urgent state among its members.
 var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "queued", "ready", "awaiting_review",
@@ -20,10 +42,14 @@ var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", 
 var FINISHED = ["succeeded", "skipped", "cancelled", "failed"];
 
 var cy = null;
+var mini = null;
 var graph = null;
 var graphText = null;
+var mode = null;
 var collapsed = {};
 var selectedTask = null;
+var focusedTask = null;
+var query = "";
 var onOpenTask = function () {};
 
 // --- Reading the page ---------------------------------------------------------------------------
@@ -32,22 +58,28 @@ function taskRow(taskId) {
   return document.getElementById("task-" + taskId);
 }
 
+function cellText(row, selector) {
+  var cell = row.querySelector(selector);
+  return cell ? cell.textContent.trim() : "";
+}
+
 // The page's compact graph in Cytoscape's terms.
 function readGraph() {
   var el = document.getElementById("dag-graph");
   var text = el ? el.dataset.graph || "" : "";
-  var raw = text ? JSON.parse(text) : { nodes: [], edges: [], groups: [] };
+  var raw = text ? JSON.parse(text) : { nodes: [], edges: [], groups: [], mode: "fanout" };
   return {
     text: text,
     data: {
+      mode: raw.mode || "fanout",
       nodes: raw.nodes.map(function (n) {
         var row = taskRow(n[0]);
         return {
           id: "t" + n[0],
           task: n[0],
-          group: n[1],
-          title: row ? row.dataset.title : "task " + n[0],
-          agent: row ? row.dataset.agent : "",
+          title: row ? cellText(row, ".task-link") : "task " + n[0],
+          key: row ? cellText(row, ".cell-task code") : "",
+          agent: row ? cellText(row, ".cell-agent") : "",
         };
       }),
       edges: raw.edges.map(function (e) {
@@ -56,6 +88,7 @@ function readGraph() {
       groups: raw.groups.map(function (g) {
         return {
           id: g.id,
+          mode: g.mode || "fanout",
           label: g.label,
           collapsed: g.collapsed,
           members: g.members.map(function (pk) {
@@ -72,13 +105,15 @@ function rowData(taskId) {
   if (!row) {
     return null;
   }
+  var state = row.dataset.state || "pending";
   return {
-    state: row.dataset.state || "pending",
-    stateLabel: row.dataset.stateLabel || row.dataset.state || "",
-    progress: Number(row.dataset.progress) || 0,
+    state: state,
+    stateLabel: cellText(row, ".state-badge") || state,
+    progress: row.dataset.progress !== undefined ? Number(row.dataset.progress) || 0 : state === "succeeded" ? 100 : 0,
     tokens: Number(row.dataset.tokens) || 0,
-    tokensText: row.dataset.tokensText || "",
+    tokensText: cellText(row, ".cell-tokens"),
     wait: row.dataset.wait || "",
+    activity: row.dataset.activity || "",
   };
 }
 
@@ -89,7 +124,7 @@ function stateName(s) {
 }
 
 var colourCache = {};
-// A CSS custom property of the page (run.css: --state-<name>, --tint-<name>).
+// A CSS custom property of the page (base.css: --state-<name>, --tint-<name>).
 function cssColour(property, fallback) {
   if (!(property in colourCache)) {
     var value = getComputedStyle(document.documentElement).getPropertyValue(property).trim();
@@ -98,13 +133,25 @@ function cssColour(property, fallback) {
   return colourCache[property];
 }
 
+function modeGroups() {
+  return graph.groups.filter(function (g) {
+    return g.mode === mode;
+  });
+}
+
 // --- Labels and states ----------------------------------------------------------------------------
 
 function shorten(text, max) {
   return text.length > max ? text.slice(0, max - 1) + "…" : text;
 }
 
+// A running agent's node says what it is doing now ("step 3 · calling lookup"); others their agent and state.
 function nodeLabel(title, agent, d) {
+  if (d.activity) {
+    // "step 3 · waiting for approval of search": without its step number when that makes it fit.
+    var doing = d.activity.length > TITLE_CHARS ? d.activity.replace(/^step \d+ · /, "") : d.activity;
+    return shorten(title, TITLE_CHARS) + "\n" + shorten(doing, TITLE_CHARS);
+  }
   var second = agent + " · " + d.stateLabel;
   if (d.tokens) {
     second += " · " + d.tokensText + " tok";
@@ -160,6 +207,7 @@ function refreshNodes() {
     });
     cy.nodes(".group").forEach(refreshGroup);
   });
+  recolourMinimap();
 }
 
 // --- Drawing --------------------------------------------------------------------------------------
@@ -195,6 +243,7 @@ function stylesheet() {
         "font-family": "DejaVu Sans, Arial, sans-serif",
         color: "#1b2430",
         "line-height": 1.35,
+        "min-zoomed-font-size": MIN_LABEL_PX,
       },
     },
     { selector: "node[state = 'skipped'], node[state = 'cancelled']", style: { "border-style": "dashed", color: "#4a5565" } },
@@ -203,12 +252,20 @@ function stylesheet() {
     { selector: "node[state = 'running']", style: { "border-width": 3 } },
     {
       selector: "node.group",
-      style: { width: 230, height: 64, "text-max-width": 216, "border-style": "solid", "border-width": 3, "font-weight": "bold" },
+      style: { width: 270, height: 72, "text-max-width": 256, "border-style": "solid", "border-width": 3, "font-weight": "bold" },
     },
+    // Farther out: the key alone (a group: its name), larger, so that what is shown can be read.
+    { selector: "node.task.zoom-mid", style: { label: "data(key)", "font-size": 20, "text-wrap": "ellipsis" } },
+    { selector: "node.task.zoom-far", style: { label: "data(key)", "font-size": 30, "text-wrap": "ellipsis" } },
+    { selector: "node.group.zoom-mid", style: { "font-size": 19, "line-height": 1.15 } },
+    { selector: "node.group.zoom-far", style: { label: "data(name)", "font-size": 28, "line-height": 1.1 } },
     {
       selector: "node.is-selected",
       style: { "underlay-color": "#2563a8", "underlay-padding": 6, "underlay-opacity": 0.22, "underlay-shape": "round-rectangle" },
     },
+    { selector: "node.is-match", style: { "underlay-color": "#f5b400", "underlay-padding": 8, "underlay-opacity": 0.55, "underlay-shape": "round-rectangle" } },
+    { selector: ".is-dim", style: { opacity: 0.18 } },
+    { selector: "edge.is-lit", style: { width: 2.5, "line-color": "#2563a8", "target-arrow-color": "#2563a8" } },
     { selector: ".is-hidden", style: { display: "none" } },
     {
       selector: "edge",
@@ -231,7 +288,7 @@ function stylesheet() {
 // Edges drawn to and from collapsed groups (each member's edges, redirected, deduplicated).
 function groupEdges() {
   var owner = {};
-  graph.groups.forEach(function (group) {
+  modeGroups().forEach(function (group) {
     if (collapsed[group.id]) {
       group.members.forEach(function (id) {
         owner[id] = group.id;
@@ -256,26 +313,29 @@ function groupEdges() {
 function applyCollapse() {
   cy.batch(function () {
     cy.edges(".group-edge").remove();
-    graph.groups.forEach(function (group) {
-      var isCollapsed = !!collapsed[group.id];
-      cy.getElementById(group.id).toggleClass("is-hidden", !isCollapsed);
-      group.members.forEach(function (id) {
-        cy.getElementById(id).toggleClass("is-hidden", isCollapsed);
-      });
+    cy.nodes(".group").addClass("is-hidden");
+    cy.nodes(".task").removeClass("is-hidden");
+    modeGroups().forEach(function (group) {
+      if (collapsed[group.id]) {
+        cy.getElementById(group.id).removeClass("is-hidden");
+        group.members.forEach(function (id) {
+          cy.getElementById(id).addClass("is-hidden");
+        });
+      }
     });
     cy.add(groupEdges());
   });
-  var anyGroups = graph.groups.length > 0;
-  var anyCollapsed = graph.groups.some(function (g) {
+  var groups = modeGroups();
+  var anyCollapsed = groups.some(function (g) {
     return collapsed[g.id];
   });
   var expand = document.querySelector("[data-dag='expand']");
   var collapse = document.querySelector("[data-dag='collapse']");
   if (expand) {
-    expand.hidden = !anyGroups || !anyCollapsed;
+    expand.hidden = !groups.length || !anyCollapsed;
   }
   if (collapse) {
-    collapse.hidden = !anyGroups || anyCollapsed;
+    collapse.hidden = !groups.length || anyCollapsed;
   }
 }
 
@@ -285,7 +345,14 @@ function visibleElements() {
 }
 
 function layout() {
-  visibleElements().layout({
+  // A node just shown (a group expanded, another mode) keeps the size of display: none (1 × 1)
+  // until its style is read: without this, dagre lays such nodes out as points, on top of each
+  // other. Reading a style property brings the node's style up to date.
+  var visible = visibleElements();
+  visible.nodes().forEach(function (node) {
+    node.pstyle("display");
+  });
+  visible.layout({
     name: "dagre",
     rankDir: "LR",
     nodeSep: 14,
@@ -305,6 +372,9 @@ function redraw() {
   applyCollapse();
   refreshNodes();
   layout();
+  zoomLabels();
+  syncMinimap();
+  applyHighlight();
 }
 
 function elementsOf(data) {
@@ -312,20 +382,36 @@ function elementsOf(data) {
   data.nodes.forEach(function (n) {
     elements.push({
       group: "nodes",
-      data: { id: n.id, task: n.task, title: n.title, agent: n.agent, state: "pending", progress: 0, label: n.title },
+      data: { id: n.id, task: n.task, title: n.title, key: n.key || n.title, agent: n.agent, state: "pending", progress: 0, label: n.title },
       classes: "task",
     });
   });
   data.groups.forEach(function (g) {
-    if (!(g.id in collapsed)) {
-      collapsed[g.id] = !!g.collapsed;
-    }
-    elements.push({ group: "nodes", data: { id: g.id, group: g, label: g.label, state: "pending", progress: 0 }, classes: "group" });
+    elements.push({
+      group: "nodes",
+      data: { id: g.id, group: g, name: g.label, label: g.label, state: "pending", progress: 0 },
+      classes: "group",
+    });
   });
   data.edges.forEach(function (e) {
     elements.push({ group: "edges", data: { id: e.id, source: e.source, target: e.target }, classes: "dep" });
   });
   return elements;
+}
+
+// Each group starts as the server says for its mode (fan-outs: the wide ones; other modes: all).
+function resetCollapsed() {
+  collapsed = {};
+  graph.groups.forEach(function (g) {
+    collapsed[g.id] = g.mode === "fanout" ? !!g.collapsed : true;
+  });
+}
+
+function setModeControl() {
+  var select = document.getElementById("dag-mode");
+  if (select) {
+    select.value = mode;
+  }
 }
 
 function buildGraph() {
@@ -336,6 +422,11 @@ function buildGraph() {
   var read = readGraph();
   graphText = read.text;
   graph = read.data;
+  if (mode === null || MODES.indexOf(mode) < 0) {
+    mode = graph.mode;
+  }
+  resetCollapsed();
+  setModeControl();
   if (cy) {
     cy.destroy();
   }
@@ -343,7 +434,7 @@ function buildGraph() {
     container: container,
     elements: elementsOf(graph),
     style: stylesheet(),
-    minZoom: 0.08,
+    minZoom: 0.05,
     maxZoom: 3,
     boxSelectionEnabled: false,
     autoungrabify: true,
@@ -355,8 +446,290 @@ function buildGraph() {
     collapsed[event.target.id()] = false;
     redraw();
   });
+  cy.on("tap", function (event) {
+    if (event.target === cy) {
+      clearFocus();
+    }
+  });
+  cy.on("mouseover", "node", function (event) {
+    describeHover(event.target);
+  });
+  cy.on("mouseout", "node", function () {
+    describeHover(null);
+  });
+  cy.on("zoom", zoomLabels);
+  cy.on("viewport", drawMinimapView);
+  buildMinimap();
   redraw();
   markSelected();
+}
+
+// --- Labels by zoom -------------------------------------------------------------------------------
+
+var zoomLevel = "";
+function zoomLabels() {
+  if (!cy) {
+    return;
+  }
+  var z = cy.zoom();
+  var level = z >= MID_ZOOM ? "" : z >= FAR_ZOOM ? "zoom-mid" : "zoom-far";
+  if (level === zoomLevel) {
+    return;
+  }
+  zoomLevel = level;
+  cy.batch(function () {
+    cy.nodes().removeClass("zoom-mid zoom-far");
+    if (level) {
+      cy.nodes().addClass(level);
+    }
+  });
+}
+
+// --- What the pointer is over ---------------------------------------------------------------------
+
+function describeHover(node) {
+  var out = document.getElementById("dag-hover");
+  if (!out) {
+    return;
+  }
+  if (!node) {
+    out.textContent = "";
+    return;
+  }
+  if (node.hasClass("group")) {
+    out.textContent = node.data("label").replace("\n", ": ") + " — click to expand";
+    return;
+  }
+  var d = rowData(node.data("task")) || { stateLabel: node.data("state"), wait: "" };
+  out.textContent = node.data("title") + " (" + node.data("key") + ") · " + node.data("agent") + " · " + d.stateLabel +
+    (d.activity ? " — " + d.activity : d.wait ? " — " + d.wait : "");
+}
+
+// --- Minimap --------------------------------------------------------------------------------------
+
+function miniStyle() {
+  return [
+    {
+      selector: "node",
+      style: {
+        shape: "round-rectangle",
+        width: 200,
+        height: 50,
+        "background-color": function (ele) {
+          return cssColour("--state-" + (ele.data("state") || "pending"), "#8a94a3");
+        },
+        "border-width": 0,
+        label: "",
+      },
+    },
+    { selector: "edge", style: { width: 4, "line-color": "#c7cdd5", "curve-style": "straight" } },
+  ];
+}
+
+function buildMinimap() {
+  var box = document.getElementById("dag-minimap");
+  if (!box || !window.cytoscape) {
+    return;
+  }
+  if (mini) {
+    mini.destroy();
+  }
+  mini = window.cytoscape({
+    container: box.querySelector(".dag-minimap-canvas"),
+    style: miniStyle(),
+    userZoomingEnabled: false,
+    userPanningEnabled: false,
+    boxSelectionEnabled: false,
+    autoungrabify: true,
+    autounselectify: true,
+    minZoom: 0.001,
+  });
+  if (!box.dataset.wired) {
+    box.dataset.wired = "1";
+    var dragging = false;
+    box.addEventListener("pointerdown", function (event) {
+      dragging = true;
+      box.setPointerCapture(event.pointerId);
+      moveToMinimapPoint(event);
+    });
+    box.addEventListener("pointermove", function (event) {
+      if (dragging) {
+        moveToMinimapPoint(event);
+      }
+    });
+    box.addEventListener("pointerup", function () {
+      dragging = false;
+    });
+  }
+}
+
+function syncMinimap() {
+  var box = document.getElementById("dag-minimap");
+  if (!mini || !box) {
+    return;
+  }
+  var visible = visibleElements();
+  box.hidden = visible.nodes().length <= MINIMAP_MIN_NODES;
+  if (box.hidden) {
+    return;
+  }
+  mini.resize();
+  mini.batch(function () {
+    mini.elements().remove();
+    mini.add(
+      visible.map(function (el) {
+        if (el.isNode()) {
+          return { group: "nodes", data: { id: el.id(), state: el.data("state") }, position: { x: el.position("x"), y: el.position("y") } };
+        }
+        return { group: "edges", data: { id: el.id(), source: el.data("source"), target: el.data("target") } };
+      })
+    );
+  });
+  mini.fit(undefined, 6);
+  drawMinimapView();
+}
+
+function recolourMinimap() {
+  if (!mini || !cy) {
+    return;
+  }
+  mini.batch(function () {
+    mini.nodes().forEach(function (node) {
+      var state = cy.getElementById(node.id()).data("state");
+      if (node.data("state") !== state) {
+        node.data("state", state);
+      }
+    });
+  });
+}
+
+// The rectangle of the minimap that the main view shows.
+function drawMinimapView() {
+  var box = document.getElementById("dag-minimap");
+  var view = box ? box.querySelector(".dag-minimap-view") : null;
+  if (!mini || !cy || !view || box.hidden) {
+    return;
+  }
+  var ext = cy.extent();
+  var z = mini.zoom();
+  var p = mini.pan();
+  var width = box.clientWidth;
+  var height = box.clientHeight;
+  var left = Math.max(0, ext.x1 * z + p.x);
+  var top = Math.max(0, ext.y1 * z + p.y);
+  var right = Math.min(width, ext.x2 * z + p.x);
+  var bottom = Math.min(height, ext.y2 * z + p.y);
+  view.style.left = left + "px";
+  view.style.top = top + "px";
+  view.style.width = Math.max(4, right - left) + "px";
+  view.style.height = Math.max(4, bottom - top) + "px";
+}
+
+function moveToMinimapPoint(event) {
+  var box = document.getElementById("dag-minimap");
+  var rect = box.getBoundingClientRect();
+  var z = mini.zoom();
+  var p = mini.pan();
+  var x = (event.clientX - rect.left - p.x) / z;
+  var y = (event.clientY - rect.top - p.y) / z;
+  centerOn({ x: x, y: y });
+}
+
+function centerOn(point) {
+  cy.pan({ x: cy.width() / 2 - point.x * cy.zoom(), y: cy.height() / 2 - point.y * cy.zoom() });
+}
+
+// --- Search and focus -----------------------------------------------------------------------------
+
+// The group of the current mode that holds this task, when it is collapsed (else null).
+function collapsedGroupOf(nodeId) {
+  return modeGroups().find(function (g) {
+    return collapsed[g.id] && g.members.indexOf(nodeId) >= 0;
+  }) || null;
+}
+
+// The task's node, shown with its direct neighbours: the collapsed groups that hold it or a task
+// it feeds or is fed by are expanded, so that its own edges show which task feeds which.
+function reveal(taskId) {
+  var id = "t" + taskId;
+  var around = [id];
+  graph.edges.forEach(function (edge) {
+    if (edge.source === id) {
+      around.push(edge.target);
+    } else if (edge.target === id) {
+      around.push(edge.source);
+    }
+  });
+  var changed = false;
+  around.forEach(function (nodeId) {
+    var group = collapsedGroupOf(nodeId);
+    if (group) {
+      collapsed[group.id] = false;
+      changed = true;
+    }
+  });
+  if (changed) {
+    redraw();
+  }
+  return cy.getElementById(id);
+}
+
+function matchingTasks() {
+  var q = query.toLowerCase();
+  return cy.nodes(".task").filter(function (node) {
+    return (node.data("title") + " " + node.data("key")).toLowerCase().indexOf(q) >= 0;
+  });
+}
+
+function applyHighlight() {
+  if (!cy) {
+    return;
+  }
+  var status = document.getElementById("dag-search-status");
+  cy.batch(function () {
+    cy.elements().removeClass("is-dim is-match is-lit");
+    if (query) {
+      var matches = matchingTasks();
+      var shown = matches.not(".is-hidden");
+      matches.forEach(function (node) {
+        var group = collapsedGroupOf(node.id());
+        if (group) {
+          shown = shown.union(cy.getElementById(group.id));
+        }
+      });
+      cy.elements().not(shown).addClass("is-dim");
+      shown.addClass("is-match");
+      if (status) {
+        status.textContent = matches.length === 1 ? "1 task matches" : matches.length + " tasks match";
+      }
+      return;
+    }
+    if (status) {
+      status.textContent = "";
+    }
+    if (focusedTask) {
+      var id = "t" + focusedTask;
+      var group = collapsedGroupOf(id);
+      var node = group ? cy.getElementById(group.id) : cy.getElementById(id);
+      if (node.empty()) {
+        return;
+      }
+      var lit = node.union(node.predecessors()).union(node.successors());
+      cy.elements().not(lit).addClass("is-dim");
+      lit.edges().addClass("is-lit");
+    }
+  });
+  var clear = document.querySelector("[data-dag='clear-focus']");
+  if (clear) {
+    clear.hidden = !focusedTask;
+  }
+}
+
+function clearFocus() {
+  if (focusedTask) {
+    focusedTask = null;
+    applyHighlight();
+  }
 }
 
 function markSelected() {
@@ -370,7 +743,7 @@ function markSelected() {
 }
 
 function setAllCollapsed(value) {
-  graph.groups.forEach(function (g) {
+  modeGroups().forEach(function (g) {
     collapsed[g.id] = value;
   });
   redraw();
@@ -385,6 +758,33 @@ export function startGraph(openTask) {
   window.addEventListener("resize", function () {
     if (cy) {
       cy.resize();
+      syncMinimap();
+    }
+  });
+  var search = document.getElementById("dag-search");
+  if (search) {
+    search.addEventListener("input", function () {
+      searchTasks(search.value);
+    });
+    search.addEventListener("keydown", function (event) {
+      if (event.key === "Enter") {
+        event.preventDefault();
+        goToFirstMatch();
+      } else if (event.key === "Escape") {
+        search.value = "";
+        searchTasks("");
+      }
+    });
+  }
+  var select = document.getElementById("dag-mode");
+  if (select) {
+    select.addEventListener("change", function () {
+      setMode(select.value);
+    });
+  }
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Escape" && event.target === document.body) {
+      clearFocus();
     }
   });
 }
@@ -399,9 +799,49 @@ export function syncGraph() {
   }
 }
 
+/** The task shown in the panel: marked, and focused (its upstream and downstream lit). */
 export function selectTask(taskId) {
   selectedTask = taskId;
+  if (cy && taskId) {
+    reveal(taskId);
+  }
+  focusedTask = taskId;
   markSelected();
+  applyHighlight();
+}
+
+/** Grouping mode: "fanout", "agent", "step" or "none". */
+export function setMode(name) {
+  if (MODES.indexOf(name) < 0 || !graph) {
+    return;
+  }
+  mode = name;
+  resetCollapsed();
+  setModeControl();
+  redraw();
+  cy.fit(visibleElements(), FIT_PADDING);
+}
+
+/** Highlight the tasks whose title or key contains `text` (and the groups holding them). */
+export function searchTasks(text) {
+  query = (text || "").trim();
+  applyHighlight();
+}
+
+/** Go to the first match of the search: its group expanded, centred at a readable zoom, opened. */
+export function goToFirstMatch() {
+  if (!cy || !query) {
+    return;
+  }
+  var first = matchingTasks().first();
+  if (first.empty()) {
+    return;
+  }
+  var taskId = first.data("task");
+  var node = reveal(taskId);
+  cy.zoom(Math.max(cy.zoom(), GO_TO_ZOOM));
+  centerOn(node.position());
+  onOpenTask(taskId);
 }
 
 export function expandAll() {
@@ -412,7 +852,7 @@ export function collapseAll() {
   setAllCollapsed(true);
 }
 
-/** The toolbar's buttons (data-dag): zoom-in, zoom-out, fit, expand, collapse. */
+/** The toolbar's buttons (data-dag): zoom-in, zoom-out, fit, expand, collapse, clear-focus. */
 export function dagTool(name) {
   if (!cy) {
     return;
@@ -429,10 +869,12 @@ export function dagTool(name) {
     expandAll();
   } else if (name === "collapse") {
     collapseAll();
+  } else if (name === "clear-focus") {
+    clearFocus();
   }
 }
 
-/** For tests and the console: the live Cytoscape instance and the graph read from the page. */
+/** For tests and the console: the live Cytoscape instances, the graph read from the page, the mode. */
 export function currentGraph() {
-  return { cy: cy, graph: graph };
+  return { cy: cy, mini: mini, graph: graph, mode: mode, focused: focusedTask };
 }

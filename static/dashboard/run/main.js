@@ -6,32 +6,49 @@
  * server (dashboard/formatting.py); only the ticking clocks format in the browser (format.js).
  *
  * The modules: live.js (the websocket), oob.js (the htmx extension filtering its fragments),
- * graph.js (the DAG), panels.js (the task panel), gantt.js, clocks.js, log.js, flash.js.
+ * progress.js (running tasks' live progress), graph.js (the DAG), panels.js (the task panel),
+ * gantt.js, clocks.js, log.js, flash.js.
  * After every swap, sync() brings each of them up to date with the page.
  */
 
 import { readSkew, tickClocks } from "./clocks.js";
 import { clearFlash, fadeSuccess, showActionErrors } from "./flash.js";
 import { layoutGantt } from "./gantt.js";
-import { collapseAll, currentGraph, dagTool, expandAll, startGraph, syncGraph } from "./graph.js";
+import {
+  collapseAll,
+  currentGraph,
+  dagTool,
+  expandAll,
+  goToFirstMatch,
+  searchTasks,
+  setMode,
+  startGraph,
+  syncGraph,
+} from "./graph.js";
 import { lastSeq, startLive } from "./live.js";
 import { filterLog } from "./log.js";
 import { defineLiveExtension } from "./oob.js";
 import { closePanel, openTask, rewatch, startPanel, syncPanel } from "./panels.js";
+import { applyProgress } from "./progress.js";
 
 var CLOCK_TICK_MS = 1000;
 
-function applyGrow() {
-  document.querySelectorAll("[data-grow]").forEach(function (el) {
-    el.style.flexGrow = el.dataset.grow;
+// Separation of duties: the plan's launcher may edit or reject it, not approve it. The checkpoint
+// card is the same HTML for every viewer (it is rendered once for the live view), so the launcher's
+// own page hides the Approve button here; the server refuses it anyway, saying who may approve.
+function hideOwnApprove() {
+  var me = document.body.dataset.user;
+  document.querySelectorAll("button[data-launcher]").forEach(function (button) {
+    button.hidden = !!me && button.dataset.launcher === me;
   });
 }
 
 function sync() {
   fadeSuccess();
+  hideOwnApprove();
   readSkew();
+  applyProgress();
   syncGraph();
-  applyGrow();
   filterLog();
   layoutGantt();
   syncPanel();
@@ -101,11 +118,23 @@ function start(root, htmx) {
     get graph() {
       return currentGraph().graph;
     },
+    get minimap() {
+      return currentGraph().mini;
+    },
+    get mode() {
+      return currentGraph().mode;
+    },
+    get focused() {
+      return currentGraph().focused;
+    },
     expandAll: expandAll,
     collapseAll: collapseAll,
+    setMode: setMode,
+    searchTasks: searchTasks,
+    goToFirstMatch: goToFirstMatch,
     lastSeq: lastSeq,
   };
-  applyGrow();
+  hideOwnApprove();
   filterLog();
   readSkew();
   tick();

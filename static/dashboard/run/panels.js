@@ -28,10 +28,11 @@ export function rewatch() {
 
 export function openTask(taskId) {
   var row = document.getElementById("task-" + taskId);
-  if (!row || !row.dataset.panelUrl) {
+  var link = row ? row.querySelector("a.task-link") : null;
+  if (!link) {
     return;
   }
-  window.htmx.ajax("GET", row.dataset.panelUrl, { target: "#task-panel", swap: "outerHTML" }).then(function () {
+  window.htmx.ajax("GET", link.getAttribute("href"), { target: "#task-panel", swap: "outerHTML" }).then(function () {
     watch(taskId);
     var panel = document.getElementById("task-panel");
     if (panel) {

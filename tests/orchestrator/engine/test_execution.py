@@ -1,16 +1,19 @@
-"""One attempt in a worker, run in this process: claim, stream, record, fail, time out, discard."""
+"""An attempt's records, run in this process: claim, stream, record, fail, time out, discard, settle."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import execution, reaper, runs
+from orchestrator import ratelimit
+from orchestrator.engine import execution, reaper, runs, scheduler
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
-from tests.conftest import fast_latency
+from orchestrator.providers.base import Usage
+from tests.conftest import fast_latency, run_attempt
 
 State = TaskRun.State
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -24,7 +27,7 @@ def test_a_successful_attempt_records_output_usage_and_cost(make_agent, make_pla
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     attempt = queued_attempt(run, "a")
-    assert execution.execute_attempt(attempt.pk) == "succeeded"
+    assert run_attempt(attempt.pk) == "succeeded"
     task = TaskRun.objects.get(pk=attempt.task_run_id)
     attempt.refresh_from_db()
     run.refresh_from_db()
@@ -35,6 +38,7 @@ def test_a_successful_attempt_records_output_usage_and_cost(make_agent, make_pla
     assert attempt.output_tokens > 0 and attempt.input_tokens > 0
     expected = priced_limit.cost(attempt.input_tokens, attempt.output_tokens)
     assert attempt.cost_usd == pytest.approx(expected) and run.cost_usd == pytest.approx(expected)
+    assert task.cost_usd == attempt.cost_usd and task.input_tokens == attempt.input_tokens
     assert run.reserved_usd == Decimal("0")
     assert run.status == "succeeded"
 
@@ -43,36 +47,62 @@ def test_an_attempt_is_claimed_only_once(make_agent, make_plan):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     attempt = queued_attempt(run, "a")
-    assert execution.execute_attempt(attempt.pk) == "succeeded"
-    assert execution.execute_attempt(attempt.pk) == "not claimed"  # a second broker delivery
+    assert run_attempt(attempt.pk) == "succeeded"
+    assert run_attempt(attempt.pk) == "not claimed"  # a second broker delivery
     assert Attempt.objects.filter(task_run__run=run).count() == 1
 
 
-def test_timeout_retries_then_fails_and_skips_downstream(make_agent, make_plan):
+def test_a_claim_does_not_take_the_run_row(make_agent, make_plan, django_assert_max_num_queries):
+    """Claims are the hottest write of a busy run: attempt and task rows only (DESIGN §9)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    with CaptureQueriesContext(connection) as queries:
+        assert execution.claim_attempt(queued_attempt(run, "a").pk, "w1") is not None
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert not any('"orchestrator_run"' in sql.split("WHERE")[0] and "UPDATE" in sql for sql in statements)
+    assert not any("FOR UPDATE" in sql for sql in statements)
+
+
+def test_timeout_keeps_the_reported_usage_retries_then_fails_and_skips_downstream(
+    make_agent, make_plan, priced_limit, monkeypatch
+):
+    monkeypatch.setattr(execution, "backoff_seconds", lambda faults, retry_after: 30.0)  # no retry before we say
     make_agent("researcher", provider_options={"hang": True}, timeout_s=1, max_retries=1)
     make_agent("writer")
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "x": ("writer", [])}))
-    execution.execute_attempt(queued_attempt(run, "x").pk)
+    run_attempt(queued_attempt(run, "x").pk)
     first = queued_attempt(run, "a")
-    assert execution.execute_attempt(first.pk) == "retry scheduled"
+    assert run_attempt(first.pk) == "retry scheduled"
     first.refresh_from_db()
     assert first.state == "timed_out" and "timed out after 1 s" in first.error
+    # The provider reported the prompt's tokens before it hung: they were used, and they cost.
+    assert first.input_tokens > 0 and first.cost_usd == priced_limit.cost(first.input_tokens, 0)
     task = TaskRun.objects.get(pk=first.task_run_id)
     assert task.state == State.READY and task.not_before is not None and task.fault_count == 1
+    assert task.input_tokens == first.input_tokens and task.cost_usd == first.cost_usd
     TaskRun.objects.filter(pk=task.pk).update(not_before=timezone.now())  # the backoff has passed
     reaper.tick()
-    assert execution.execute_attempt(queued_attempt(run, "a").pk) == "failed"
+    assert run_attempt(queued_attempt(run, "a").pk) == "failed"
     run.refresh_from_db()
     assert dict(run.tasks.values_list("subtask__key", "state")) == {"a": "failed", "b": "skipped", "x": "succeeded"}
     assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
     assert run.status == "failed" and "timed out" in run.summary
+    # Task and run totals count every attempt, failed ones included.
+    failed_task = run.tasks.get(subtask__key="a")
+    attempts = Attempt.objects.filter(task_run=failed_task)
+    assert failed_task.input_tokens == sum(a.input_tokens for a in attempts) > first.input_tokens
+    assert run.input_tokens == sum(a.input_tokens for a in Attempt.objects.filter(task_run__run=run))
+    assert run.cost_usd == sum(a.cost_usd for a in Attempt.objects.filter(task_run__run=run))
 
 
 def test_a_rate_limit_answer_backs_off_the_provider_without_spending_retries(make_agent, make_plan):
     options = {**fast_latency(0.05), "server_limit": {"requests_per_minute": 1}}
     make_agent("researcher", provider_options=options, max_retries=0)
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}), cap=2)
-    outcomes = [execution.execute_attempt(queued_attempt(run, key).pk) for key in ("a", "b")]
+    outcomes = [run_attempt(queued_attempt(run, key).pk) for key in ("a", "b")]
     assert sorted(outcomes) == ["retry scheduled", "succeeded"]
     limited = run.tasks.get(state=State.READY)
     assert limited.fault_count == 0  # a 429 is not the task's fault
@@ -83,20 +113,27 @@ def test_a_rate_limit_answer_backs_off_the_provider_without_spending_retries(mak
     assert event.payload["status"] == 429 and event.payload["retry_after_s"] >= 1
 
 
-def test_a_late_result_from_a_lost_attempt_is_discarded(make_agent, make_plan):
+def test_a_late_result_from_a_lost_attempt_is_discarded_but_its_usage_counted(make_agent, make_plan, priced_limit):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     attempt = queued_attempt(run, "a")
     claim = execution.claim_attempt(attempt.pk, "worker-that-stalls")
+    execution.save_progress([(claim, execution.Progress("so far", 10, Usage(input_tokens=50, output_tokens=3)))])
     TaskRun.objects.filter(pk=claim.task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert reaper.reap_expired() == 1
     attempt.refresh_from_db()
+    run.refresh_from_db()
     assert attempt.state == "lost"
-    outcome = execution.complete(claim, "stale output", execution.Usage(input_tokens=5, output_tokens=7))
+    assert (attempt.input_tokens, attempt.output_tokens) == (50, 3)  # what its host last saved
+    assert (run.input_tokens, run.output_tokens) == (50, 3) and run.reserved_usd == 0
+    outcome = execution.complete(claim, "stale output", Usage(input_tokens=50, output_tokens=7))
     assert outcome == "discarded"
     attempt.refresh_from_db()
+    run.refresh_from_db()
     task = TaskRun.objects.get(pk=claim.task.pk)
     assert attempt.late_result_discarded and task.output != "stale output"
+    assert attempt.output_tokens == 7 and run.output_tokens == 7 and task.output_tokens == 7  # counted once
+    assert run.cost_usd == attempt.cost_usd == priced_limit.cost(50, 7)
     assert task.state == State.READY and task.not_before is not None  # a retry after a short backoff
     TaskRun.objects.filter(pk=task.pk).update(not_before=timezone.now())
     reaper.tick()
@@ -106,16 +143,30 @@ def test_a_late_result_from_a_lost_attempt_is_discarded(make_agent, make_plan):
     assert Event.objects.filter(run=run, type="attempt.late_result_discarded").count() == 1
 
 
-def test_cancelling_a_run_stops_its_running_attempt_at_the_next_beat(make_agent, make_plan):
-    make_agent("researcher", provider_options={"hang": True}, timeout_s=30)
+def test_a_cancelled_attempt_keeps_its_usage(make_agent, make_plan, priced_limit):
+    make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
-    attempt = queued_attempt(run, "a")
-    claim = execution.claim_attempt(attempt.pk, "w1")
+    claim = execution.claim_attempt(queued_attempt(run, "a").pk, "w1")
     runs.cancel(run)
-    assert execution.run_claimed(claim) == "cancelled"
-    attempt.refresh_from_db()
-    assert attempt.state == "cancelled"
+    assert execution.still_ours([claim]) == {claim.task.pk: "cancelled"}
+    assert execution.cancel_attempt(claim, Usage(input_tokens=40, output_tokens=12)) == "cancelled"
+    attempt = Attempt.objects.get(pk=claim.attempt.pk)
+    run.refresh_from_db()
+    assert attempt.state == "cancelled" and attempt.output_tokens == 12
+    assert run.output_tokens == 12 and run.cost_usd == priced_limit.cost(40, 12) and run.reserved_usd == 0
     assert TaskRun.objects.get(pk=claim.task.pk).state == State.CANCELLED
+
+
+def test_saved_progress_reaches_the_task_row_without_an_event(make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    claim = execution.claim_attempt(queued_attempt(run, "a").pk, "w1")
+    events_before = Event.objects.filter(run=run).count()
+    execution.save_progress([(claim, execution.Progress("half of it", 50, Usage(input_tokens=20, output_tokens=9)))])
+    task = TaskRun.objects.get(pk=claim.task.pk)
+    assert (task.output, task.progress) == ("half of it", 50) and task.progress_at is not None
+    assert Attempt.objects.get(pk=claim.attempt.pk).output_tokens == 9
+    assert Event.objects.filter(run=run).count() == events_before
 
 
 def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agent, make_plan, broker):
@@ -129,51 +180,32 @@ def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agen
     assert Event.objects.filter(run=run, type="attempt.requeued").count() == 1
 
 
-def test_a_worker_runs_the_downstream_task_it_admitted_itself(make_agent, make_plan):
-    make_agent("researcher")
-    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["b"])}))
-    assert execution.execute_attempt(queued_attempt(run, "a").pk) == "succeeded"
-    run.refresh_from_db()
-    assert run.status == "succeeded"
-    workers = set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True))
-    assert workers == {execution.worker_name()}
-
-
-def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, settings):
-    settings.GLASSBOX_CLAIM_NEXT = False
-    make_agent("researcher")
-    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
-    execution.execute_attempt(queued_attempt(run, "a").pk)
-    assert dict(run.tasks.values_list("subtask__key", "state")) == {"a": "succeeded", "b": "queued"}
-
-
-def test_the_task_a_worker_runs_itself_never_goes_through_the_broker(make_agent, make_plan, broker):
-    make_agent("researcher")
-    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["b"])}))
-    broker.purge_queue()  # this test plays the worker that took a's delivery
-    assert execution.execute_attempt(queued_attempt(run, "a").pk) == "succeeded"
-    run.refresh_from_db()
-    assert run.status == "succeeded"
-    assert broker.queue_size() == 0  # b and c were run by the same worker, never enqueued
-
-
-def test_an_attempt_kept_for_the_worker_goes_to_the_broker_if_claiming_it_fails(
-    make_agent, make_plan, broker, monkeypatch
+@pytest.mark.parametrize("storage", ["database", pytest.param("redis", marks=pytest.mark.services)])
+def test_output_tokens_reserved_at_admission_are_corrected_to_the_real_count(
+    make_agent, make_plan, settings, storage, request, monkeypatch
 ):
-    make_agent("researcher")
-    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
-    broker.purge_queue()
-    real_claim = execution.claim_attempt
-    calls = []
-
-    def claim_then_fail(attempt_id, worker):
-        calls.append(attempt_id)
-        if len(calls) > 1:
-            raise RuntimeError("database went away")
-        return real_claim(attempt_id, worker)
-
-    monkeypatch.setattr(execution, "claim_attempt", claim_then_fail)
-    with pytest.raises(RuntimeError, match="database went away"):
-        execution.execute_attempt(queued_attempt(run, "a").pk)
-    assert broker.queue_size() == 1
-    assert queued_attempt(run, "b").pk == calls[1]
+    """Anthropic's accounting: max_tokens reserved when a request starts, the unused part given back
+    when it ends — so an output budget of 3,000 a minute admits far more than 3 calls of 1,024."""
+    settings.GLASSBOX_RATE_LIMIT_STORAGE = storage  # "redis" runs under `make test-services` (marked)
+    # The clock stands still half-way through a minute: a minute boundary crossed during the test
+    # would weigh the reservations down as "previous window" and free a few tokens on its own.
+    half_way = (time.time() // 60) * 60 + 30
+    monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: half_way)
+    make_agent("researcher", max_output_tokens=1024, max_concurrency=10)
+    limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=3000)
+    key = scheduler.admission_key("simulated", "sim-1", "otpm")
+    ratelimit.reset(key)
+    request.addfinalizer(lambda: ratelimit.reset(key))
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(8)}), cap=8)
+    assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 reserved of 3,000
+    first = Attempt.objects.filter(task_run__run=run).order_by("pk").first()
+    assert first.reserved_output_tokens == 1024 and first.rate_window is not None
+    run_attempt(first.pk)  # succeeds with a few hundred output tokens, and advances the run
+    first.refresh_from_db()
+    assert 0 < first.output_tokens < 1024
+    remaining, _ = ratelimit.peek(key, limit.output_tokens_per_minute)
+    # The unused part came back at once: the next tasks were admitted on it.
+    assert run.tasks.filter(state__in=[State.QUEUED, State.SUCCEEDED]).count() == 3
+    taken = sum(a.reserved_output_tokens for a in Attempt.objects.filter(task_run__run=run))
+    assert remaining == 3000 - taken
+    assert first.reserved_output_tokens == first.output_tokens  # now what it really used

@@ -70,6 +70,9 @@ def test_two_qclusters_run_200_tasks_each_exactly_once_and_never_exceed_a_cap(qc
     make_agent("writer", max_concurrency=2, provider_options=uniform_latency(0.02, 0.12))
     plan = make_plan({f"t{i:03}": ("researcher" if i % 2 else "writer", []) for i in range(200)})
     qcluster.workers = 3
+    # One attempt per worker process at a time: a host of 50 slots would take every attempt of so
+    # small a cap by itself (and keep each success's successor), leaving nothing to share.
+    qcluster.env["GLASSBOX_SLOTS_PER_WORKER"] = 1
     qcluster.start()
     qcluster.start()
 
@@ -82,7 +85,7 @@ def test_two_qclusters_run_200_tasks_each_exactly_once_and_never_exceed_a_cap(qc
     assert peak_overlap(attempt_intervals(run)) <= 4
     assert peak_overlap(attempt_intervals(run, task_run__agent__name="researcher")) <= 3
     assert peak_overlap(attempt_intervals(run, task_run__agent__name="writer")) <= 2
-    # Each cap is reported by the scheduler too, and both clusters did work.
+    # Each cap is reported by the scheduler too, and several worker processes did work.
     assert run.peak_running <= 4
     workers = set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True))
     assert len(workers) >= 2
@@ -121,12 +124,13 @@ def test_eight_workers_under_load_never_show_a_person_a_database_lock_error(qclu
 
 
 def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_agent, make_plan, monkeypatch):
-    """A worker too slow to renew its lease in time heartbeats while the reaper declares it lost.
+    """A host too slow to renew a lease in time saves progress while the reaper declares it lost.
 
-    Both transactions touch the run, the task and the attempt. The reaper locks the run first;
-    if the heartbeat locked the task and attempt first and the run last, PostgreSQL would find
-    a deadlock and abort one of them with an error. Here the reaper holds the run's lock for a
-    while on purpose: the heartbeat must wait for it, then learn that its lease is gone.
+    Both touch the task and the attempt. Every engine transaction that changes both changes the
+    attempt first; were one to lock the task first, PostgreSQL would find a deadlock and abort one
+    of them with an error. Here the reaper lingers on purpose after it marked the attempt lost and
+    before it retries the task: the host's save and lease renewal run meanwhile, wait for it, then
+    learn that the attempt is no longer theirs and change nothing.
     """
     from datetime import timedelta
 
@@ -134,6 +138,7 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
     from django.utils import timezone
 
     from orchestrator.engine import execution, reaper, scheduler
+    from orchestrator.providers.base import Usage
 
     monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
     make_agent("researcher")
@@ -142,17 +147,16 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
     claim = execution.claim_attempt(attempt.pk, "slow-host:1")
     TaskRun.objects.filter(pk=claim.task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
-    real_lock_run = scheduler.lock_run
-    reaper_holds_the_run = threading.Event()
+    real_retry = reaper.schedule_retry_or_fail
+    reaper_holds_the_attempt = threading.Event()
 
-    def lock_run_and_linger(run_id):
-        locked = real_lock_run(run_id)
+    def linger_then_retry(*args, **kwargs):
         if threading.current_thread().name == "reaper":
-            reaper_holds_the_run.set()
-            time.sleep(1.5)  # the heartbeat starts meanwhile and reaches its first lock
-        return locked
+            reaper_holds_the_attempt.set()
+            time.sleep(1.5)  # the host's heartbeat starts meanwhile
+        return real_retry(*args, **kwargs)
 
-    monkeypatch.setattr(scheduler, "lock_run", lock_run_and_linger)
+    monkeypatch.setattr(reaper, "schedule_retry_or_fail", linger_then_retry)
     outcomes: dict[str, object] = {}
 
     def in_thread(name, work):
@@ -167,23 +171,25 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
         return threading.Thread(target=target, name=name)
 
     def beat():
-        heartbeat = execution.Heartbeat(claim)
-        heartbeat.last_flush = heartbeat.last_renew = 0.0  # due for a flush and a lease renewal
-        heartbeat.beat("partial output", 10, 100)
+        execution.save_progress([(claim, execution.Progress("partial output", 10, Usage(5, 10)))])
+        execution.renew_leases(claim.worker, [claim.task.pk])
+        return execution.still_ours([claim])
 
     reaping = in_thread("reaper", reaper.reap_expired)
     reaping.start()
-    assert reaper_holds_the_run.wait(30)
+    assert reaper_holds_the_attempt.wait(30)
     beating = in_thread("heartbeat", beat)
     beating.start()
     reaping.join(60)
     beating.join(60)
 
     assert outcomes["reaper"] == 1
-    assert isinstance(outcomes["heartbeat"], execution.LeaseLost), outcomes["heartbeat"]
+    assert outcomes["heartbeat"] == {claim.task.pk: "lost"}, outcomes["heartbeat"]
     attempt.refresh_from_db()
     assert attempt.state == Attempt.State.LOST
-    assert TaskRun.objects.get(pk=claim.task.pk).state == TaskRun.State.READY  # retried as a new attempt
+    task = TaskRun.objects.get(pk=claim.task.pk)
+    assert task.state == TaskRun.State.READY  # retried as a new attempt
+    assert task.output != "partial output" and task.lease_expires_at is None
 
 
 # --- The live view through real daphne processes ---------------------------------------------------

@@ -37,7 +37,7 @@ def test_the_saved_plan_can_name_another_source_and_take_a_new_goal(demo_agents)
 
 
 def test_launch_document_over_budget_saves_nothing(demo_agents, priced_limit):
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1071 is over the budget of \$0.0100"):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1332 is over the budget of \$0.0100"):
         launch_document(FEATURE_PIPELINE, settings=RunSettings(cap=2, budget_usd=Decimal("0.01")))
     assert not Plan.objects.exists() and not Run.objects.exists()
 
@@ -57,3 +57,21 @@ def test_problems_in_the_document_name_their_line(demo_agents):
     assert str(invalid.value.errors[0]) == (
         'line 6: subtasks[0] (key "a"): gate: must be one of none, before, after, got "maybe"'
     )
+
+
+def test_an_agent_saved_with_invalid_options_is_named_before_anything_runs(demo_agents, make_plan):
+    """Options saved before they were checked where they are entered: the plan is refused by
+    validation, the pre-flight and the launch, naming the agent and the problem."""
+    from orchestrator.engine import preflight
+
+    plan = make_plan({"a": ("researcher", [])})
+    Agent.objects.filter(name="researcher").update(provider_options={"latency": "fast", "failure_rate": 7})
+    expected = 'agent "researcher" has invalid provider options: latency must be an object'
+    with pytest.raises(plans.PlanValidationError) as invalid:
+        plans.validate({"goal": "g", "subtasks": [{"key": "a", "agent": "researcher", "title": "A"}]})
+    assert expected in str(invalid.value.errors[0]) and "failure_rate must be between 0 and 1" in str(invalid.value)
+    checked = preflight.check_saved_plan(plan, cap=2, budget_usd=Decimal("1"))
+    assert not checked.ok and any(expected in e.message for e in checked.errors)
+    with pytest.raises(runs.LaunchRefused, match=expected):
+        runs.launch(plan)
+    assert not plan.runs.exists()

@@ -54,7 +54,9 @@ def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
 
 
 def test_the_estimate_from_the_spec_equals_runs_estimate_cost_of_the_saved_plan(demo_agents, priced_limit):
-    Agent.objects.filter(name="coder").update(max_output_tokens=4000, provider="anthropic", model="claude-x")
+    Agent.objects.filter(name="coder").update(
+        max_output_tokens=4000, provider="anthropic", model="claude-x", provider_options={}
+    )
     ProviderLimit.objects.create(
         provider="anthropic", model="claude-x", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15")
     )
@@ -64,7 +66,8 @@ def test_the_estimate_from_the_spec_equals_runs_estimate_cost_of_the_saved_plan(
     from_saved_plan = preflight.check_saved_plan(plan, cap=4, budget_usd=BUDGET)
     assert from_spec.estimate_usd == runs.estimate_cost(plan) == from_saved_plan.estimate_usd
     lines = {line.name: line for line in from_spec.agents}
-    assert lines["coder"].estimate_usd == Decimal("0.0666")  # 2,200 × $3 + 4,000 × $15, per million
+    # (2,200 estimated + 220 of an upstream summary) × $3 + 4,000 × $15, per million
+    assert lines["coder"].estimate_usd == Decimal("0.06726")
     assert sum(line.estimate_usd for line in lines.values()) == from_spec.estimate_usd
 
 
@@ -79,8 +82,8 @@ def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
     checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=Decimal("0.1"))
     assert checked.over_budget and not checked.can_launch
     assert checked.budget_refusal == (
-        "The estimated cost $0.1071 is over the budget of $0.1000: "
-        "raise the budget to at least $0.1071 or trim the plan."
+        "The estimated cost $0.1332 is over the budget of $0.1000: "
+        "raise the budget to at least $0.1332 or trim the plan."
     )
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import signal
 from collections import Counter, defaultdict
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Event, Run, TaskRun
@@ -94,6 +96,36 @@ def test_sigkill_of_a_worker_mid_task_leads_to_a_new_attempt_and_the_run_succeed
     assert no_task_ran_twice_at_once(run)
 
 
+def test_sigkill_of_a_worker_holding_fifty_attempts_loses_none_and_applies_none_twice(qcluster, make_agent, make_plan):
+    """One worker process hosts many attempts (orchestrator/engine/host.py): killing it loses all of
+    them at once. The reaper declares each lost when its lease expires; each is retried, and every
+    task still succeeds exactly once."""
+    make_agent("researcher", max_concurrency=100, provider_options=fast_latency(6.0))
+    plan = make_plan({f"t{i:03}": ("researcher", []) for i in range(100)})
+    qcluster.workers = 2
+    qcluster.env["GLASSBOX_SLOTS_PER_WORKER"] = "50"
+    qcluster.start()
+    run = runs.launch(plan, cap=100, budget_usd="5")
+
+    def busiest() -> tuple[str, int]:
+        running = Counter(Attempt.objects.filter(task_run__run=run, state="running").values_list("worker", flat=True))
+        return running.most_common(1)[0] if running else ("", 0)
+
+    wait_until(lambda: busiest()[1] >= 50, 90, "a worker holding 50 running attempts")
+    victim, _ = busiest()
+    os.kill(int(victim.rsplit(":", 1)[1]), signal.SIGKILL)
+    held = set(Attempt.objects.filter(task_run__run=run, worker=victim, state="running").values_list("pk", flat=True))
+    assert len(held) >= 50  # nothing it ran can change any more: its attempts died with it
+    run = wait_for_run(run, 180, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    lost = set(Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).values_list("pk", flat=True))
+    assert lost == held
+    assert Event.objects.filter(run=run, type="attempt.lost").count() == len(held)
+    assert no_task_ran_twice_at_once(run)
+    assert Event.objects.filter(run=run, type="task.succeeded").count() == 100
+
+
 def test_killing_a_whole_qcluster_then_starting_another_completes_the_run(qcluster, make_agent, make_plan, settings):
     settings.GLASSBOX_QUEUED_GRACE_S = 5  # admissions made in this process
     qcluster.env["GLASSBOX_QUEUED_GRACE_S"] = "5"
@@ -150,6 +182,9 @@ def test_two_qclusters_share_the_work_without_running_a_task_twice(qcluster, mak
     )
     plan = make_plan({f"t{i}": ("researcher" if i % 2 else "writer", []) for i in range(60)})
     qcluster.workers = 3
+    # One attempt per worker process at a time: a host of 50 slots would take every attempt of so
+    # small a cap by itself (and keep each success's successor), leaving nothing to share.
+    qcluster.env["GLASSBOX_SLOTS_PER_WORKER"] = 1
     qcluster.start()
     qcluster.start()
     run = wait_for_run(runs.launch(plan, cap=5), 180, qcluster)
@@ -161,3 +196,99 @@ def test_two_qclusters_share_the_work_without_running_a_task_twice(qcluster, mak
     assert peak_overlap(attempt_intervals(run, task_run__agent__name="writer")) <= 2
     workers = set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True))
     assert len(workers) >= 2
+
+
+# --- Graceful shutdown (orchestrator/engine/host.py: draining) -----------------------------------------
+
+
+def test_sigterm_to_a_whole_cluster_hands_back_what_it_runs_and_another_cluster_finishes(
+    qcluster, make_agent, make_plan
+):
+    """What systemd does: SIGTERM to every process of the cluster at once. Each worker stops taking
+    work, lets its attempts run for GLASSBOX_DRAIN_S, hands back the rest (their tasks ready again
+    at once, no retry spent, no lease left to expire) and exits."""
+    make_agent("researcher", max_concurrency=10, provider_options=fast_latency(8.0))
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(6)})
+    qcluster.env["GLASSBOX_DRAIN_S"] = "1"
+    first = qcluster.start()
+    run = runs.launch(plan, cap=6)
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() == 6, 60, "six running")
+    os.killpg(first.pid, signal.SIGTERM)
+    first.wait(timeout=30)
+    first_attempts = Attempt.objects.filter(task_run__run=run, number=1)
+    assert set(first_attempts.values_list("state", flat=True)) == {Attempt.State.HANDED_BACK}
+    assert Event.objects.filter(run=run, type="attempt.handed_back").count() == 6
+    assert set(run.tasks.values_list("fault_count", flat=True)) == {0}
+    assert not run.tasks.filter(state="running").exists()
+    qcluster.start()
+    run = wait_for_run(run, 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert not Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).exists()
+
+
+def test_sigterm_to_a_clusters_main_process_stops_it_taking_work_and_lets_its_attempts_finish(
+    qcluster, make_agent, make_plan
+):
+    make_agent("researcher", max_concurrency=4, provider_options=fast_latency(2.0))
+    plan = make_plan({f"t{i:02}": ("researcher", []) for i in range(16)})
+    qcluster.env["GLASSBOX_DRAIN_S"] = "10"
+    first = qcluster.start()
+    run = runs.launch(plan, cap=4)
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() == 4, 60, "four running")
+    running_at_term = set(Attempt.objects.filter(task_run__run=run, state="running").values_list("pk", flat=True))
+    term_at = timezone.now()
+    first.send_signal(signal.SIGTERM)
+    first.wait(timeout=60)
+    workers = set(Attempt.objects.filter(pk__in=running_at_term).values_list("worker", flat=True))
+    # It finished what it ran (2 s each, well within the grace) ...
+    assert set(Attempt.objects.filter(pk__in=running_at_term).values_list("state", flat=True)) == {"succeeded"}
+    # ... and took no new work once its heartbeat saw the cluster stopping (about a second).
+    late = Attempt.objects.filter(
+        task_run__run=run, worker__in=workers, started_at__gt=term_at + timedelta(seconds=2.5)
+    )
+    assert not late.exists(), list(late.values_list("started_at", flat=True))
+    qcluster.start()
+    run = wait_for_run(run, 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+
+
+def test_the_workspace_report_runs_its_tools_and_leaves_its_artifacts(qcluster, tmp_path, settings):
+    """seed_demo, then examples/workspace_report.yaml on the simulated provider with real workers:
+    the agents call the demo tool server over MCP and what they write is in the run's workspace."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from orchestrator import plans
+    from orchestrator.engine import launching
+    from orchestrator.engine.run_settings import RunSettings
+    from orchestrator.models import Agent
+    from orchestrator.tools.workspace import artifacts
+    from tests.conftest import ROOT
+
+    settings.GLASSBOX_ARTIFACTS_DIR = tmp_path / "artifacts"
+    qcluster.env["GLASSBOX_ARTIFACTS_DIR"] = str(settings.GLASSBOX_ARTIFACTS_DIR)
+    call_command("seed_demo", stdout=StringIO())
+    Agent.objects.update(provider_options=fast_latency(0.1))
+    spec, document = plans.load_file(str(ROOT / "examples" / "workspace_report.yaml"))
+    run = launching.launch_spec(
+        spec,
+        document=document,
+        settings=RunSettings.of(budget_usd="5", require_plan_approval=False),
+        source_name="workspace_report.yaml",
+    )
+    qcluster.start()
+    run = wait_for_run(run, timeout=120, cluster=qcluster)
+    assert run.status == Run.Status.SUCCEEDED, run.summary
+    written = [
+        e.payload
+        for e in Event.objects.filter(run=run, type="tool.result").order_by("seq")
+        if e.payload["server_tool"] == "write_file"
+    ]
+    assert written and not any(p["error"] for p in written)
+    files = dict(artifacts(run.pk))
+    assert files and all(size > 0 for size in files.values()), files
+    calculated = Event.objects.filter(run=run, type="tool.result", payload__server_tool="calculate")
+    assert calculated.exists()

@@ -17,7 +17,7 @@ from orchestrator.engine.run_settings import (
 )
 
 
-def test_defaults_come_from_the_django_settings(settings):
+def test_defaults_come_from_the_django_settings(db, settings):
     settings.GLASSBOX_DEFAULT_CAP = 7
     settings.GLASSBOX_DEFAULT_BUDGET_USD = "2.50"
 
@@ -60,7 +60,7 @@ def test_a_budget_out_of_its_limits_names_them(value, message):
     assert str(invalid.value) == message
 
 
-def test_text_values_are_read_like_the_command_line_and_the_form_give_them():
+def test_text_values_are_read_like_the_command_line_and_the_form_give_them(db):
     assert RunSettings.of(cap="3", budget_usd="1.25", failure_policy="fail_fast") == RunSettings(
         cap=3, budget_usd=Decimal("1.25"), failure_policy="fail_fast"
     )
@@ -85,3 +85,32 @@ def test_a_default_cap_or_budget_outside_the_limits_fails_the_system_check(setti
     assert len(problems) == 2
     assert problems[0].startswith("GLASSBOX_DEFAULT_CAP=5000:") and "1000" in problems[0]
     assert problems[1].startswith("GLASSBOX_DEFAULT_BUDGET_USD='0.123456':")
+
+
+# --- Plan approval by default -------------------------------------------------------------------
+
+
+def test_a_single_approver_install_launches_without_plan_approval(personas):
+    assert RunSettings.of().require_plan_approval is False  # the approver persona alone may approve
+
+
+def test_with_a_second_approver_plan_approval_is_the_default(personas):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("root")  # a superuser may approve too
+    assert RunSettings.of().require_plan_approval is True
+    assert RunSettings.of(require_plan_approval=False).require_plan_approval is False  # the flag turns it off
+
+
+def test_inactive_approvers_do_not_count(personas):
+    from django.contrib.auth.models import User
+
+    User.objects.create_superuser("gone", is_active=False)
+    assert RunSettings.of().require_plan_approval is False
+
+
+@pytest.mark.parametrize(("choice", "expected"), [("always", True), ("never", False)])
+def test_the_default_can_be_fixed_by_setting(db, settings, choice, expected):
+    settings.GLASSBOX_PLAN_APPROVAL_DEFAULT = choice
+    assert RunSettings.of().require_plan_approval is expected
+    assert RunSettings.of(require_plan_approval=not expected).require_plan_approval is (not expected)

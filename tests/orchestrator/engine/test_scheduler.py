@@ -326,15 +326,15 @@ def test_tasks_held_by_the_run_cap_say_why_once_and_change_reason_when_their_age
 
 
 @pytest.mark.django_db(transaction=True)
-def test_keep_one_leaves_the_first_admitted_attempt_out_of_the_broker(demo_agents, make_plan, broker):
-    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["a"])})
+def test_keep_leaves_the_first_admitted_attempts_out_of_the_broker(demo_agents, make_plan, broker):
+    plan = make_plan({"a": ("researcher", []), **{k: ("researcher", ["a"]) for k in "bcd"}})
     run = runs.launch(plan, cap=4)
     broker.purge_queue()
     TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.SUCCEEDED, finished_at=timezone.now())
-    result = scheduler.advance(run.pk, keep_one=True)
-    assert len(result.admitted) == 2 and result.kept == result.admitted[0]
+    result = scheduler.advance(run.pk, keep=2)
+    assert len(result.admitted) == 3 and result.kept == result.admitted[:2]
     assert broker.queue_size() == 1  # only the attempt the caller does not run itself
-    assert scheduler.advance(run.pk, keep_one=True).kept is None  # nothing new to admit
+    assert scheduler.advance(run.pk, keep=2).kept == []  # nothing new to admit
 
 
 @pytest.mark.django_db
@@ -383,3 +383,11 @@ def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_age
     assert (review.status, review.comment, review.decided_at) == ("pending", "", None)
     runs.decide(review, approve=True)
     assert states(run) == {"a": "succeeded", "b": "queued"}
+
+
+def test_the_host_that_admitted_keeps_its_share_of_a_fan_out_and_always_the_next_of_a_chain(settings):
+    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 2}
+    assert scheduler.kept_share(10, at_most=50) == 5  # half for each of two worker processes
+    assert scheduler.kept_share(10, at_most=3) == 3  # no more than it has room for
+    assert scheduler.kept_share(1, at_most=50) == 1  # a chain's next task never goes through the broker
+    assert scheduler.kept_share(3, at_most=0) == 0  # a draining host keeps nothing

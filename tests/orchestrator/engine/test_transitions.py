@@ -19,8 +19,8 @@ def test_every_declared_task_move_is_allowed(old, new):
     assert transitions.allowed(old, new)
 
 
-def test_terminal_states_move_only_by_a_persons_retry_or_skip():
-    assert TASK_MOVES[State.SUCCEEDED] == frozenset()
+def test_terminal_states_move_only_by_a_persons_retry_skip_or_rerun():
+    assert TASK_MOVES[State.SUCCEEDED] == frozenset({State.PENDING})  # re-run from here
     for state in (State.FAILED, State.SKIPPED, State.CANCELLED):
         assert State.READY in TASK_MOVES[state]
     assert not transitions.allowed(State.SUCCEEDED, State.RUNNING)
@@ -28,7 +28,8 @@ def test_terminal_states_move_only_by_a_persons_retry_or_skip():
 
 
 def test_sources_lists_every_state_that_may_move_to_a_state():
-    assert set(transitions.sources(State.RUNNING)) == {State.QUEUED, State.RUNNING}
+    # queued: a worker claims it; ready or throttled: claimed at admission by the host that admitted it
+    assert set(transitions.sources(State.RUNNING)) == {State.QUEUED, State.READY, State.THROTTLED, State.RUNNING}
     assert State.SUCCEEDED not in transitions.sources(State.CANCELLED)
 
 

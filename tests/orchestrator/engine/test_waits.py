@@ -21,7 +21,12 @@ EXAMPLES = [
     waits.RateLimitInput("anthropic:claude-x"),
     waits.RateLimitOutput("anthropic:claude-x"),
     waits.RetryBackoff(2.5, "anthropic 500 api_error: boom"),
+    waits.RunPaused(),
+    waits.PlanApproval(),
+    waits.ToolApproval("workspace:write_file"),
 ]
+# Codes added after migration 0009, whose rows never needed a backfill.
+NEWER_THAN_THE_BACKFILL = {waits.RunPaused.code, waits.PlanApproval.code, waits.ToolApproval.code}
 
 
 def test_every_reason_has_its_own_code():
@@ -37,7 +42,7 @@ def test_the_sentences_read_as_before():
     assert str(waits.Budget()) == "run budget would be exceeded"
 
 
-@pytest.mark.parametrize("wait", EXAMPLES, ids=lambda w: w.code)
+@pytest.mark.parametrize("wait", [w for w in EXAMPLES if w.code not in NEWER_THAN_THE_BACKFILL], ids=lambda w: w.code)
 def test_the_migration_recognises_every_sentence(wait):
     assert backfill.code_of(wait.message) == wait.code
 

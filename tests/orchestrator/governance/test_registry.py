@@ -159,6 +159,9 @@ VIEW = {
     "view_checkpoint",
     "view_event",
     "view_agent",
+    "view_toolserver",
+    "view_tool",
+    "view_toolgrant",
 }
 
 
@@ -177,6 +180,15 @@ VIEW = {
                 "view_providerlimit",
                 "add_providerlimit",
                 "change_providerlimit",
+                "view_toolserver",
+                "add_toolserver",
+                "change_toolserver",
+                "delete_toolserver",
+                "view_tool",
+                "view_toolgrant",
+                "add_toolgrant",
+                "change_toolgrant",
+                "delete_toolgrant",
             },
         ),
     ],
@@ -191,3 +203,10 @@ def test_no_role_may_delete_agents_or_touch_the_audit_log(db):
     for group in Group.objects.filter(name__in=["Viewer", "Launcher", "Approver", "Agent admin"]):
         codenames = set(group.permissions.values_list("codename", flat=True))
         assert not codenames & {"delete_agent", "add_event", "change_event", "delete_event"}, group.name
+
+
+def test_a_change_of_max_steps_is_audited(make_agent, admin_user):
+    agent = make_agent("researcher")
+    agent.max_steps = 12
+    registry.save_agent(agent, user=admin_user)
+    assert Event.objects.get(type="agent.changed").payload["changes"] == {"max_steps": [8, 12]}

@@ -299,7 +299,7 @@ def test_plan_launch_waits_for_approval_and_prints_the_approve_command(demo_agen
     assert run.status == Run.Status.AWAITING_APPROVAL and run.cap == 2 and str(run.budget_usd) == "1.5000"
     checkpoint = run.checkpoints.get(kind=Checkpoint.Kind.PLAN)
     assert f"python manage.py approve {checkpoint.pk}" in output
-    assert f"Launched run {run.pk} (6 tasks, cap 2, budget $1.5000)" in output
+    assert f"Launched run {run.pk} (6 tasks, cap 2, budget $1.50)" in output
 
 
 def test_plan_launch_without_approval_starts_at_once(demo_agents, no_key):

@@ -222,7 +222,7 @@ def test_subtask_must_be_a_mapping(agents):
         (
             {"depends": ["x"]},
             'depends: unknown field (did you mean "depends_on"?); allowed fields: key, agent, title, '
-            "instructions, depends_on, gate, priority, timeout_s, max_retries, estimate",
+            "instructions, depends_on, gate, priority, timeout_s, max_retries, estimate, inputs",
         ),
     ],
 )
@@ -625,7 +625,7 @@ def test_yaml_problems_name_their_line(agents):
         'line 9: subtasks[1] (key "research_b"): timeout_s: must be an integer between 1 and 3600, got "fast"',
         'line 10: subtasks[1] (key "research_b"): depends_on: unknown subtask "nowhere"',
         "line 13: subtasks[2]: colour: unknown field; allowed fields: key, agent, title, instructions, depends_on, "
-        "gate, priority, timeout_s, max_retries, estimate",
+        "gate, priority, timeout_s, max_retries, estimate, inputs",
         # A missing field has no line of its own: the line of the subtask that lacks it.
         "line 11: subtasks[2]: key: is required: a short unique name such as research_a",
     ]
@@ -676,3 +676,17 @@ def test_goal_given_separately_replaces_the_documents(agents):
 
 def test_document_gate_lists_exactly_the_models_gates():
     assert list(get_args(Gate)) == list(Subtask.Gate.values)
+
+
+def test_document_inputs_lists_exactly_the_models_choices_but_the_default():
+    from orchestrator.plans.document import Inputs
+
+    assert list(get_args(Inputs)) == [value for value in Subtask.Inputs.values if value]
+
+
+def test_a_control_character_at_the_start_of_a_yaml_document_is_a_plan_error_not_a_crash():
+    from orchestrator.plans.parsing import read_document
+
+    with pytest.raises(plans.PlanValidationError) as caught:
+        read_document("\u00a1\u00ba^\u00bb\u0016")
+    assert [str(e) for e in caught.value.errors] == ["YAML syntax: line 1: character #x0016 is not allowed in YAML"]

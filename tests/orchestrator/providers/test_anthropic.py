@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from orchestrator import ratelimit
-from orchestrator.engine import execution, scheduler
 from orchestrator.engine import feedback as provider_feedback
+from orchestrator.engine import scheduler
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.anthropic import AnthropicProvider, parse_retry_after, rate_limit_feedback
 from orchestrator.providers.base import (
@@ -28,12 +28,14 @@ from orchestrator.providers.base import (
     Overloaded,
     ProviderError,
     ProviderFeedback,
+    ProviderTimeout,
     RateLimited,
     TextDelta,
+    UsageSoFar,
     get_provider,
 )
 from orchestrator.providers.fake_anthropic import Reply, count_input_tokens
-from tests.conftest import FAKE_ANTHROPIC_KEY
+from tests.conftest import FAKE_ANTHROPIC_KEY, collect, run_attempt
 
 MODEL = "claude-sonnet-4-6"
 TEXT = " ".join(f"word{i}" for i in range(40))
@@ -59,10 +61,10 @@ def make_request(**overrides) -> AgentRequest:
 
 def drain(request: AgentRequest) -> tuple[list[TextDelta], Completed]:
     """The stream's text and final message; its rate-limit feedback applied as execution does."""
-    items = list(AnthropicProvider().stream(request))
+    items = collect(AnthropicProvider().stream(request))
     for report in [item for item in items if isinstance(item, ProviderFeedback)]:
         provider_feedback.apply(report)
-    *deltas, completed = [item for item in items if not isinstance(item, ProviderFeedback)]
+    *deltas, completed = [item for item in items if not isinstance(item, ProviderFeedback | UsageSoFar)]
     assert all(isinstance(delta, TextDelta) for delta in deltas)
     assert isinstance(completed, Completed)
     return deltas, completed
@@ -71,7 +73,7 @@ def drain(request: AgentRequest) -> tuple[list[TextDelta], Completed]:
 def raised_by(request: AgentRequest) -> ProviderError:
     """The error a stream raises; the feedback it carries applied as execution does."""
     with pytest.raises(ProviderError) as raised:
-        list(AnthropicProvider().stream(request))
+        collect(AnthropicProvider().stream(request))
     provider_feedback.apply(raised.value.feedback)
     return raised.value
 
@@ -145,7 +147,7 @@ def test_unscripted_usage_is_the_servers_own_count(fake_anthropic):
 def test_a_successful_attempt_costs_the_reported_usage_times_the_prices(claude_run, claude_limit, fake_anthropic):
     fake_anthropic.enqueue(Reply.text_answer(TEXT, input_tokens=1000, output_tokens=200))
     attempt = queued_attempt(claude_run)
-    assert execution.execute_attempt(attempt.pk) == "succeeded"
+    assert run_attempt(attempt.pk) == "succeeded"
     attempt.refresh_from_db()
     task = TaskRun.objects.get(pk=attempt.task_run_id)
     assert task.state == TaskRun.State.SUCCEEDED and task.output == TEXT
@@ -161,7 +163,7 @@ def test_cache_tokens_land_on_the_attempt_and_in_its_cost(claude_run, claude_lim
         Reply.text_answer(TEXT, input_tokens=100, output_tokens=40, cache_read_tokens=900, cache_creation_tokens=80)
     )
     attempt = queued_attempt(claude_run)
-    execution.execute_attempt(attempt.pk)
+    run_attempt(attempt.pk)
     attempt.refresh_from_db()
     assert (attempt.cache_read_tokens, attempt.cache_creation_tokens) == (900, 80)
     # $3 per million input, reads at 0.1×, writes at 1.25×; $15 per million output.
@@ -187,7 +189,7 @@ def test_a_429_backs_off_the_provider_for_retry_after_and_the_task_is_retried(cl
     fake_anthropic.enqueue(Reply.error(429, retry_after=7))
     first = queued_attempt(claude_run)
     before = timezone.now()
-    assert execution.execute_attempt(first.pk) == "retry scheduled"
+    assert run_attempt(first.pk) == "retry scheduled"
     first.refresh_from_db()
     assert first.state == Attempt.State.FAILED
     assert "anthropic 429 rate_limit_error" in first.error and "retry after 7 s" in first.error
@@ -200,13 +202,13 @@ def test_a_429_backs_off_the_provider_for_retry_after_and_the_task_is_retried(cl
 
     second = retry_now(claude_run)
     assert second.number == 2
-    assert execution.execute_attempt(second.pk) == "succeeded"
+    assert run_attempt(second.pk) == "succeeded"
 
 
 def test_a_529_is_an_overload_of_the_whole_provider(claude_run, fake_anthropic):
     fake_anthropic.enqueue(Reply.error(529, retry_after=3))
     attempt = queued_attempt(claude_run)
-    assert execution.execute_attempt(attempt.pk) == "retry scheduled"
+    assert run_attempt(attempt.pk) == "retry scheduled"
     attempt.refresh_from_db()
     assert "anthropic 529 overloaded_error: Overloaded" in attempt.error
     assert TaskRun.objects.get(pk=attempt.task_run_id).fault_count == 0
@@ -221,7 +223,7 @@ def test_an_error_event_in_the_middle_of_the_stream_fails_the_attempt_and_it_is_
     settings.GLASSBOX_CLAIM_NEXT = False
     fake_anthropic.enqueue(Reply.stream_error("api_error", "Internal server error", after_words=6))
     first = queued_attempt(claude_run)
-    assert execution.execute_attempt(first.pk) == "retry scheduled"
+    assert run_attempt(first.pk) == "retry scheduled"
     first.refresh_from_db()
     assert first.state == Attempt.State.FAILED
     assert first.error.startswith(
@@ -234,7 +236,7 @@ def test_an_error_event_in_the_middle_of_the_stream_fails_the_attempt_and_it_is_
 
     fake_anthropic.enqueue(Reply.text_answer(TEXT))
     second = retry_now(claude_run)
-    assert execution.execute_attempt(second.pk) == "succeeded"
+    assert run_attempt(second.pk) == "succeeded"
     assert TaskRun.objects.get(pk=first.task_run_id).output == TEXT
 
 
@@ -254,7 +256,7 @@ def test_a_connection_cut_in_the_middle_of_the_stream_is_a_retryable_failure(fak
 def test_a_bad_request_is_not_retried(claude_run, fake_anthropic):
     fake_anthropic.enqueue(Reply.error(400, "invalid_request_error", "max_tokens: 300 > 128 for this model"))
     attempt = queued_attempt(claude_run)
-    assert execution.execute_attempt(attempt.pk) == "failed"
+    assert run_attempt(attempt.pk) == "failed"
     task = TaskRun.objects.get(pk=attempt.task_run_id)
     assert task.state == TaskRun.State.FAILED and task.attempt_count == 1
     assert "anthropic 400 invalid_request_error: max_tokens: 300 > 128 for this model" in task.error
@@ -265,6 +267,27 @@ def test_a_silent_stream_ends_by_the_timeout_and_may_be_retried(fake_anthropic):
     error = raised_by(make_request(timeout_s=0.5))
     assert error.retryable and not error.provider_wide
     assert "no answer within 0.5 s (timed out)" in error.message
+    assert isinstance(error, ProviderTimeout)  # recorded as a timed-out attempt, not a failed one
+
+
+def test_a_claude_attempt_that_times_out_is_timed_out_and_keeps_the_tokens_it_was_told(
+    claude_run, claude_limit, fake_anthropic
+):
+    """Once reported a timed-out attempt as failed with 0 input tokens although message_start had
+    counted 123 (issue 11): usage is kept however an attempt ends, and a timeout is a timeout."""
+    from orchestrator.models import Agent
+
+    Agent.objects.filter(name="researcher").update(timeout_s=1)
+    fake_anthropic.enqueue(Reply.text_answer(TEXT, input_tokens=123, output_tokens=40, chunk_delay_s=5))
+    attempt = queued_attempt(claude_run)
+    assert run_attempt(attempt.pk) == "retry scheduled"
+    attempt.refresh_from_db()
+    assert attempt.state == Attempt.State.TIMED_OUT
+    assert attempt.input_tokens == 123 and attempt.cost_usd == claude_limit.cost(123, attempt.output_tokens)
+    task = TaskRun.objects.get(pk=attempt.task_run_id)
+    assert task.input_tokens == 123 and task.cost_usd == attempt.cost_usd
+    claude_run.refresh_from_db()
+    assert claude_run.input_tokens == 123 and claude_run.reserved_usd == 0
 
 
 def test_without_an_api_key_the_provider_refuses_for_good(settings):
@@ -361,7 +384,7 @@ def test_the_provider_reports_feedback_and_changes_no_limits_itself(claude_limit
             },
         )
     )
-    items = list(AnthropicProvider().stream(make_request()))
+    items = collect(AnthropicProvider().stream(make_request()))
     reports = [item for item in items if isinstance(item, ProviderFeedback)]
     assert len(reports) == 1 and (reports[0].provider, reports[0].model) == ("anthropic", MODEL)
     assert reports[0].budgets["requests"].remaining == 0
@@ -373,7 +396,7 @@ def test_the_provider_reports_feedback_and_changes_no_limits_itself(claude_limit
 def test_a_429_carries_its_headers_as_feedback_on_the_error(claude_limit, fake_anthropic):
     fake_anthropic.enqueue(Reply.error(429, retry_after=2, headers={"anthropic-ratelimit-input-tokens-remaining": "0"}))
     with pytest.raises(RateLimited) as raised:
-        list(AnthropicProvider().stream(make_request()))
+        collect(AnthropicProvider().stream(make_request()))
     assert raised.value.feedback.budgets["input-tokens"].remaining == 0
     claude_limit.refresh_from_db()
     assert claude_limit.backoff_until is None  # until the engine applies it
@@ -390,7 +413,7 @@ def test_feedback_applied_by_the_engine_during_an_attempt_updates_the_provider_l
             },
         )
     )
-    assert execution.execute_attempt(queued_attempt(claude_run).pk) == "succeeded"
+    assert run_attempt(queued_attempt(claude_run).pk) == "succeeded"
     limit = ProviderLimit.objects.get(provider="anthropic", model=MODEL)
     assert limit.backoff_until.strftime("%Y-%m-%dT%H:%M:%SZ") == reset
     assert limit.requests_per_minute == 50  # learned from the answer's headers
@@ -440,7 +463,7 @@ def test_the_key_never_appears_in_events_errors_or_logs(claude_run, fake_anthrop
     caplog.set_level(logging.DEBUG)
     fake_anthropic.enqueue(Reply.error(401, "authentication_error", "invalid x-api-key", echo_api_key=True))
     attempt = queued_attempt(claude_run)
-    assert execution.execute_attempt(attempt.pk) == "failed"
+    assert run_attempt(attempt.pk) == "failed"
     attempt.refresh_from_db()
     task = TaskRun.objects.get(pk=attempt.task_run_id)
     assert "authentication_error" in attempt.error and "[redacted]" in attempt.error
@@ -452,7 +475,7 @@ def test_the_key_never_appears_in_events_errors_or_logs(claude_run, fake_anthrop
 
 def test_the_key_never_appears_in_a_successful_run_either(claude_run, fake_anthropic, caplog):
     caplog.set_level(logging.DEBUG)
-    execution.execute_attempt(queued_attempt(claude_run).pk)
+    run_attempt(queued_attempt(claude_run).pk)
     assert FAKE_ANTHROPIC_KEY not in caplog.text
     assert all(FAKE_ANTHROPIC_KEY not in json.dumps(event.payload) + event.message for event in Event.objects.all())
 

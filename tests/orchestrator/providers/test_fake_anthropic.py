@@ -352,3 +352,126 @@ def test_the_command_serves_the_fake_api_until_stopped():
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+# --- Tool use: parallel calls, results, the API's pairing rule ---------------------------------------
+
+CALCULATE = {
+    "name": "calculate",
+    "description": "Evaluate arithmetic",
+    "input_schema": {
+        "type": "object",
+        "properties": {"expression": {"type": "string", "examples": ["(17.5 - 2) * 3", "sqrt(2) * 100"]}},
+        "required": ["expression"],
+    },
+}
+LOOKUP = {
+    "name": "lookup",
+    "description": "Look a city up",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def test_several_tool_calls_in_one_message_are_accumulated_by_the_sdk_stream(server):
+    server.enqueue(
+        Reply.tool_calls(("lookup", {"city": "Oslo"}), ("calculate", {"expression": "1 + 2" * 20}), text="Checking.")
+    )
+    seen_json = []
+    with client(server).messages.stream(**request_body(tools=[LOOKUP, CALCULATE])) as stream:
+        for event in stream:
+            if event.type == "input_json":
+                seen_json.append(event.partial_json)
+        message = stream.get_final_message()
+    assert message.stop_reason == "tool_use"
+    assert [block.type for block in message.content] == ["text", "tool_use", "tool_use"]
+    first, second = message.content[1], message.content[2]
+    assert (first.name, first.input) == ("lookup", {"city": "Oslo"})
+    assert (second.name, second.input) == ("calculate", {"expression": "1 + 2" * 20})
+    assert first.id != second.id and first.id.startswith("toolu_")
+    assert len(seen_json) > 2  # the input arrived in pieces (input_json_delta) and the SDK joined them
+
+
+def test_the_raw_stream_has_one_block_per_tool_call_in_the_apis_order(server):
+    server.enqueue(Reply.tool_calls(("lookup", {"city": "Oslo"}), ("lookup", {"city": "Rome"})))
+    status, _, data = post(server, "/v1/messages", request_body(stream=True, tools=[LOOKUP]))
+    events = sse_events(data)
+    starts = [e for name, e in events if name == "content_block_start"]
+    assert [(s["index"], s["content_block"]["type"], s["content_block"]["input"]) for s in starts] == [
+        (0, "tool_use", {}),
+        (1, "tool_use", {}),
+    ]
+    stops = [e["index"] for name, e in events if name == "content_block_stop"]
+    assert status == 200 and stops == [0, 1]
+    deltas = [e["delta"]["type"] for name, e in events if name == "content_block_delta"]
+    assert set(deltas) == {"input_json_delta"}
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use" and events[-1][0] == "message_stop"
+
+
+def test_tool_results_are_accepted_and_answered_in_the_next_request(server):
+    sdk = client(server)
+    first = sdk.messages.create(**request_body(tools=[CALCULATE]))
+    assert first.stop_reason == "tool_use"
+    [call] = [block for block in first.content if block.type == "tool_use"]
+    assert call.input["expression"] in ("(17.5 - 2) * 3", "sqrt(2) * 100")  # from the schema's examples
+    conversation = [
+        *request_body()["messages"],
+        {"role": "assistant", "content": [block.model_dump(exclude_none=True) for block in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "46.5"}]},
+    ]
+    with sdk.messages.stream(**request_body(tools=[CALCULATE], messages=conversation)) as stream:
+        second = stream.get_final_message()
+    assert second.stop_reason == "end_turn"
+    assert "calculate → 46.5" in second.content[0].text
+
+
+def test_unscripted_tool_calls_are_deterministic_and_follow_tool_calls_per_turn():
+    with FakeAnthropicServer(tool_calls_per_turn=2) as fake:
+        sdk = client(fake)
+        body = request_body(tools=[LOOKUP, CALCULATE])
+        answers = [sdk.messages.create(**body) for _ in range(2)]
+        assert [[(b.name, b.input) for b in a.content if b.type == "tool_use"] for a in answers][0] == [
+            (b.name, b.input) for b in answers[1].content if b.type == "tool_use"
+        ]
+        assert [b.name for b in answers[0].content if b.type == "tool_use"] == ["lookup", "calculate"]
+        assert sdk.messages.create(**body, tool_choice={"type": "none"}).stop_reason == "end_turn"
+    with FakeAnthropicServer(tool_calls_per_turn=0) as fake:
+        assert client(fake).messages.create(**request_body(tools=[LOOKUP])).stop_reason == "end_turn"
+        assert (
+            client(fake).messages.create(**request_body(tools=[LOOKUP], tool_choice={"type": "any"})).stop_reason
+            == "tool_use"
+        )
+
+
+def test_a_tool_call_left_without_its_result_is_refused_as_the_api_does(server):
+    conversation = [
+        {"role": "user", "content": "Look Oslo up"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}]},
+        {"role": "user", "content": "never mind"},
+    ]
+    with pytest.raises(anthropic.BadRequestError, match="toolu_1"):
+        client(server).messages.create(**request_body(tools=[LOOKUP], messages=conversation))
+    stray = [
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_unknown", "content": "x"}]},
+    ]
+    status, _, data = post(server, "/v1/messages", request_body(tools=[LOOKUP], messages=stray))
+    assert status == 400 and "unexpected `tool_use_id`" in json.loads(data)["error"]["message"]
+
+
+def test_tool_calls_can_be_scripted_from_another_process(server):
+    reply = Reply.tool_calls(("lookup", {"city": "Lima"}), text="One moment.")
+    status, _, _ = post(server, "/_fake/replies", {"replies": [reply.to_dict()]})
+    assert status == 200
+    message = client(server).messages.create(**request_body(tools=[LOOKUP]))
+    assert [(b.type, getattr(b, "input", None)) for b in message.content] == [
+        ("text", None),
+        ("tool_use", {"city": "Lima"}),
+    ]
+
+
+def test_count_tokens_counts_tools_and_tool_results(server):
+    sdk = client(server)
+    plain = sdk.messages.count_tokens(model="claude-sonnet-4-6", messages=request_body()["messages"]).input_tokens
+    with_tools = sdk.messages.count_tokens(
+        model="claude-sonnet-4-6", messages=request_body()["messages"], tools=[LOOKUP, CALCULATE]
+    ).input_tokens
+    assert with_tools > plain

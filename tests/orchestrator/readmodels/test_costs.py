@@ -6,9 +6,10 @@ from decimal import Decimal
 
 import pytest
 
-from orchestrator.engine import execution, runs
+from orchestrator.engine import runs
 from orchestrator.models import Attempt, Run
 from orchestrator.readmodels import costs
+from tests.conftest import run_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def run_queued(run: Run) -> None:
     """Execute every queued attempt in this process, as workers would, until none is left."""
     while attempt := Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).first():
-        execution.execute_attempt(attempt.pk)
+        run_attempt(attempt.pk)
 
 
 def test_admission_reserves_the_worst_case_and_settles_the_real_cost(make_agent, make_plan, priced_limit):
@@ -48,7 +49,7 @@ def test_parallel_fan_out_never_overspends_and_the_run_ends_over_budget(make_age
     assert run.status == "over_budget"
     assert Decimal("0.01") < run.cost_usd <= Decimal("0.02")
     assert run.reserved_usd == 0
-    assert "budget of $0.02 does not cover the next task" in run.summary and "raise the budget" in run.summary
+    assert "budget of $0.0200 does not cover the next task" in run.summary and "raise the budget" in run.summary
     assert set(run.tasks.values_list("state", flat=True)) == {"succeeded", "cancelled"}
 
 

@@ -50,8 +50,9 @@ def test_graph_has_every_edge_and_collapses_a_wide_fanout(launched):
     result = graph(run)
     assert len(result.nodes) == 14
     assert len(result.edges) == 24 == run.plan.dependencies.count()
-    assert len(result.groups) == 1
-    group = result.groups[0]
+    fanouts = [g for g in result.groups if g["mode"] == "fanout"]
+    assert len(fanouts) == 1 and result.mode == "fanout"
+    group = fanouts[0]
     assert group["size"] == 12 and group["collapsed"] and group["agent"] == "researcher"
     members = {n["id"] for n in result.nodes if n["group"] == group["id"]}
     assert members == set(group["members"])
@@ -62,3 +63,50 @@ def test_graph_has_every_edge_and_collapses_a_wide_fanout(launched):
 def test_final_tasks_are_the_sinks(launched):
     run = launched({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("writer", ["a"])})
     assert [t.subtask.key for t in final_tasks(run)] == ["b", "c"]
+
+
+# --- Grouping modes: by fan-out, by agent within a step, by step -----------------------------------
+
+
+def test_agent_step_groups_split_each_step_by_agent():
+    from orchestrator.readmodels.graph import agent_step_groups
+
+    agent_of = {"root": "r", "a1": "x", "a2": "x", "b1": "y", "b2": "y", "b3": "y", "lone": "z", "sink": "w"}
+    edges = [("root", n) for n in ("a1", "a2", "b1", "b2", "b3", "lone")] + [("a1", "sink")]
+    assert agent_step_groups(agent_of, edges) == [["a1", "a2"], ["b1", "b2", "b3"]]
+
+
+def test_step_groups_are_the_layers_of_two_or_more():
+    from orchestrator.readmodels.graph import step_groups
+
+    nodes = ["r", "a", "b", "c", "s"]
+    edges = [("r", "a"), ("r", "b"), ("r", "c"), ("a", "s"), ("b", "s")]
+    assert step_groups(nodes, edges) == [["a", "b", "c"]]
+
+
+def test_the_page_starts_by_agent_when_fanouts_leave_a_layer_too_wide():
+    from orchestrator.readmodels.graph import default_mode, widest_layer
+
+    nodes = ["r", *[f"c{i}" for i in range(12)]]
+    chains = [("r", f"c{i}") for i in range(12)]  # 12 siblings of different agents: no fan-out group
+    assert widest_layer(nodes, chains, []) == 12
+    assert default_mode(nodes, chains, []) == "agent"
+    fan = [nodes[1:]]  # the same 12 as one collapsed fan-out
+    assert widest_layer(nodes, chains, fan) == 1 and default_mode(nodes, chains, fan) == "fanout"
+
+
+def test_the_large_run_offers_every_mode_and_starts_readable(db, personas):
+    from tests.large_run import finished_large_run
+
+    run = finished_large_run()
+    result = graph(run)
+    by_mode = {mode: [g for g in result.groups if g["mode"] == mode] for mode in ("fanout", "agent", "step")}
+    assert len(by_mode["fanout"]) == 12 + 1  # the 12 probe fan-outs, and the 12 areas below scope
+    assert {g["label"] for g in by_mode["agent"]} >= {"240 × researcher · step 3", "15 × tester · step 5"}
+    assert [g["label"] for g in by_mode["step"]] == [
+        "Step 2 · 12 tasks",
+        "Step 3 · 240 tasks",
+        "Step 4 · 12 tasks",
+        "Step 5 · 27 tasks",
+    ]
+    assert result.mode == "agent"  # after its fan-outs collapse, step 5 still shows 27 nodes

@@ -84,6 +84,7 @@ def test_checkpoint_and_event_records(run, admin_user):
         "decided_by": admin_user.username,
         "decided_at": cp.decided_at.isoformat(),
         "comment": "no",
+        "plan_version": "",
     }
     with transaction.atomic():
         events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 3})

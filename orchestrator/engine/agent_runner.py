@@ -1,0 +1,263 @@
+"""One attempt's course inside an agent host (DESIGN §9): claim, stream the answer, end it.
+
+An `AttemptRun` is what the host knows of an attempt while it runs: its claim, the output and
+usage so far, and why the host stopped it if it did ("cancelled", "lost", "shutdown"). The host's
+heartbeat reads and saves that state for all of its attempts at once (orchestrator/engine/host.py);
+this module only moves one attempt forward:
+
+    claim → build the request → stream the provider's answer under the task's timeout
+          → record the end (succeeded, failed, timed out, cancelled, handed back, discarded)
+
+An agent that holds tool grants runs the agent loop instead of one completion
+(engine/tool_attempt.py: model calls and tool calls turn after turn, each step an audit event and
+a live message, calls granted with approval waiting for a person); its end is recorded the same
+way, from how the loop stopped. An agent without grants takes the plain path, unchanged.
+
+Every database step runs on the host's database threads (`db_threads.run`); the event loop only
+waits. Usage is never dropped: the last usage the provider reported is recorded however the
+attempt ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from orchestrator.db_threads import run as db
+from orchestrator.engine import agent_loop, execution, feedback, tool_attempt
+from orchestrator.engine.agent_loop import LoopOutcome, Step
+from orchestrator.engine.execution import Claim, Progress
+from orchestrator.governance.tool_registry import granted_servers
+from orchestrator.models import Attempt
+from orchestrator.providers.base import (
+    AgentRequest,
+    Completed,
+    ProviderError,
+    ProviderFeedback,
+    ProviderTimeout,
+    TextDelta,
+    Usage,
+    UsageSoFar,
+    get_provider,
+)
+
+log = logging.getLogger(__name__)
+
+# Why the host stopped an attempt (AttemptRun.stop_reason), and what that attempt's end is then.
+CANCELLED, LOST, SHUTDOWN = "cancelled", "lost", "shutdown"
+
+
+@dataclass
+class AttemptRun:
+    """A running attempt as its host sees it."""
+
+    claim: Claim
+    max_tokens: int = 1
+    progress: Progress = field(default_factory=Progress)
+    saved_version: int = 0  # the `version` last saved to the database
+    published_length: int = 0  # how much of the output viewers were sent live
+    published_progress: int = 0
+    version: int = 0  # bumped on every change of the output, progress or usage
+    stop_reason: str | None = None
+    task: asyncio.Task | None = None
+    # True while the attempt waits on its provider: only then may the host interrupt it. Once it
+    # records its end, that database step must finish whatever happens (it checks the lease).
+    interruptible: bool = False
+    keep: int = 0  # admitted attempts its success may keep for its host to run (scheduler.advance)
+    started: float = field(default_factory=time.monotonic)
+    # An agent loop's steps not yet sent to viewers (engine/live.py), and what it does now.
+    live_steps: list[dict] = field(default_factory=list)
+    doing: str = ""
+
+    @property
+    def task_id(self) -> int:
+        return self.claim.task.pk
+
+    @property
+    def run_id(self) -> int:
+        return self.claim.task.run_id
+
+    def add_text(self, delta: TextDelta) -> None:
+        if delta.text:
+            self.progress.output += delta.text
+        self.progress.progress = min(99, int(100 * delta.output_tokens / max(1, self.max_tokens)))
+        self.version += 1
+
+    def set_usage(self, usage: Usage) -> None:
+        self.progress.usage = usage
+        self.version += 1
+
+    def add_step(self, step: Step) -> None:
+        """A step of the agent loop, for viewers (live.STEPS_MESSAGE_TYPE)."""
+        self.doing = step.headline()
+        self.live_steps.append(
+            {
+                "task": self.task_id,
+                "attempt": self.claim.attempt.number,
+                "type": step.event_type,
+                "headline": self.doing,
+                **step.payload(),
+            }
+        )
+
+    def stop(self, reason: str) -> None:
+        """Stop this attempt from outside (the host): it ends as the reason says. An attempt that
+        is already recording its end is left to finish it (the record checks the lease)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+            if self.interruptible and self.task is not None:
+                self.task.cancel()
+
+
+class Tracker(Protocol):
+    """Where a host keeps its running attempts (host.AgentHost is one)."""
+
+    def track(self, attempt: AttemptRun) -> None: ...
+
+    def untrack(self, attempt: AttemptRun) -> None: ...
+
+
+async def run_attempt(tracker: Tracker, attempt_id: int, worker: str, *, keep: int = 0) -> tuple[str, Claim | None]:
+    """Claim attempt `attempt_id` and run it to its end. Returns (outcome, claim or None); a
+    success also advances the run, keeping up to `keep` admitted attempts for the caller
+    (`claim.advanced`, `claim.kept`)."""
+    claim = await db(execution.claim_attempt, attempt_id, worker)
+    if claim is None:
+        log.info("attempt %s is not ours to run (already claimed, finished or cancelled)", attempt_id)
+        return "not claimed", None
+    return await run_claimed(tracker, claim, keep=keep), claim
+
+
+async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
+    """Run a claimed attempt to its end and record it; returns the outcome in words."""
+    current = AttemptRun(claim, max_tokens=max(1, claim.task.agent.max_output_tokens), keep=keep)
+    current.task = asyncio.current_task()
+    tracker.track(current)
+    try:
+        try:
+            current.interruptible = True
+            assert claim.request is not None  # built by the claim
+            grants = await db(granted_servers, claim.task.agent)
+            if grants:
+                return await _act(current, claim.request, grants)
+            return await _stream(current, claim.request)
+        except asyncio.CancelledError:
+            if current.stop_reason is None:
+                raise  # not ours: the loop itself is going away
+            uncancel()
+            return await _stopped(current)
+        except Exception as exc:  # an agent's bug must not kill the host: it is a failed attempt
+            current.interruptible = False
+            log.exception("attempt %s crashed", claim.attempt.pk)
+            return await record(execution.fail, claim, f"{type(exc).__name__}: {exc}", usage=current.progress.usage)
+    finally:
+        tracker.untrack(current)
+
+
+async def _stream(current: AttemptRun, request: AgentRequest) -> str:
+    claim = current.claim
+    usage = lambda: current.progress.usage  # noqa: E731 - the usage at the moment of the end
+    try:
+        completed = None
+        async with asyncio.timeout(request.timeout_s):
+            async for item in get_provider(request.provider).stream(request):
+                if isinstance(item, TextDelta):
+                    current.add_text(item)
+                elif isinstance(item, UsageSoFar):
+                    current.set_usage(item.usage)
+                elif isinstance(item, ProviderFeedback):
+                    await db(feedback.apply, item)
+                elif isinstance(item, Completed):
+                    current.set_usage(item.usage)
+                    completed = item
+                    break
+        if completed is None:
+            raise ProviderError("the provider's stream ended without a final message")
+        current.interruptible = False
+        return await record(execution.complete, claim, current.progress.output, completed.usage, keep=current.keep)
+    except TimeoutError:
+        current.interruptible = False
+        message = f"timed out after {request.timeout_s:.0f} s"
+        return await record(execution.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage())
+    except ProviderError as exc:
+        return await _provider_failed(current, exc)
+
+
+async def _provider_failed(current: AttemptRun, exc: ProviderError) -> str:
+    current.interruptible = False
+    claim, usage = current.claim, current.progress.usage
+    if isinstance(exc, ProviderTimeout):
+        return await record(execution.fail, claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+    if exc.feedback is not None:
+        await db(feedback.apply, exc.feedback)
+    return await record(execution.fail, claim, str(exc), error=exc, usage=usage)
+
+
+async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
+    """An agent with tools: the agent loop, then the attempt's end from how the loop stopped."""
+    try:
+        outcome = await tool_attempt.run_loop(current, request, grants)
+    except ProviderError as exc:
+        return await _provider_failed(current, exc)
+    current.interruptible = False
+    claim, usage = current.claim, current.progress.usage
+    if outcome.finished:
+        return await record(execution.complete, claim, outcome.output, usage, keep=current.keep)
+    # Stopped by a limit: what it wrote so far stays readable on the task, and the end says why.
+    current.progress.output = outcome.output
+    await record(execution.save_progress, [(claim, current.progress)])
+    message = loop_stop_message(outcome, request, claim.task.agent.max_steps)
+    if outcome.stop == agent_loop.DEADLINE:
+        return await record(execution.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+    # max_steps and budget: another attempt would stop at the same limit, so the task fails now.
+    return await record(execution.fail, claim, message, error=ProviderError(message, retryable=False), usage=usage)
+
+
+def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: int) -> str:
+    """Why an agent loop did not finish, in words a person can act on."""
+    calls = f"{outcome.steps} model call(s) and {outcome.tool_calls} tool call(s)"
+    if outcome.stop == agent_loop.DEADLINE:
+        return f"timed out after {request.timeout_s:.0f} s (time awaiting approvals not counted), after {calls}"
+    if outcome.stop == agent_loop.MAX_STEPS:
+        return (
+            f"stopped unfinished after {calls}: the agent's max_steps is {max_steps}; "
+            "raise it in the agent registry or narrow the task"
+        )
+    return (
+        f"stopped unfinished after {calls}: the run's budget cannot cover another model call; "
+        "raise the run's budget and retry the task"
+    )
+
+
+async def _stopped(current: AttemptRun) -> str:
+    """Record the end of an attempt its host stopped (cancellation, lost lease, shutdown)."""
+    current.interruptible = False
+    claim, usage = current.claim, current.progress.usage
+    if current.stop_reason == CANCELLED:
+        return await record(execution.cancel_attempt, claim, usage)
+    if current.stop_reason == SHUTDOWN:
+        return await record(execution.hand_back, claim, usage)
+    return await record(execution.discard_late, claim, usage, "lease lost while running")
+
+
+async def record(step, /, *args, **kwargs) -> str:
+    """Run an end-recording step to completion even if the host stops the attempt meanwhile: the
+    step checks the lease itself, and a step cut off half-way in its thread would be recorded
+    twice (once by itself, once by the stop's own end)."""
+    job = asyncio.ensure_future(db(step, *args, **kwargs))
+    try:
+        return await asyncio.shield(job)
+    except asyncio.CancelledError:
+        uncancel()
+        return await job
+
+
+def uncancel() -> None:
+    """Clear the host's cancellation of the current task, so that it can still record its end."""
+    task = asyncio.current_task()
+    if task is not None:
+        while task.cancelling():
+            task.uncancel()

@@ -1,0 +1,351 @@
+"""The agent host: one asyncio event loop per worker process running many attempts at once (DESIGN §9).
+
+An agent call mostly waits (on the model, on tools), so holding a whole worker process per call
+made parallelism equal to the process count. Each django-q2 worker process now has one host:
+
+- **Dispatch stays django-q2's.** The q2 task `orchestrator.tasks.execute_attempt` hands the
+  attempt to its process's host (`submit`) and returns once the host accepted it. While the host
+  runs `GLASSBOX_SLOTS_PER_WORKER` attempts, `submit` blocks: the q2 worker takes no more work,
+  so the broker hands it to other processes (back-pressure). q2's own timeout no longer bounds an
+  attempt, which may run for hours.
+- **Per attempt, as before**: leases, cancellation, timeouts (orchestrator/engine/agent_runner.py
+  runs one attempt). What is per host is how often the database hears of them: one heartbeat a
+  second asks which of the host's tasks were cancelled or lost (one query), renews every lease
+  every third of `GLASSBOX_LEASE_S` (one statement), and every `GLASSBOX_PROGRESS_SAVE_S` saves
+  the output and usage of the attempts that changed (one transaction). Nothing of this touches the
+  run row or writes an event.
+- **Live progress** goes to viewers without the database when a shared channel layer carries it
+  (orchestrator/engine/live.py); otherwise viewers poll the saved progress.
+- **Chaining.** When an attempt ends, the host advances its run — coalescing the ends of several
+  attempts of one run into one scheduling step — and runs the newly admitted attempt in the
+  slot that just freed, without a broker round trip (one kept per ended attempt; the others go
+  to the broker, so that work spreads over processes).
+- **Draining** (graceful shutdown, a recycled worker): the host stops accepting at once (attempts
+  waiting in `submit` go back to the broker), lets running attempts finish within the grace period
+  (less than a lease), then hands back the rest: their tasks are ready again at once, and no retry
+  is spent. A killed process's attempts are recovered by the reaper when their leases expire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing import util as mp_util
+
+from django.conf import settings
+
+from orchestrator import db_threads, events
+from orchestrator.db_threads import run as db
+from orchestrator.engine import agent_runner, execution, live, scheduler
+from orchestrator.engine.agent_runner import AttemptRun
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 1.0
+
+
+@dataclass
+class _Advance:
+    """Pending scheduling steps of one run in this host: who waits (and whether each would run a
+    kept attempt), and whether a step is under way."""
+
+    waiters: list[tuple[asyncio.Future, bool]] = field(default_factory=list)
+    running: bool = False
+
+
+class AgentHost:
+    """Runs attempts on an event loop in a thread of its own (see the module docstring)."""
+
+    def __init__(self, *, slots: int | None = None, db_threads_count: int | None = None, worker: str | None = None):
+        self.slots = slots or settings.GLASSBOX_SLOTS_PER_WORKER
+        self.worker = worker or execution.worker_name()
+        self.free = threading.Semaphore(self.slots)
+        self.accepting = True
+        self.attempts: dict[int, AttemptRun] = {}  # by task id
+        self.in_flight = 0  # attempts accepted and not yet ended (claimed or not)
+        self.outcomes: dict[str, int] = {}
+        self._advances: dict[int, _Advance] = {}
+        self._idle = threading.Condition()
+        self._draining = threading.Lock()
+        self.pool = db_threads.DatabaseThreads(db_threads_count or settings.GLASSBOX_HOST_DB_THREADS)
+        self.loop = asyncio.new_event_loop()
+        self.loop.set_default_executor(self.pool)
+        self._thread = threading.Thread(target=self._run_loop, name="glassbox-agent-host", daemon=True)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result()
+
+    # --- Called from other threads -----------------------------------------------------------------
+
+    def submit(self, attempt_id: int) -> str:
+        """Hand an attempt to the host; blocks while every slot is taken. Called by the q2 task."""
+        while not self.free.acquire(timeout=HEARTBEAT_S):
+            if not self.accepting:
+                break
+        else:
+            if self.accepting:
+                with self._idle:
+                    self.in_flight += 1
+                asyncio.run_coroutine_threadsafe(self._host_attempt(attempt_id), self.loop)
+                return "accepted"
+            self.free.release()
+        scheduler.enqueue_attempt(attempt_id)  # draining: another process takes it
+        return "handed to the broker (this worker is stopping)"
+
+    def drain(self, grace_s: float | None = None) -> None:
+        """Stop accepting, let running attempts finish for up to `grace_s`, hand back the rest,
+        stop the loop and close the database threads. Safe to call more than once, and from two
+        threads at once (SIGTERM and the worker's exit): the second waits for the first."""
+        with self._draining:
+            if self._thread.is_alive():
+                self._drain(grace_s)
+
+    def _drain(self, grace_s: float | None) -> None:
+        grace_s = settings.GLASSBOX_DRAIN_S if grace_s is None else grace_s
+        self.accepting = False
+        deadline = time.monotonic() + grace_s
+        with self._idle:
+            self._idle.wait_for(lambda: self.in_flight == 0, timeout=max(0.0, deadline - time.monotonic()))
+        if self.in_flight:
+            log.info("handing back %s attempts that did not finish within %.0f s", self.in_flight, grace_s)
+            asyncio.run_coroutine_threadsafe(self._hand_back_all(), self.loop)
+            with self._idle:
+                self._idle.wait_for(lambda: self.in_flight == 0, timeout=settings.GLASSBOX_LEASE_S)
+        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(timeout=10)
+        self._thread.join(timeout=10)
+        self.pool.shutdown(wait=True)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no attempt is in flight (tests, benchmarks)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.in_flight == 0, timeout=timeout)
+
+    # --- The loop --------------------------------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _start(self) -> None:
+        self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="glassbox-heartbeat")
+        self._publisher = live.Publisher(self)
+        events.set_doorbell(self._ring_doorbell)
+
+    async def _stop(self) -> None:
+        self._heartbeat.cancel()
+        await self._publisher.close()
+        events.set_doorbell(None)
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        self.loop.call_soon(self.loop.stop)
+
+    def _ring_doorbell(self, run_id: int, seq: int) -> None:
+        """events' doorbell from a database thread: sent from the loop, coalesced per run."""
+        self.loop.call_soon_threadsafe(self._publisher.doorbell, run_id, seq)
+
+    def free_slots(self) -> int:
+        return self.slots - self.in_flight
+
+    async def _host_attempt(
+        self, attempt_id: int | None, claimed: execution.Claim | None = None, *, holds_slot: bool = True
+    ) -> None:
+        """One slot's life: run the attempt (or one a scheduling step claimed for this host), then
+        the attempts its success kept for this host — the first in this slot, the others each in
+        a slot of their own — until none is left."""
+        next_id, next_claim = attempt_id, claimed
+        try:
+            while next_id is not None or next_claim is not None:
+                # What a success may keep: this slot's next attempt, and more while slots are free.
+                keep = 1 + self.free_slots() if settings.GLASSBOX_CLAIM_NEXT and self.accepting else 0
+                if next_claim is not None:
+                    claim: execution.Claim | None = next_claim
+                    outcome = await agent_runner.run_claimed(self, next_claim, keep=keep)
+                else:
+                    assert next_id is not None
+                    outcome, claim = await agent_runner.run_attempt(self, next_id, self.worker, keep=keep)
+                next_id = next_claim = None
+                self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+                if claim is None:
+                    break
+                if claim.advanced:  # its success advanced the run and claimed what it kept for us
+                    kept = list(claim.kept)
+                    next_claim = kept.pop(0) if kept else None
+                    for extra in kept:
+                        self._run_kept(extra)
+                else:
+                    next_id = await self.advance(claim.task.run_id, keep=bool(keep))
+        except Exception:
+            log.exception("agent host: attempt %s failed outside its own handling", next_id)
+            if next_id is not None and next_id != attempt_id:
+                await db(scheduler.enqueue_attempt, next_id)  # kept for us and in no queue: the broker's
+        finally:
+            if holds_slot:
+                self.free.release()
+            with self._idle:
+                self.in_flight -= 1
+                self._idle.notify_all()
+
+    def _run_kept(self, claim: execution.Claim) -> None:
+        """Run an attempt a scheduling step claimed for this host, in a slot of its own. It was
+        claimed because slots were free; should `submit` have taken them meanwhile, it runs
+        anyway (the slots are back-pressure for the broker, not a hard limit)."""
+        holds_slot = self.free.acquire(blocking=False)  # released when it ends, like any slot
+        with self._idle:
+            self.in_flight += 1
+        asyncio.create_task(self._host_attempt(None, claim, holds_slot=holds_slot))
+
+    async def advance(self, run_id: int, *, keep: bool) -> int | None:
+        """Advance a run after an attempt ended; returns an admitted attempt kept for the caller.
+
+        Coalesced: while a scheduling step of the run is under way in this host, attempts that end
+        wait for the next one, which keeps one admitted attempt for each of them.
+        """
+        state = self._advances.setdefault(run_id, _Advance())
+        waiter: asyncio.Future = self.loop.create_future()
+        state.waiters.append((waiter, keep))
+        if not state.running:
+            state.running = True
+            asyncio.create_task(self._advance_run(run_id, state))
+        return await waiter
+
+    async def _advance_run(self, run_id: int, state: _Advance) -> None:
+        try:
+            while state.waiters:
+                waiting, state.waiters = state.waiters, []
+                keepers = [waiter for waiter, keep in waiting if keep] if self.accepting else []
+                try:
+                    result = await db(scheduler.advance, run_id, keep=len(keepers))
+                except Exception as exc:
+                    log.exception("agent host: advancing run %s failed", run_id)
+                    for waiter, _ in waiting:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                kept = list(result.kept)
+                for waiter, _ in waiting:
+                    if not waiter.done():
+                        waiter.set_result(kept.pop(0) if kept and waiter in keepers else None)
+                for attempt_id in kept:  # its waiter is gone: let the broker have it
+                    await db(scheduler.enqueue_attempt, attempt_id)
+        finally:
+            state.running = False
+            if self._advances.get(run_id) is state and not state.waiters:
+                del self._advances[run_id]
+
+    # --- Tracking running attempts (agent_runner.Tracker) -------------------------------------------
+
+    def track(self, attempt: AttemptRun) -> None:
+        self.attempts[attempt.task_id] = attempt
+
+    def untrack(self, attempt: AttemptRun) -> None:
+        if self.attempts.get(attempt.task_id) is attempt:
+            del self.attempts[attempt.task_id]
+        self._publisher.forget(attempt)
+
+    # --- Heartbeat -----------------------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        last_renewal = last_save = time.monotonic()
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            try:
+                now = time.monotonic()
+                running = list(self.attempts.values())
+                gone = await db(execution.still_ours, [a.claim for a in running])
+                for attempt in running:
+                    if attempt.task_id in gone:
+                        attempt.stop(
+                            agent_runner.CANCELLED if gone[attempt.task_id] == "cancelled" else agent_runner.LOST
+                        )
+                if now - last_renewal >= settings.GLASSBOX_LEASE_S / 3:
+                    last_renewal = now
+                    await db(execution.renew_leases, self.worker, [a.task_id for a in running if a.task_id not in gone])
+                if now - last_save >= settings.GLASSBOX_PROGRESS_SAVE_S:
+                    last_save = now
+                    await self.save_progress()
+                if self.accepting and not await db(cluster_still_running):
+                    log.info("agent host: the cluster is stopping; this worker stops taking work")
+                    self.accepting = False
+            except Exception:  # the heartbeat must survive a database hiccup; leases are renewed next time
+                log.exception("agent host: heartbeat failed")
+
+    async def save_progress(self) -> None:
+        """Save the output and usage of attempts that changed since they were last saved."""
+        changed = [a for a in self.attempts.values() if a.version != a.saved_version and a.stop_reason is None]
+        if not changed:
+            return
+        versions = {a.task_id: a.version for a in changed}
+        await db(execution.save_progress, [(a.claim, _copy(a.progress)) for a in changed])
+        for attempt in changed:
+            attempt.saved_version = versions[attempt.task_id]
+
+    async def _hand_back_all(self) -> None:
+        for attempt in list(self.attempts.values()):
+            attempt.stop(agent_runner.SHUTDOWN)
+
+
+def _copy(progress: execution.Progress) -> execution.Progress:
+    return execution.Progress(progress.output, progress.progress, progress.usage)
+
+
+def cluster_still_running() -> bool:
+    """False once this worker's qcluster is stopping (SIGTERM to its main process): django-q2 tells
+    its workers only through a STOP in their task queue, which a busy worker reads late."""
+    from django_q.conf import Conf
+    from django_q.status import Stat
+
+    sentinel = os.getppid()
+    for stat in Stat.get_all():
+        if stat.sentinel == sentinel:
+            return stat.status not in (Conf.STOPPING, Conf.STOPPED)
+    return True  # no stat seen (yet): keep working
+
+
+# --- One host per worker process --------------------------------------------------------------------
+
+_host: AgentHost | None = None
+_host_pid: int | None = None
+_lock = threading.Lock()
+
+
+def current() -> AgentHost:
+    """This process's host, started on first use (after a fork, a new one)."""
+    global _host, _host_pid
+    with _lock:
+        if _host is None or _host_pid != os.getpid():
+            _host, _host_pid = AgentHost(), os.getpid()
+            mp_util.Finalize(_host, _host.drain, exitpriority=100)
+        return _host
+
+
+def submit(attempt_id: int) -> str:
+    return current().submit(attempt_id)
+
+
+def prepare_worker_process(on_term: Callable[[], None] | None = None) -> None:
+    """In a q2 worker process (post_spawn): SIGTERM drains the host instead of killing the process.
+
+    systemd (and `kill` of a process group) sends SIGTERM to every process of the cluster at once;
+    django-q2 leaves its workers' default action, death, so every attempt in flight was lost. The
+    worker now stops taking work, finishes or hands back what it runs, and then exits.
+    """
+
+    def terminate(signum, frame) -> None:
+        threading.Thread(target=_drain_and_exit, name="glassbox-drain", daemon=True).start()
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by our qcluster for its sentinel
+
+
+def _drain_and_exit() -> None:
+    with _lock:
+        host = _host if _host_pid == os.getpid() else None
+    if host is not None:
+        host.drain()
+    os._exit(0)

@@ -1,0 +1,123 @@
+"""History and re-runs: launch a run again with the same settings, or re-run part of a run.
+
+- `launch_again(run)`: a new run of the same plan (the approver's edited copy, when the plan
+  was edited for that run) with the same cap, budget, failure policy and plan approval.
+- `rerun_from(task)`: a finished or failed task and everything below it in the DAG start over
+  in the same run; the tasks above keep their results, so their summaries feed the new attempts.
+  Outputs being cleared are first kept on the attempt that produced them (`Attempt.output`), so
+  a re-run never loses an earlier answer. Tokens and cost already spent stay counted.
+
+Both check the state and write their events in one transaction under the run's lock, like
+every action of `runs`.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+
+from orchestrator import events, wording
+from orchestrator.engine import runs, scheduler, transitions
+from orchestrator.engine.runs import ActionError
+from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
+
+State = TaskRun.State
+
+# Where a re-run may start: a task that has finished one way or another.
+RERUNNABLE = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
+# The run must not be doing anything to these tasks while they are reset.
+BUSY = (State.QUEUED, State.RUNNING, State.AWAITING_REVIEW)
+
+
+def launch_again(run: Run, *, user=None) -> Run:
+    """A new run of `run`'s plan with its settings; refused (ActionError) like any launch."""
+    inactive = sorted({s.agent.name for s in run.plan.subtasks.select_related("agent") if not s.agent.is_schedulable})
+    if inactive:
+        raise ActionError(
+            f"agent{'s' if len(inactive) > 1 else ''} {', '.join(inactive)} "
+            f"{'are' if len(inactive) > 1 else 'is'} no longer active: activate "
+            f"{'them' if len(inactive) > 1 else 'it'} in the admin, or launch another plan"
+        )
+    return runs.launch(
+        run.plan,
+        cap=run.cap,
+        budget_usd=run.budget_usd,
+        failure_policy=run.failure_policy,
+        launched_by=user,
+        require_plan_approval=run.checkpoints.filter(kind=Checkpoint.Kind.PLAN).exists(),
+    )
+
+
+def rerun_from(task: TaskRun, *, user=None) -> list[str]:
+    """Start `task` and its downstream over; returns the keys of the tasks reset, `task` first."""
+    with transaction.atomic():
+        run = scheduler.lock_run(task.run_id)
+        task = TaskRun.objects.select_related("subtask", "agent", "run").get(pk=task.pk)
+        if run.status == Run.Status.CANCELLED:
+            raise ActionError(f"run {run.pk} was cancelled: launch it again instead")
+        if run.status == Run.Status.AWAITING_APPROVAL:
+            raise ActionError(f"run {run.pk} has not started: its plan waits for approval")
+        if task.state not in RERUNNABLE:
+            raise ActionError(
+                f"task {task.key} is {task.get_state_display().lower()}: only a task that has finished "
+                "(succeeded, failed, skipped or cancelled) can be re-run"
+            )
+        below = runs.downstream_closure(task)
+        resets = list(
+            run.tasks.filter(subtask_id__in=[task.subtask_id, *below])
+            .select_related("subtask")
+            .order_by("subtask__position")
+        )
+        busy = [t.key for t in resets if t.state in BUSY]
+        if busy:
+            raise ActionError(
+                f"{', '.join(busy)} below {task.key} {'is' if len(busy) == 1 else 'are'} still at work: "
+                "wait until it ends, or pause the run and let it finish, then re-run"
+            )
+        resets.sort(key=lambda t: t.pk != task.pk)  # the task first, then its downstream in plan order
+        keep_outputs(resets)
+        for reset in resets:
+            if reset.state != State.PENDING:
+                transitions.move(
+                    reset,
+                    State.PENDING,
+                    output="",
+                    summary="",
+                    error="",
+                    progress=0,
+                    fault_count=0,
+                    skip_cascades=False,
+                    not_before=None,
+                    ready_at=None,
+                    started_at=None,
+                    finished_at=None,
+                    lease_owner="",
+                    lease_expires_at=None,
+                )
+        keys = [t.key for t in resets]
+        events.record(
+            "task.rerun",
+            run=run,
+            task=task,
+            user=user,
+            message=f"re-run from {task.key}: {wording.counted(len(keys), 'task')} start over",
+            payload={"reset": keys},
+        )
+        for reset in resets[1:]:
+            events.record("task.reset", run=run, task=reset, user=user, message=f"starts over: re-run from {task.key}")
+        if run.is_finished:
+            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
+            events.record("run.resumed", run=run, user=user, message=f"run reopened by a re-run from {task.key}")
+    scheduler.advance(run.pk)
+    return keys
+
+
+def keep_outputs(tasks: list[TaskRun]) -> None:
+    """Copy each task's current output onto the attempt that produced it (its latest succeeded one)."""
+    for task in tasks:
+        if not task.output:
+            continue
+        attempt = (
+            Attempt.objects.filter(task_run=task, state=Attempt.State.SUCCEEDED, output="").order_by("-number").first()
+        )
+        if attempt is not None:
+            Attempt.objects.filter(pk=attempt.pk).update(output=task.output)

@@ -1,0 +1,109 @@
+"""What never changes about a running run: its DAG and its subtasks' fixed fields, cached per process.
+
+A scheduling step used to read the plan's dependencies, subtasks and goal from the database on
+every call (and a count of each task's upstreams for its prompt's bound): a dozen statements and
+most of the step's CPU on a large run (docs/benchmarks.md). None of it can change once the run has
+left its plan checkpoint — plan edits happen only before (engine/plan_edits.py), and a re-run
+resets task states, not the graph — so each process reads it once per run and keeps it.
+The scheduler never asks for the shape of a run awaiting its plan's approval.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator.models import Dependency, Run, TaskRun
+
+CACHED_RUNS = 256
+
+
+@dataclass(frozen=True)
+class SubtaskShape:
+    subtask_id: int
+    task_id: int
+    key: str
+    title: str
+    gate: str
+    priority: int
+    inputs: str
+    estimated_input_tokens: int
+    instructions: str
+    upstreams: tuple[int, ...]  # subtask ids
+    has_downstream: bool
+
+
+@dataclass(frozen=True)
+class RunShape:
+    run_id: int
+    created_at: datetime  # with the id, the run's identity (a restored or test database reuses ids)
+    goal: str
+    subtasks: dict[int, SubtaskShape]  # by subtask id
+    by_task: dict[int, SubtaskShape]  # by task id
+
+
+_cache: OrderedDict[int, RunShape] = OrderedDict()
+_lock = threading.Lock()
+
+
+def of(run: Run, task_ids: set[int] | None = None) -> RunShape:
+    """The run's shape (two queries the first time in this process, none after).
+
+    A cached shape is used only for the same run — same id and creation time (a restored database,
+    or tests' rolled-back transactions, reuse ids) — with the same tasks (`task_ids`, as the caller
+    just read them).
+    """
+    with _lock:
+        shape = _cache.get(run.pk)
+        if (
+            shape is not None
+            and shape.created_at == run.created_at
+            and (task_ids is None or task_ids == shape.by_task.keys())
+        ):
+            _cache.move_to_end(run.pk)
+            return shape
+    shape = read(run)
+    with _lock:
+        _cache[run.pk] = shape
+        while len(_cache) > CACHED_RUNS:
+            _cache.popitem(last=False)
+    return shape
+
+
+def read(run: Run) -> RunShape:
+    rows = list(
+        TaskRun.objects.filter(run_id=run.pk).values_list(
+            "pk",
+            "subtask_id",
+            "subtask__key",
+            "subtask__title",
+            "subtask__gate",
+            "subtask__priority",
+            "subtask__inputs",
+            "subtask__estimated_input_tokens",
+            "subtask__instructions",
+            "run__plan__goal",
+        )
+    )
+    ups: dict[int, list[int]] = {row[1]: [] for row in rows}
+    downs: set[int] = set()
+    for up, down in Dependency.objects.filter(plan_id=run.plan_id).values_list("upstream_id", "downstream_id"):
+        if down in ups:
+            ups[down].append(up)
+            downs.add(up)
+    subtasks = {
+        sid: SubtaskShape(
+            sid, pk, key, title, gate, priority, inputs, estimate, instructions, tuple(ups[sid]), sid in downs
+        )
+        for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _ in rows
+    }
+    goal = rows[0][-1] if rows else ""
+    return RunShape(run.pk, run.created_at, goal, subtasks, {s.task_id: s for s in subtasks.values()})
+
+
+def forget(run_id: int) -> None:
+    """Drop a run's shape from this process (tests; a run whose plan changed before it started)."""
+    with _lock:
+        _cache.pop(run_id, None)

@@ -1,0 +1,243 @@
+"""An attempt of an agent that holds tool grants: the agent loop, wired to the engine (DESIGN §10).
+
+``agent_runner`` hands such an attempt here instead of streaming one completion. It runs
+``agent_loop.run_agent_loop`` inside the attempt's :class:`~orchestrator.tools.toolbox.Toolbox`
+(the run's workspace as the servers' working directory), with the agent's ``max_steps`` and the
+task's timeout as the deadline (time spent waiting for people does not count), and answers the
+loop's hooks:
+
+* ``on_step``: each step becomes a durable audit event of the task (``Step.event_type``, its
+  ``payload()`` and the attempt's number), written behind the loop in batches by
+  :class:`StepLog` (one transaction a batch, numbered through the run's event sequence: never the
+  run row); the step also goes to viewers live (``AttemptRun.add_step``, engine/live.py).
+* ``on_text``: the streamed text feeds the live output, as a plain completion's does.
+* ``on_usage``: every model call's usage is added to the attempt's, which the heartbeat saves and
+  every end records, so nothing is dropped on failure, timeout or cancellation.
+* ``reserve``: before every model call after the first, the run's budget must cover another
+  call's worst case (``execution.reserve_call``); admission reserved the first.
+* ``approve``: a call of a tool granted with approval opens a tool checkpoint and waits for a
+  person's decision (engine/tool_approvals.py), polling it on the database threads; the task's
+  cancellation (seen by the host's heartbeat, or by the poll itself) ends the wait.
+* ``on_feedback``: a provider's rate-limit report is applied as for any attempt.
+
+The caller records the attempt's end from the :class:`~orchestrator.engine.agent_loop.LoopOutcome`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, cast
+
+from orchestrator import events
+from orchestrator.db_threads import run as db
+from orchestrator.engine import execution, feedback, tool_approvals
+from orchestrator.engine.agent_loop import (
+    Decision,
+    LoopHooks,
+    LoopOutcome,
+    ModelCallUsage,
+    Step,
+    StreamingProvider,
+    ToolCall,
+    capped_arguments,
+    run_agent_loop,
+)
+from orchestrator.engine.context import own_tokens_bound
+from orchestrator.engine.execution import Claim
+from orchestrator.models import Checkpoint
+from orchestrator.providers.base import AgentRequest, ProviderFeedback, TextDelta, Usage, get_provider
+from orchestrator.tools import full_results
+from orchestrator.tools.servers import ServerGrant
+from orchestrator.tools.toolbox import Toolbox
+from orchestrator.tools.workspace import run_directory
+
+if TYPE_CHECKING:
+    from orchestrator.engine.agent_runner import AttemptRun
+
+log = logging.getLogger(__name__)
+
+# How often a call awaiting approval reads its checkpoint (and whether its task still runs).
+APPROVAL_POLL_S = 1.0
+
+
+class StepLog:
+    """An attempt's steps as audit events, written behind the loop: a step waits only for the
+    write under way, and whatever arrived meanwhile is written next, in one transaction."""
+
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+        self._pending: list[Step] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    def add(self, step: Step) -> None:
+        self._pending.append(step)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._drain(), name=f"steps-{self.claim.attempt.pk}")
+
+    async def _drain(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await db(record_steps, self.claim, batch)
+            except Exception:  # the audit trail must not fail the attempt; the log says what was lost
+                log.exception("attempt %s: %s step event(s) not written", self.claim.attempt.pk, len(batch))
+
+    async def flush(self) -> None:
+        """Every step so far is written (also when the caller is being cancelled)."""
+        while self._writer is not None and not self._writer.done():
+            writer = self._writer
+            try:
+                await asyncio.shield(writer)
+            except asyncio.CancelledError:
+                await writer
+                raise
+
+
+def record_steps(claim: Claim, steps: list[Step]) -> None:
+    """Write steps of an attempt as events of its task, in one transaction. A tool result too long
+    for its event is first kept whole (tools/full_results.py) for the attempt's page."""
+    task = claim.task
+    for step in steps:
+        if step.kind == "tool_result":
+            try:
+                full_results.keep(task.run_id, task.pk, claim.attempt.number, step.call_id, step.result_full)
+            except (OSError, ValueError):  # the event keeps its preview; the page says only that was kept
+                log.exception("attempt %s: the whole result of call %s not kept", claim.attempt.pk, step.call_id)
+    with events.atomic():
+        for step in steps:
+            events.record(
+                step.event_type,
+                run=task.run_id,
+                task=task,
+                actor_name=f"agent:{task.agent.name}",
+                message=step.sentence(),
+                payload={"attempt": claim.attempt.number, **step.payload()},
+            )
+
+
+def input_tokens_bound(request: AgentRequest) -> int:
+    """A bound of the input tokens of a request with its conversation and tools (4 chars a token)."""
+    tools = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in request.tools]
+    conversation = json.dumps(request.conversation(), ensure_ascii=False, default=str)
+    return own_tokens_bound(request.system_prompt, conversation, json.dumps(tools, default=str))
+
+
+class Hooks:
+    """The loop's hooks for one attempt (see the module docstring)."""
+
+    def __init__(self, current: AttemptRun) -> None:
+        self.current = current
+        self.claim = current.claim
+        self.steps = StepLog(current.claim)
+        self.calls: list[Usage] = []
+        self.model_calls = 0
+        self.text_step = 0
+
+    def loop_hooks(self) -> LoopHooks:
+        return LoopHooks(
+            on_step=self.on_step,
+            on_usage=self.on_usage,
+            reserve=self.reserve,
+            approve=self.approve,
+            on_text=self.on_text,
+            on_feedback=self.on_feedback,
+        )
+
+    async def on_step(self, step: Step) -> None:
+        self.current.add_step(step)
+        self.steps.add(step)
+
+    async def on_text(self, step: int, delta: TextDelta) -> None:
+        if step != self.text_step:
+            if self.text_step and self.current.progress.output and delta.text:
+                self.current.add_text(TextDelta("\n\n", delta.output_tokens))
+            self.text_step = step
+        self.current.add_text(delta)
+
+    async def on_usage(self, call: ModelCallUsage) -> None:
+        self.calls.append(call.usage)
+        self.current.set_usage(total(self.calls))
+
+    async def reserve(self, request: AgentRequest) -> bool:
+        self.model_calls += 1
+        if self.model_calls == 1:
+            return True  # admission reserved the first call
+        return await db(execution.reserve_call, self.claim, input_tokens_bound(request), self.current.progress.usage)
+
+    async def on_feedback(self, report: ProviderFeedback) -> None:
+        await db(feedback.apply, report)
+
+    async def approve(self, call: ToolCall) -> Decision:
+        if call.tool is None:  # the loop asks only for granted tools
+            return Decision(False, "not granted")
+        asked = tool_approvals.Asked(
+            call_id=call.id,
+            name=call.name,
+            server=call.tool.server,
+            tool=call.tool.tool,
+            arguments=capped_arguments(call.arguments),
+        )
+        await self.steps.flush()  # the call is in the audit log before anyone is asked about it
+        checkpoint_id = await db(tool_approvals.open_checkpoint, self.claim, asked)
+        decided = False
+        try:
+            while True:
+                answer = await db(tool_approvals.read, checkpoint_id)
+                # Checked first: a run's cancellation closes its checkpoints, which is no rejection.
+                await self._still_ours()
+                if not answer.pending:
+                    decided = True
+                    return Decision(answer.status == Checkpoint.Status.APPROVED, answer.comment, answer.decided_by)
+                await asyncio.sleep(APPROVAL_POLL_S)
+        finally:
+            if not decided:
+                why = f"the attempt ended while waiting ({self.current.stop_reason or 'stopped'})"
+                closing = asyncio.ensure_future(db(tool_approvals.close, checkpoint_id, why))
+                try:
+                    await asyncio.shield(closing)
+                except asyncio.CancelledError:
+                    await closing
+                    raise
+
+    async def _still_ours(self) -> None:
+        """Stop the attempt when its task was cancelled or lost meanwhile (the host's heartbeat
+        says so too; this also holds where no heartbeat runs)."""
+        gone = await db(execution.still_ours, [self.claim])
+        if self.claim.task.pk in gone:
+            from orchestrator.engine.agent_runner import CANCELLED, LOST
+
+            self.current.stop(CANCELLED if gone[self.claim.task.pk] == "cancelled" else LOST)
+            await asyncio.sleep(0)  # the cancellation lands here
+
+
+def total(usages: list[Usage]) -> Usage:
+    return Usage(
+        input_tokens=sum(u.input_tokens for u in usages),
+        output_tokens=sum(u.output_tokens for u in usages),
+        cache_read_tokens=sum(u.cache_read_tokens for u in usages),
+        cache_creation_tokens=sum(u.cache_creation_tokens for u in usages),
+    )
+
+
+async def run_loop(current: AttemptRun, request: AgentRequest, grants: list[ServerGrant]) -> LoopOutcome:
+    """Run the agent loop for this attempt; every step written before it returns or raises."""
+    claim = current.claim
+    hooks = Hooks(current)
+    deadline = time.monotonic() + request.timeout_s
+    try:
+        async with Toolbox(grants, cwd=run_directory(claim.task.run_id)) as toolbox:
+            # Every provider's stream is an async generator (closed with aclose), as the loop needs.
+            provider = cast(StreamingProvider, get_provider(request.provider))
+            return await run_agent_loop(
+                provider,
+                request,
+                toolbox,
+                hooks.loop_hooks(),
+                max_steps=claim.task.agent.max_steps,
+                deadline=deadline,
+            )
+    finally:
+        await hooks.steps.flush()

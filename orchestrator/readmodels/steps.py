@@ -1,0 +1,312 @@
+"""A task's path, read back from its audit events: what the glass box shows of an agent that acts.
+
+The agent loop (orchestrator/engine/agent_loop.py) reports every step; the runtime records each as
+an event of the task. This module turns those events back into rows: a call joined with its
+approval and its result, in the order the agent took them, per attempt, and the task's current
+activity for its DAG node ("step 3 · calling lookup").
+
+The contract with the runtime (what it must write, per attempt ``n`` of a task):
+
+* one event per ``Step``: ``events.record(step.event_type, task=task, actor_name="agent:<name>",
+  message=step.sentence(), payload={**step.payload(), "attempt": n})``, in the order the loop
+  reports them (``agent.text``, ``tool.call``, ``tool.approval``, ``tool.result``,
+  ``tool.refused``, ``agent.model_call``, ``agent.stopped``);
+* for a ``tool_result`` step, *before* its event: ``full_results.keep(run_id, task_id, n,
+  step.call_id, step.result_full)`` (orchestrator/tools/full_results.py). It writes a file only
+  when the whole result is longer than the event's preview; the attempt's detail page reads it
+  back (:func:`whole_result`), and says so when a cut result was not kept.
+
+Each row has a stable DOM id (``path-<seq of its first event>``): the live view sends a row again
+when a later event completes it (a call's result) and appends it when it is new.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.models import Attempt, Event, TaskRun
+from orchestrator.tools import full_results
+
+STEP_EVENT_TYPES = (
+    "agent.text",
+    "tool.call",
+    "tool.approval",
+    "tool.result",
+    "tool.refused",
+    "agent.model_call",
+    "agent.stopped",
+)
+# How much of a result the task panel shows (the event keeps more, the attempt's detail all).
+PANEL_RESULT_CHARS = 800
+# A model call's stop reason, in words (others are shown as they are).
+STOP_WORDS = {
+    "end_turn": "ended its turn",
+    "tool_use": "asked for tools",
+    "max_tokens": "reached its output limit (max tokens)",
+    "stop_sequence": "reached a stop sequence",
+    "pause_turn": "paused its turn",
+    "refusal": "refused to answer",
+}
+
+
+@dataclass
+class PathRow:
+    """One row of a task's path: a text, a model call, a tool call (with its approval and
+    result), a refusal or a stop."""
+
+    step: int
+    kind: str  # "text", "model", "call", "refused", "stopped"
+    attempt: int | None
+    text: str = ""
+    text_chars: int = 0
+    call_id: str = ""
+    tool: str = ""
+    server: str = ""
+    server_tool: str = ""
+    arguments: Any = None
+    approval_required: bool = False
+    approved: bool | None = None
+    comment: str = ""
+    decided_by: str = ""
+    approval_wait_s: float | None = None
+    result: str = ""
+    result_chars: int = 0
+    truncated: bool = False
+    is_error: bool = False
+    duration_s: float | None = None
+    stop_reason: str = ""
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    done: bool = False  # a call whose result has arrived
+    whole: str | None = None  # the whole result, read for the attempt's detail (with_whole_results)
+    seqs: list[int] = field(default_factory=list)
+
+    @property
+    def dom_id(self) -> str:
+        return f"path-{self.seqs[0] if self.seqs else 0}"
+
+    @property
+    def result_cut(self) -> bool:
+        """The row shows part of the result only (the whole is on the attempt's detail page)."""
+        return self.truncated or self.result_chars > len(self.result) or len(self.result) > full_results.PREVIEW_CHARS
+
+    @property
+    def result_shown(self) -> str:
+        """The result as the task panel shows it: its start, when it is long."""
+        cut = self.result[:PANEL_RESULT_CHARS]
+        return cut + "…" if len(cut) < len(self.result) and not cut.endswith("…") else cut
+
+    @property
+    def panel_cuts_result(self) -> bool:
+        return self.result_cut or len(self.result) > PANEL_RESULT_CHARS
+
+    @property
+    def arguments_text(self) -> str:
+        """The arguments as indented JSON (the start of it, when the event kept only that)."""
+        if isinstance(self.arguments, dict) and self.arguments.get("_cut"):
+            return str(self.arguments.get("json", ""))
+        return json.dumps(self.arguments, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+    @property
+    def arguments_short(self) -> bool:
+        """Short enough to show open in the panel (a few lines)."""
+        text = self.arguments_text
+        return len(text) <= 300 and text.count("\n") <= 8
+
+    @property
+    def arguments_chars(self) -> int | None:
+        """The size of arguments the event kept only the start of (None: kept whole)."""
+        if isinstance(self.arguments, dict) and self.arguments.get("_cut"):
+            return int(self.arguments.get("_chars") or 0)
+        return None
+
+    @property
+    def waiting_for_approval(self) -> bool:
+        return self.kind == "call" and self.approval_required and self.approved is None
+
+    @property
+    def stop_words(self) -> str:
+        return STOP_WORDS.get(self.stop_reason, self.stop_reason.replace("_", " "))
+
+
+@dataclass
+class AttemptPath:
+    """One attempt's path: its number, its Attempt row (None if it has none yet) and its rows."""
+
+    number: int | None
+    attempt: Attempt | None
+    rows: list[PathRow]
+
+    @property
+    def dom_id(self) -> str:
+        return f"path-attempt-{self.attempt.task_run_id if self.attempt else 0}-{self.number or 0}"
+
+    @property
+    def calls(self) -> int:
+        return sum(1 for row in self.rows if row.kind == "call")
+
+    @property
+    def model_calls(self) -> int:
+        return sum(1 for row in self.rows if row.kind == "model")
+
+
+def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:
+    events = Event.objects.filter(task_run=task, type__in=STEP_EVENT_TYPES)
+    if attempt is not None:
+        events = events.filter(payload__attempt=attempt)
+    return list(events.order_by("seq", "id"))
+
+
+def rows_of(events: Iterable[Event]) -> list[PathRow]:
+    """The path rows of step events given oldest first."""
+    rows: list[PathRow] = []
+    calls: dict[tuple[Any, str], PathRow] = {}
+    for event in events:
+        data = event.payload or {}
+        step, number, seq = int(data.get("step", 0)), data.get("attempt"), event.seq or 0
+        key = (number, str(data.get("call_id", "")))
+        base: dict[str, Any] = {"step": step, "attempt": number, "seqs": [seq]}
+        if event.type == "agent.text":
+            text = data.get("text", "")
+            rows.append(PathRow(kind="text", text=text, text_chars=int(data.get("text_chars") or len(text)), **base))
+        elif event.type == "agent.model_call":
+            rows.append(
+                PathRow(
+                    kind="model",
+                    stop_reason=data.get("stop_reason", ""),
+                    duration_s=data.get("duration_s"),
+                    input_tokens=data.get("input_tokens"),
+                    output_tokens=data.get("output_tokens"),
+                    **base,
+                )
+            )
+        elif event.type == "tool.call":
+            row = PathRow(
+                kind="call",
+                call_id=key[1],
+                tool=data.get("tool", ""),
+                server=data.get("server", ""),
+                server_tool=data.get("server_tool", ""),
+                arguments=data.get("arguments"),
+                approval_required=bool(data.get("approval_required")),
+                **base,
+            )
+            calls[key] = row
+            rows.append(row)
+        elif event.type in ("tool.approval", "tool.result") and key in calls:
+            row = calls[key]
+            row.seqs.append(seq)
+            if event.type == "tool.approval":
+                row.approved, row.comment = data.get("approved"), data.get("comment", "")
+                row.decided_by, row.approval_wait_s = data.get("decided_by", ""), data.get("duration_s")
+            else:
+                row.result, row.result_chars = data.get("result", ""), int(data.get("result_chars", 0))
+                row.truncated, row.is_error, row.done = bool(data.get("truncated")), bool(data.get("error")), True
+                row.duration_s = data.get("duration_s")
+        elif event.type == "tool.refused":
+            rows.append(
+                PathRow(
+                    kind="refused",
+                    call_id=key[1],
+                    tool=data.get("tool", ""),
+                    arguments=data.get("arguments"),
+                    text=data.get("text", ""),
+                    is_error=True,
+                    done=True,
+                    **base,
+                )
+            )
+        elif event.type == "agent.stopped":
+            rows.append(
+                PathRow(kind="stopped", text=data.get("text", ""), stop_reason=data.get("stop_reason", ""), **base)
+            )
+    return rows
+
+
+def task_path(task: TaskRun, *, attempt: int | None = None) -> list[PathRow]:
+    """The task's path, oldest first (one attempt's when ``attempt`` is given)."""
+    return rows_of(step_events(task, attempt=attempt))
+
+
+def attempt_paths(task: TaskRun) -> list[AttemptPath]:
+    """The task's path per attempt, oldest attempt first: every attempt that has a row or a step."""
+    by_number: dict[Any, list[PathRow]] = defaultdict(list)
+    for row in task_path(task):
+        by_number[row.attempt].append(row)
+    attempts = {a.number: a for a in Attempt.objects.filter(task_run=task)}
+    numbers = sorted(set(attempts) | {n for n in by_number if isinstance(n, int)})
+    paths = [AttemptPath(n, attempts.get(n), by_number.get(n, [])) for n in numbers]
+    if by_number.get(None):  # steps recorded without an attempt number: kept, not hidden
+        paths.insert(0, AttemptPath(None, None, by_number[None]))
+    return paths
+
+
+def attempt_path(task: TaskRun, number: int, *, whole_results: bool = False) -> AttemptPath:
+    """One attempt's path; with ``whole_results`` each finished call carries its whole result
+    (``row.whole``: the kept file, or the event's result when it was whole; None when a cut
+    result was not kept)."""
+    attempt = Attempt.objects.filter(task_run=task, number=number).first()
+    path = AttemptPath(number, attempt, task_path(task, attempt=number))
+    if whole_results:
+        for row in path.rows:
+            if row.kind == "call" and row.done:
+                row.whole = whole_result(task, row) if row.result_cut else row.result
+    return path
+
+
+def whole_result(task: TaskRun, row: PathRow) -> str | None:
+    """The whole result of a call row, as kept for the attempt's detail (None: only the preview)."""
+    if row.kind != "call" or not row.done or row.attempt is None:
+        return None
+    return full_results.read(task.run_id, task.pk, int(row.attempt), row.call_id)
+
+
+# --- What the agent is doing now ------------------------------------------------------------------
+
+
+def activity_of(rows: list[PathRow]) -> str:
+    """What an agent whose current attempt's path is ``rows`` is doing now."""
+    waiting = [row for row in rows if row.kind == "call" and not row.done]
+    if waiting:
+        row = waiting[-1]
+        if row.waiting_for_approval:
+            doing = f"waiting for approval of {row.tool}"
+        elif row.approved is False:
+            doing = f"{row.tool} rejected"
+        else:
+            doing = f"calling {row.tool}"
+        if len(waiting) > 1:
+            doing += f" (+{len(waiting) - 1} more)"
+        return f"step {row.step} · {doing}"
+    if not rows:
+        return "step 1 · thinking"
+    last = max(rows, key=lambda row: row.seqs[-1])
+    if last.kind == "stopped":
+        return f"step {last.step} · stopped"
+    if last.kind in ("call", "refused") or (last.kind == "model" and last.stop_reason == "tool_use"):
+        return f"step {last.step + 1} · thinking"
+    if last.kind == "model":
+        return f"step {last.step} · finishing"
+    return f"step {last.step} · writing" if last.kind == "text" else f"step {last.step} · thinking"
+
+
+def activities(tasks: Iterable[TaskRun]) -> dict[int, str]:
+    """What each running task's agent is doing now (one query for all); others are left out."""
+    running = {t.pk: t.attempt_count for t in tasks if t.state == TaskRun.State.RUNNING}
+    if not running:
+        return {}
+    found: dict[int, list[Event]] = defaultdict(list)
+    events = Event.objects.filter(task_run_id__in=list(running), type__in=STEP_EVENT_TYPES).order_by("seq", "id")
+    for event in events.only("seq", "type", "payload", "task_run_id"):
+        if (event.payload or {}).get("attempt") == running[event.task_run_id]:
+            found[event.task_run_id].append(event)
+    return {task_id: activity_of(rows_of(found.get(task_id, []))) for task_id in running}
+
+
+def current_activity(task: TaskRun) -> str:
+    """What a running agent is doing now, for its DAG node; "" when it is not running."""
+    return activities([task]).get(task.pk, "")

@@ -1,0 +1,54 @@
+"""Money and counts in words: the one place their rules live, for every layer.
+
+The engine writes sentences people read (a refused launch, a run's summary, a budget stop) and
+the dashboard renders pages (dashboard/formatting.py re-exports `usd`), so the rules sit at the
+bottom of the stack where both may use them:
+
+- `usd`: never rounds a real amount to zero. Under a cent it keeps two significant digits
+  ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
+  thousands separators ($1,234.50). Zero is $0.00.
+- `counted`: "1 task", "2 tasks", "0 tasks".
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+
+EM_DASH = "—"
+# The finest amount shown (costs are stored with six decimals).
+SMALLEST_USD = Decimal("0.000001")
+
+
+def _decimal(amount) -> Decimal | None:
+    try:
+        value = Decimal(str(amount if amount is not None else 0))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() else None
+
+
+def usd(amount) -> str:
+    """Dollars for people: $0.00, $0.000012, $0.0050, $0.0649, $12.35, $1,234.50 (an em dash
+    when `amount` is not a number)."""
+    value = _decimal(amount)
+    if value is None:
+        return EM_DASH
+    sign = "-" if value < 0 else ""
+    size = abs(value)
+    if size == 0:
+        return "$0.00"
+    if size.quantize(Decimal("0.0001"), ROUND_HALF_UP) >= 1:
+        return f"{sign}${size.quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
+    if size < SMALLEST_USD:
+        return "<$0.000001"
+    if size >= Decimal("0.01"):
+        places = 4
+    else:
+        # Two significant digits, at least four decimals: 0.005 → 0.0050, 0.000012 → 0.000012.
+        places = min(6, max(4, -size.adjusted() + 1))
+    return f"{sign}${size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)}"
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """`count` and the noun in the right number: counted(1, "task") == "1 task"."""
+    return f"{count} {singular if count == 1 else (plural or singular + 's')}"

@@ -1,0 +1,85 @@
+"""Every page works at 390 px (a phone held upright): nothing overflows sideways; wide tables and
+the graph scroll inside their own box. Screenshots in test-artifacts/<test>/."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from orchestrator.engine import runs
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.browser]
+
+PHONE = {"width": 390, "height": 844}
+
+
+def overflow(page) -> list[str]:
+    """What sticks out to the right of the viewport (the page scrolls sideways because of it)."""
+    return page.evaluate(
+        """() => {
+            const width = document.documentElement.clientWidth;
+            const out = [];
+            if (document.documentElement.scrollWidth > width + 1) {
+                for (const el of document.body.querySelectorAll('*')) {
+                    const r = el.getBoundingClientRect();
+                    if (r.right > width + 1 && r.width > 0 && getComputedStyle(el).position !== 'fixed') {
+                        let inside = el.parentElement, clipped = false;
+                        while (inside && inside !== document.body) {
+                            const o = getComputedStyle(inside).overflowX;
+                            if (o === 'auto' || o === 'scroll' || o === 'hidden') { clipped = true; break; }
+                            inside = inside.parentElement;
+                        }
+                        if (!clipped) out.push((el.id ? '#' + el.id : el.tagName.toLowerCase() + '.' + el.className) + ' right=' + Math.round(r.right));
+                    }
+                }
+                out.unshift('scrollWidth=' + document.documentElement.scrollWidth);
+            }
+            return out.slice(0, 12);
+        }"""
+    )
+
+
+def test_every_page_fits_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, browser_user, screenshot
+):
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan(
+        {
+            "scope": ("researcher", [], {"instructions": "Frame the question in one paragraph."}),
+            "a": ("researcher", ["scope"]),
+            "b": ("architect", ["scope"]),
+            "merge": ("writer", ["a", "b"], {"gate": "before"}),
+        },
+        goal="Choose a message queue for the billing service and explain the trade-offs to the team",
+    )
+    run = runs.launch(plan, cap=2, budget_usd="1", launched_by=browser_user)
+    waiting = runs.launch(plan, require_plan_approval=True)
+    task = run.tasks.get(subtask__key="scope")
+    pages = {
+        "runs": "/runs/",
+        "run": f"/runs/{run.pk}/",
+        "run-panel": f"/runs/{run.pk}/?task={task.pk}",
+        "run-awaiting-approval": f"/runs/{waiting.pk}/",
+        "plans": "/plans/",
+        "plan": f"/plans/{plan.pk}/",
+        "new-run": "/runs/new/",
+        "approvals": "/approvals/",
+    }
+    problems = {}
+    for name, url in pages.items():
+        page.goto(url)
+        expect(page.locator("main")).to_be_visible()
+        screenshot(page, name)
+        sticking_out = overflow(page)
+        if sticking_out:
+            problems[name] = sticking_out
+    page.goto("/runs/new/")
+    page.get_by_label("Plan file", exact=True).set_input_files(str(ROOT / "examples" / "research_brief.yaml"))
+    page.get_by_role("button", name="Check the plan").click()
+    expect(page.get_by_role("heading", name="Check before launch")).to_be_visible()
+    screenshot(page, "preflight")
+    if sticking_out := overflow(page):
+        problems["preflight"] = sticking_out
+    assert problems == {}, "\n".join(f"{k}: {v}" for k, v in problems.items())

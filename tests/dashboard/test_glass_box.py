@@ -1,0 +1,379 @@
+"""The agent's path in the glass box (issue 12, points 3 and 6): the task panel's steps per
+attempt and their live rows, the DAG node's activity, the attempt's page with whole results, the
+run's artifacts and their download, the audit export, and nothing secret or unescaped on the page."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+
+import pytest
+from django.urls import reverse
+
+from dashboard import fragments
+from orchestrator import events
+from orchestrator.engine import runs, scheduler
+from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
+from orchestrator.governance.audit_export import iter_export
+from orchestrator.models import Attempt, Event, TaskRun
+from orchestrator.tools import sessions, workspace
+from orchestrator.tools.toolbox import Toolbox
+from tests.agent_steps import loop_steps, record_loop, record_step
+from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, request, tool_turn
+from tests.orchestrator.readmodels.conftest import start
+from tests.orchestrator.tools.conftest import grant_of, server_spec
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>alert("x")</script><img src=x onerror="alert(1)">'
+VIEWER = fragments.Viewer(can_control=False, can_decide=False)
+
+
+@pytest.fixture
+def run(make_plan, demo_agents, priced_limit, monkeypatch, artifacts_dir):
+    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    return runs.launch(make_plan({"look": ("researcher", []), "write": ("writer", ["look"])}), budget_usd="5")
+
+
+@pytest.fixture
+def viewer(client, personas):
+    client.force_login(personas["viewer"])
+    return client
+
+
+def look(run) -> TaskRun:
+    return run.tasks.get(subtask__key="look")
+
+
+def panel(client, run, task) -> str:
+    response = client.get(reverse("run_task", args=[run.pk, task.pk]), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+async def lookup(text: str = "", limit: int = 10) -> str:
+    return f"found: {text}"
+
+
+async def broken(text: str = "") -> str:
+    raise RuntimeError("the index is down")
+
+
+def a_path(task, **options) -> None:
+    """Step 1: text, an approved lookup, a refused rm, a failing call; step 2: the answer."""
+    tools = FakeTools(lookup=(lookup, True), broken=(broken, False))
+    provider = ScriptedProvider(
+        tool_turn(("lookup", {"text": "sqlite wal", "limit": 3}), ("rm", {"path": "/"}), ("broken", {})),
+        answer("WAL it is."),
+    )
+    record_loop(task, provider, tools, decisions=[Decision(True, "looks safe", "alice")], **options)
+
+
+# --- The task panel's path ----------------------------------------------------------------------
+
+
+def test_the_panel_shows_the_path_text_calls_approvals_results_refusals_and_stops(viewer, run):
+    task = look(run)
+    a_path(task)
+    html = panel(viewer, run, task)
+    assert f'id="task-path-{task.pk}"' in html
+    assert "Let me check." in html and "WAL it is." in html
+    assert "srv:lookup" in html
+    assert "&quot;limit&quot;: 3,\n  &quot;text&quot;: &quot;sqlite wal&quot;" in html  # pretty-printed arguments
+    assert re.search(r"Approved by <strong>alice</strong> after [\d.]+ s: “looks safe”", html)
+    assert "found: sqlite wal" in html and re.search(r"answered in [\d.]+ s", html)
+    refused = re.search(r'<li id="path-\d+" class="path-row path-refused is-error".*?</li>', html, re.S)
+    assert refused and "rm" in refused.group(0) and "not granted" in refused.group(0)
+    failed = re.search(r'<li id="path-\d+" class="path-row path-call is-error".*?</li>', html, re.S)
+    assert failed and "the index is down" in failed.group(0) and 'class="path-result is-error"' in failed.group(0)
+    assert "asked for tools" in html and "ended its turn" in html  # each model call's stop reason
+
+
+def test_a_retried_task_shows_each_attempts_path_the_latest_open(viewer, run):
+    task = look(run)
+    record_loop(task, ScriptedProvider(answer("First try.")), FakeTools(), attempt=1)
+    Attempt.objects.create(task_run=task, number=2)
+    TaskRun.objects.filter(pk=task.pk).update(attempt_count=2)
+    record_loop(task, ScriptedProvider(answer("Second try.")), FakeTools(), attempt=2)
+    html = panel(viewer, run, task)
+    first = re.search(rf'<details id="path-attempt-{task.pk}-1" class="path-attempt">.*?</details>', html, re.S)
+    second = re.search(rf'<details id="path-attempt-{task.pk}-2" class="path-attempt" open>.*?</details>', html, re.S)
+    assert first and "First try." in first.group(0) and "Second try." not in first.group(0)
+    assert second and "Second try." in second.group(0)
+
+
+def test_a_task_without_steps_says_so(viewer, run):
+    assert "No steps yet." in panel(viewer, run, run.tasks.get(subtask__key="write"))  # pending: no attempt
+    queued = panel(viewer, run, look(run))
+    assert f'id="path-attempt-{look(run).pk}-1"' in queued and "No step recorded yet." in queued
+
+
+def test_a_long_result_is_cut_in_the_panel_and_whole_on_the_attempts_page(viewer, run):
+    task = look(run)
+
+    async def long(text: str = "") -> str:
+        return "".join(f"row {i:04d}\n" for i in range(900))
+
+    record_loop(task, ScriptedProvider(tool_turn(("long", {})), answer("ok")), FakeTools(long=(long, False)))
+    html = panel(viewer, run, task)
+    assert "row 0000" in html and "row 0899" not in html
+    link = re.search(r'<a href="([^"]+)#(path-\d+)">Whole result</a>', html)
+    assert link and link.group(1) == reverse("run_attempt", args=[run.pk, task.pk, 1])
+    page = viewer.get(link.group(1)).content.decode()
+    assert "row 0000" in page and "row 0899" in page and f'id="{link.group(2)}"' in page
+    assert "Whole result</a>" not in page  # the page shows it, no link to itself
+
+
+def test_the_attempts_page_is_for_viewers_of_the_run_only(client, personas, run):
+    task = look(run)
+    a_path(task)
+    url = reverse("run_attempt", args=[run.pk, task.pk, 1])
+    assert client.get(url).status_code == 302  # to the login
+    client.force_login(personas["outsider"])
+    assert client.get(url).status_code == 403
+    client.force_login(personas["viewer"])
+    assert client.get(url).status_code == 200
+    assert client.get(reverse("run_attempt", args=[run.pk, task.pk, 7])).status_code == 404
+    folder = client.get(reverse("run_task_attempts", args=[run.pk, task.pk]))
+    assert folder.status_code == 302 and folder["Location"].endswith(f"?task={task.pk}")
+
+
+# --- Live: rows, not the whole panel ------------------------------------------------------------
+
+
+def test_step_events_send_the_panel_head_and_their_rows_not_the_whole_panel(run):
+    task = look(run)
+    start(task)
+    steps = loop_steps(
+        ScriptedProvider(tool_turn(("lookup", {"text": "q"})), answer("Done.")),
+        FakeTools(lookup=(lookup, False)),
+    )
+    record_step(task, steps[0])  # the first step of the attempt: the attempt is sent whole
+    after_first = events.latest_seq(run.pk)
+    first = fragments.render_batch(run.pk, after_first - 1, VIEWER, task.pk)
+    assert (
+        f'id="path-attempt-{task.pk}-1"' in first.html and f'data-upsert="#task-path-{task.pk}-attempts"' in first.html
+    )
+    for step in steps[1:3]:  # model call, tool call
+        record_step(task, step)
+    call_seq = events.latest_seq(run.pk)
+    batch = fragments.render_batch(run.pk, after_first, VIEWER, task.pk)
+    assert f'id="task-head-{task.pk}"' in batch.html
+    assert f'id="task-output-{task.pk}"' not in batch.html and f'id="task-attempts-{task.pk}"' not in batch.html
+    assert f'id="path-attempt-{task.pk}-1"' not in batch.html
+    call_row = f'<li id="path-{call_seq}" class="path-row path-call is-open"'
+    assert call_row in batch.html and f'data-upsert="#path-attempt-{task.pk}-1-rows"' in batch.html
+    assert "calling…" in batch.html and "step 1 · calling lookup" in batch.html  # the head says it too
+    record_step(task, steps[3])  # its result: the same row again, complete
+    result = fragments.render_batch(run.pk, call_seq, VIEWER, task.pk)
+    assert f'<li id="path-{call_seq}" class="path-row path-call"' in result.html and "found: q" in result.html
+
+
+def test_a_task_event_sends_the_whole_panel_with_its_path(run):
+    task = look(run)
+    a_path(task)
+    before = events.latest_seq(run.pk)
+    events.record("task.started", task=task, payload={"attempt": 1})
+    batch = fragments.render_batch(run.pk, before, VIEWER, task.pk)
+    assert f'id="task-attempts-{task.pk}"' in batch.html and f'id="task-path-{task.pk}"' in batch.html
+
+
+def test_the_dag_node_reads_the_activity_from_the_task_row_while_it_runs(run):
+    task = look(run)
+    start(task)
+    before = events.latest_seq(run.pk) or 0
+    events.record("tool.call", task=task, payload={"step": 3, "call_id": "c", "tool": "lookup", "attempt": 1})
+    batch = fragments.render_batch(run.pk, before, VIEWER)
+    row = re.search(rf'<div id="task-{task.pk}" [^>]*>', batch.html).group(0)
+    assert 'data-activity="step 3 · calling lookup"' in row
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.SUCCEEDED)
+    done = events.latest_seq(run.pk)
+    events.record("task.succeeded", task=task)
+    row = re.search(rf'<div id="task-{task.pk}" [^>]*>', fragments.render_batch(run.pk, done, VIEWER).html).group(0)
+    assert "data-activity" not in row
+
+
+# --- Artifacts ----------------------------------------------------------------------------------
+
+
+def write_artifact(run, name: str, content: bytes) -> None:
+    path = workspace.run_directory(run.pk) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+
+
+def test_the_page_lists_the_runs_files_with_sizes_and_links(viewer, run):
+    page = viewer.get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert 'id="run-artifacts"' in page and "No files yet" in page
+    write_artifact(run, "report.md", b"# Report\n" * 100)
+    write_artifact(run, "notes/a b.txt", b"x")
+    page = viewer.get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert f'href="/runs/{run.pk}/artifacts/report.md" download' in page and "900\xa0bytes" in page
+    assert f'href="/runs/{run.pk}/artifacts/notes/a%20b.txt"' in page
+
+
+def test_a_workspace_of_many_files_lists_the_first_and_counts_the_rest(viewer, run, monkeypatch):
+    monkeypatch.setattr(fragments, "ARTIFACTS_LISTED", 3)
+    for i in range(5):
+        write_artifact(run, f"f{i}.txt", b"x")
+    page = viewer.get(reverse("run_detail", args=[run.pk])).content.decode()
+    assert "f2.txt" in page and "f3.txt" not in page and "And 2 more files, not listed here." in page
+
+
+def test_a_file_is_downloaded_whole(viewer, run):
+    write_artifact(run, "notes/a b.txt", b"hello \x00 bytes")
+    response = viewer.get(reverse("run_artifact", args=[run.pk, "notes/a b.txt"]))
+    assert response.status_code == 200
+    assert b"".join(response.streaming_content) == b"hello \x00 bytes"
+    assert response["Content-Disposition"].startswith("attachment;") and "a b.txt" in response["Content-Disposition"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../secret.txt", "notes/../../secret.txt", "%2e%2e/secret.txt", "/etc/passwd", "//etc/passwd", ".hidden", "nope"],
+)
+def test_nothing_outside_the_runs_directory_is_served(viewer, run, artifacts_dir, name):
+    write_artifact(run, "notes/ok.txt", b"ok")
+    write_artifact(run, ".hidden", b"hidden")
+    (artifacts_dir / "secret.txt").write_bytes(b"secret")
+    response = viewer.get(f"/runs/{run.pk}/artifacts/{name}")
+    assert response.status_code == 404 and b"secret" not in response.content
+
+
+def test_a_symbolic_link_out_of_the_directory_is_not_followed(viewer, run, artifacts_dir, tmp_path):
+    (tmp_path / "outside.txt").write_bytes(b"outside")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "f.txt").write_bytes(b"outside")
+    root = workspace.run_directory(run.pk)
+    os.symlink(tmp_path / "outside.txt", root / "link.txt")
+    os.symlink(tmp_path / "outside", root / "dir")
+    for name in ("link.txt", "dir/f.txt"):
+        assert viewer.get(reverse("run_artifact", args=[run.pk, name])).status_code == 404
+
+
+def test_another_runs_file_is_not_served_through_this_run(viewer, run, make_plan):
+    other = runs.launch(make_plan({"x": ("researcher", [])}), budget_usd="5")
+    write_artifact(other, "theirs.txt", b"theirs")
+    assert viewer.get(reverse("run_artifact", args=[run.pk, "theirs.txt"])).status_code == 404
+    assert viewer.get(reverse("run_artifact", args=[other.pk, "theirs.txt"])).status_code == 200
+
+
+def test_downloading_needs_the_permission_to_view_the_run(client, personas, run):
+    write_artifact(run, "report.md", b"r")
+    url = reverse("run_artifact", args=[run.pk, "report.md"])
+    assert client.get(url).status_code == 302
+    client.force_login(personas["outsider"])
+    assert client.get(url).status_code == 403
+    assert Event.objects.filter(type="access.denied").exists()
+
+
+def test_the_artifacts_are_sent_again_after_a_tool_result_and_when_the_run_ends(run, personas):
+    task = look(run)
+    before = events.latest_seq(run.pk)
+    write_artifact(run, "figures.csv", b"a,b\n")
+    record_loop(
+        task, ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("ok")), FakeTools(lookup=(lookup, False))
+    )
+    batch = fragments.render_batch(run.pk, before, VIEWER)
+    assert (
+        'id="run-artifacts" class="card artifacts" aria-labelledby="artifacts-title" hx-swap-oob="true"' in batch.html
+    )
+    assert "figures.csv" in batch.html
+    before = events.latest_seq(run.pk)
+    runs.cancel(run, user=personas["launcher"])
+    assert 'id="run-artifacts"' in fragments.render_batch(run.pk, before, VIEWER).html
+    before = events.latest_seq(run.pk)
+    events.record("task.progress", task=task, payload={"progress": 5})
+    assert 'id="run-artifacts"' not in fragments.render_batch(run.pk, before, VIEWER).html
+
+
+# --- The audit export ---------------------------------------------------------------------------
+
+
+def test_the_audit_export_has_the_tool_calls_and_results_with_their_payloads(run):
+    task = look(run)
+    a_path(task)
+    lines = [json.loads(line) for line in iter_export(Event.objects.filter(run=run).order_by("seq"), "jsonl")]
+    by_type = {}
+    for line in lines:
+        by_type.setdefault(line["type"], []).append(line)
+    call = next(c for c in by_type["tool.call"] if c["payload"]["tool"] == "lookup")
+    assert call["payload"]["arguments"] == {"text": "sqlite wal", "limit": 3} and call["payload"]["attempt"] == 1
+    assert call["actor"] == "agent:researcher" and call["task"] == "look"
+    result = next(r for r in by_type["tool.result"] if r["payload"]["tool"] == "lookup")
+    assert result["payload"]["result"] == "found: sqlite wal" and "duration_s" in result["payload"]
+    assert by_type["tool.approval"][0]["payload"]["decided_by"] == "alice"
+    assert by_type["tool.refused"][0]["payload"]["tool"] == "rm"
+    assert {"agent.text", "agent.model_call"} <= set(by_type)
+    csv = "".join(iter_export(Event.objects.filter(run=run, type="tool.call"), "csv"))
+    assert "sqlite wal" in csv
+
+
+# --- Nothing unescaped, nothing secret ----------------------------------------------------------
+
+
+def test_a_steps_payload_is_rendered_escaped_everywhere(viewer, run):
+    task = look(run)
+    start(task)
+    payload = {"step": 1, "call_id": XSS, "tool": XSS, "server": XSS, "server_tool": XSS, "attempt": 1}
+    events.record("agent.text", task=task, payload={"step": 1, "text": XSS, "attempt": 1})
+    events.record("tool.call", task=task, payload={**payload, "arguments": {XSS: XSS}, "approval_required": True})
+    events.record("tool.approval", task=task, payload={**payload, "approved": False, "comment": XSS, "decided_by": XSS})
+    events.record(
+        "tool.result", task=task, payload={**payload, "result": XSS * 200, "result_chars": 20000, "error": True}
+    )
+    events.record("tool.refused", task=task, payload={**payload, "arguments": [XSS], "text": XSS})
+    events.record("agent.stopped", task=task, payload={"step": 2, "text": XSS, "stop_reason": XSS, "attempt": 1})
+    pages = [
+        panel(viewer, run, task),
+        viewer.get(reverse("run_detail", args=[run.pk]) + f"?task={task.pk}").content.decode(),
+        viewer.get(reverse("run_attempt", args=[run.pk, task.pk, 1])).content.decode(),
+        fragments.render_batch(run.pk, 0, VIEWER, task.pk).html,
+    ]
+    for html in pages:
+        assert "<script>alert" not in html and "<img src=x" not in html
+        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
+
+
+def test_a_servers_secret_never_reaches_the_page(viewer, run, tmp_path):
+    """A real MCP round trip: the server repeats its declared environment; the toolbox masks the
+    secret value before the step exists, so no event, page, panel, export or kept file has it."""
+    secret = "declared-token-value-7f3a"
+    spec = server_spec(SERVICE_TOKEN=secret)
+    tools = asyncio.run(sessions.discover(spec))
+    task = look(run)
+
+    async def steps_of():
+        async with Toolbox([grant_of(spec, tools)], cwd=tmp_path) as box:
+            provider = ScriptedProvider(
+                tool_turn(("environment", {}), ("big", {"chars": 5000}), ("leak_and_die", {})), answer("ok")
+            )
+            found = []
+
+            async def on_step(step):
+                found.append(step)
+
+            async def on_usage(usage):
+                pass
+
+            await run_agent_loop(provider, request(), box, LoopHooks(on_step=on_step, on_usage=on_usage), max_steps=3)
+            return found
+
+    for step in asyncio.run(steps_of()):
+        record_step(task, step)
+    environment = next(e for e in task.events.filter(type="tool.result") if e.payload["tool"] == "environment")
+    assert "SERVICE_TOKEN" in environment.payload["result"]  # the server did repeat it, masked
+    pages = [
+        panel(viewer, run, task),
+        viewer.get(reverse("run_detail", args=[run.pk]) + f"?task={task.pk}").content.decode(),
+        viewer.get(reverse("run_attempt", args=[run.pk, task.pk, 1])).content.decode(),
+        viewer.get(reverse("run_download_json", args=[run.pk])).content.decode(),
+        "".join(iter_export(Event.objects.filter(run=run), "jsonl")),
+    ]
+    assert "SERVICE_TOKEN" in pages[0]
+    for html in pages:
+        assert secret not in html
+    kept = list((workspace.run_directory(run.pk).parent / "tool-results").rglob("*"))
+    assert all(secret not in p.read_text() for p in kept if p.is_file())

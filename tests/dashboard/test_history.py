@@ -1,0 +1,141 @@
+"""History and re-runs as people see them: a plan's page with its runs side by side, "Launch
+again", "Re-run from here", the request behind each attempt in the task panel, estimate against
+actual at the end, and URLs that never end in a 404 when trimmed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.urls import reverse
+
+from orchestrator.engine import runs
+from orchestrator.models import Run
+from tests.conftest import fast_latency
+from tests.conftest import run_here as run_all
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_broker")]
+
+HTMX = {"HTTP_HX_REQUEST": "true"}
+
+
+@pytest.fixture
+def finished(make_agent, make_plan, priced_limit, personas):
+    make_agent("researcher", provider_options=fast_latency(0.01), system_prompt="You are careful.")
+    make_agent("writer", provider_options=fast_latency(0.01))
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}, goal="Compare two queues")
+    return run_all(runs.launch(plan, cap=2, budget_usd="0.50", launched_by=personas["launcher"]))
+
+
+@pytest.fixture
+def launcher(client, personas):
+    client.force_login(personas["launcher"])
+    return client
+
+
+def test_the_plan_page_lists_every_run_of_the_plan_side_by_side(launcher, finished, personas):
+    second = run_all(runs.launch(finished.plan, cap=1, budget_usd="0.40"))
+    runs.cancel(runs.launch(finished.plan))
+    page = launcher.get(f"/plans/{finished.plan_id}/")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr id="plan-run-(\d+)">(.*?)</tr>', page.text, re.S)
+    assert [int(pk) for pk, _ in rows][1:] == [second.pk, finished.pk]  # newest first
+    first_row = dict(rows)[str(finished.pk)]
+    assert "Succeeded" in first_row and "2 of 2 tasks succeeded" in first_row
+    assert "cap 2 · budget $0.5000" in first_row and "launcher" in first_row
+    assert "$0.0" in first_row  # its cost and its estimate
+    assert "Cancelled" in dict(rows)[rows[0][0]]
+    assert f'href="/runs/new/?plan={finished.plan_id}"' in page.text  # launch it again from here
+    assert "Estimated cost" in page.text and "worst case" in page.text  # two answers per agent: not yet learned
+    listing = launcher.get("/plans/").text
+    assert f'id="plan-row-{finished.plan_id}"' in listing and ">3</td>" in listing  # three runs
+
+
+def test_launch_again_starts_a_new_run_with_the_same_settings(launcher, finished):
+    response = launcher.post(f"/runs/{finished.pk}/launch-again/", **HTMX)
+    again = Run.objects.exclude(pk=finished.pk).get()
+    assert response["HX-Redirect"] == f"/runs/{again.pk}/"
+    assert (again.plan_id, again.cap, again.budget_usd) == (finished.plan_id, 2, finished.budget_usd)
+    page = launcher.get(f"/runs/{again.pk}/").text
+    assert f"Run #{again.pk} launched: plan {finished.plan_id} again, with run #{finished.pk}&#x27;s settings." in page
+
+
+def test_a_viewer_cannot_launch_again_and_sees_no_button(client, personas, finished):
+    client.force_login(personas["viewer"])
+    assert 'data-action="launch-again"' not in client.get(f"/runs/{finished.pk}/").text
+    assert client.post(f"/runs/{finished.pk}/launch-again/").status_code == 403
+    assert Run.objects.count() == 1
+
+
+def test_rerun_from_here_in_the_task_panel(launcher, finished):
+    scope = finished.tasks.get(subtask__key="scope")
+    panel = launcher.get(f"/runs/{finished.pk}/tasks/{scope.pk}/", **HTMX).text
+    assert 'data-action="rerun"' in panel and "the 1 task below it" in panel
+    response = launcher.post(f"/runs/{finished.pk}/tasks/{scope.pk}/rerun/", **HTMX)
+    assert "scope and 1 task below it will run again; the results above are kept." in response.text
+    finished.refresh_from_db()
+    assert finished.status == Run.Status.RUNNING
+    assert dict(finished.tasks.values_list("subtask__key", "state")) == {"scope": "queued", "write": "pending"}
+    refused = launcher.post(f"/runs/{finished.pk}/tasks/{scope.pk}/rerun/", **HTMX)
+    assert refused["X-Glassbox-Refused"] == "1" and "task scope is queued" in refused.text
+
+
+def test_the_task_panel_shows_the_request_behind_each_attempt(launcher, finished):
+    write = finished.tasks.get(subtask__key="write")
+    scope = finished.tasks.get(subtask__key="scope")
+    panel = launcher.get(f"/runs/{finished.pk}/tasks/{write.pk}/", **HTMX).text
+    assert "Request sent: simulated:sim-1 · max 1,024 tokens · timeout 30 s" in panel
+    assert "Goal of the whole team: Compare two queues" in panel
+    summary_start = scope.summary.split()[0]
+    assert f"- Scope (scope): {summary_start}" in panel  # the upstream summary it was given
+    scope_panel = launcher.get(f"/runs/{finished.pk}/tasks/{scope.pk}/", **HTMX).text
+    assert "You are careful." in scope_panel  # the system prompt
+
+
+def test_the_finished_run_sets_its_cost_against_the_estimate(launcher, finished):
+    page = launcher.get(f"/runs/{finished.pk}/").text
+    match = re.search(r'id="cost-estimate">estimated (\$[\d.]+): it cost (\d+)% of that', page)
+    assert match, "the cost card does not compare the cost with the estimate"
+    assert 0 < int(match.group(2)) < 100  # simulated answers are shorter than the worst case
+
+
+# --- URLs -------------------------------------------------------------------------------------------
+
+
+def trimmed(url: str) -> list[str]:
+    """Every prefix of `url` that ends at a slash: /runs/7/tasks/3/ → /runs/7/tasks/, /runs/7/, /runs/, /."""
+    parts = url.strip("/").split("/")
+    return ["/" + "/".join(parts[:n]) + ("/" if n else "") for n in range(len(parts) - 1, -1, -1)]
+
+
+def test_no_url_a_person_can_reach_by_trimming_gives_a_404(client, make_agent, make_plan, django_user_model):
+    admin = django_user_model.objects.create_superuser("root")
+    client.force_login(admin)
+    make_agent("researcher")
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
+    run = runs.launch(plan, require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    task = run.tasks.get(subtask__key="a")
+    deep = [
+        reverse("run_task_output", args=[run.pk, task.pk]),
+        reverse("run_task_retry", args=[run.pk, task.pk]),
+        reverse("run_plan_edit", args=[run.pk, checkpoint.pk, "a"]),
+        reverse("run_checkpoint_decide", args=[run.pk, checkpoint.pk]),
+        reverse("approval_approve", args=[checkpoint.pk]),
+        reverse("plan_document", args=[plan.pk]),
+        reverse("runs_table"),
+        "/runs/new/some-token/",
+        "/accounts/password_change/",
+    ]
+    seen = set()
+    for url in deep:
+        for prefix in trimmed(url):
+            if prefix in seen:
+                continue
+            seen.add(prefix)
+            response = client.get(prefix, follow=True)
+            assert response.status_code != 404, f"{prefix} (trimmed from {url}) is a 404"
+            assert response.status_code == 200, f"{prefix}: {response.status_code}"
+    assert {"/", "/runs/", f"/runs/{run.pk}/tasks/", f"/runs/{run.pk}/checkpoints/{checkpoint.pk}/subtasks/a/"} <= seen
+    assert client.get("/").url == "/runs/"
+    assert client.get(f"/approvals/{checkpoint.pk}/").url == f"/runs/{run.pk}/#checkpoint-{checkpoint.pk}"

@@ -1,0 +1,192 @@
+"""Every status a person reads stays true through each transition: pause, resume, cancel, reject,
+fail, finish. After each one the run page (header, cards, task rows), the runs list and the
+plan's page are read as a person reads them.
+
+Nothing is enqueued (no workers): attempts are run in this process with conftest.run_attempt,
+so every state comes from the engine's own transitions.
+"""
+
+from __future__ import annotations
+
+import html as html_module
+import re
+from decimal import Decimal
+
+import pytest
+
+from orchestrator.engine import runs
+from orchestrator.models import Attempt, Run, TaskRun
+from tests.conftest import fast_latency, run_attempt, run_here
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_broker")]
+
+State = TaskRun.State
+
+
+@pytest.fixture
+def viewer(client, personas):
+    client.force_login(personas["viewer"])
+    return client
+
+
+def text_of(html: str) -> str:
+    """The page as words: tags dropped, whitespace folded (what a person reads)."""
+    return html_module.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)))
+
+
+def run_page(client, run: Run) -> str:
+    """The run page without its event log (the log is history: it rightly keeps what was said)."""
+    response = client.get(f"/runs/{run.pk}/")
+    assert response.status_code == 200
+    return re.sub(r'<div id="event-log-rows".*?</div>\s*</div>\s*</div>', "", response.text, flags=re.S)
+
+
+def runs_row(client, run: Run) -> str:
+    html = client.get("/runs/").text
+    row = re.search(rf'<tr id="run-row-{run.pk}">(.*?)</tr>', html, re.S)
+    assert row, f"run {run.pk} is not in the runs list"
+    return row.group(1)
+
+
+def strip_states(html: str) -> list[str]:
+    """The states of a state strip's segments, left to right."""
+    return re.findall(r'<rect class="state-([a-z_]+)"', html)
+
+
+def task_row(html: str, task: TaskRun) -> str:
+    match = re.search(rf'<div id="task-{task.pk}" .*?</div>\s*</div>', html, re.S)
+    assert match, f"no row for task {task.pk}"
+    return html_module.unescape(match.group(0))
+
+
+@pytest.fixture
+def wide_run(make_agent, make_plan, priced_limit):
+    """Six independent tasks under a cap of 2: two are queued, four wait for a slot."""
+    make_agent("researcher", provider_options=fast_latency(0.01), max_concurrency=6)
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(6)}, goal="Six probes")
+    return runs.launch(plan, cap=2, budget_usd="1.00")
+
+
+def test_while_running_waiting_tasks_say_the_run_cap_holds_them(viewer, wide_run):
+    page = run_page(viewer, wide_run)
+    waiting = wide_run.tasks.filter(state=State.READY)
+    assert waiting.count() == 4
+    for task in waiting:
+        assert "run cap reached (2 running)" in task_row(page, task)
+    assert "reserved in flight" in text_of(page)  # two attempts are queued: their worst case is held
+
+
+def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wide_run):
+    runs.pause(wide_run)
+    page = run_page(viewer, wide_run)
+    words = text_of(page)
+    assert "run cap reached" not in page
+    for task in wide_run.tasks.filter(state=State.READY):
+        assert "run paused: starts when the run is resumed" in task_row(page, task)
+    assert "paused: nothing new starts" in words
+    assert 'data-run-status="paused"' in page
+    assert "Paused" in runs_row(viewer, wide_run)
+
+    runs.resume(wide_run)
+    page = run_page(viewer, wide_run)
+    assert "run paused" not in page
+    assert all("run cap reached (2 running)" in task_row(page, t) for t in wide_run.tasks.filter(state=State.READY))
+
+
+def test_a_task_that_becomes_ready_while_paused_says_paused(viewer, make_agent, make_plan):
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    runs.pause(run)
+    run_attempt(Attempt.objects.get(task_run__subtask__key="a").pk)  # a finishes while paused
+    b = run.tasks.get(subtask__key="b")
+    assert (b.state, b.wait_code) == (State.READY, "run_paused")
+    assert "run paused: starts when the run is resumed" in task_row(run_page(viewer, run), b)
+
+
+def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewer, wide_run):
+    wide_run.refresh_from_db()
+    assert wide_run.reserved_usd > 0
+    runs.cancel(wide_run)
+    wide_run.refresh_from_db()
+    assert wide_run.reserved_usd == Decimal("0")
+    assert not Attempt.objects.filter(task_run__run=wide_run, state=Attempt.State.QUEUED).exists()
+    assert not Attempt.objects.filter(task_run__run=wide_run, reserved_usd__gt=0).exists()
+    page = run_page(viewer, wide_run)  # a reload: nothing stale survives
+    words = text_of(page)
+    assert "reserved in flight" not in words
+    assert "run cap reached" not in page and "run paused" not in page
+    assert 'data-run-status="cancelled"' in page
+    totals = page[page.index('id="run-totals"') :]
+    assert strip_states(totals)[:1] == ["cancelled"]
+    row = runs_row(viewer, wide_run)
+    assert "0 of 6 tasks succeeded" in text_of(row) and "6 cancelled" in text_of(row)
+    assert strip_states(row) == ["cancelled"]  # grey, never a full green bar
+
+
+def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), require_plan_approval=True)
+    page = run_page(viewer, run)
+    assert "waits for the plan's approval" in text_of(page)
+    for task in run.tasks.all():
+        assert (task.wait_code, task.wait_reason) == ("plan_approval", "waits for the plan's approval")
+        assert "waits for the plan's approval" in task_row(page, task)
+
+    runs.decide(run.checkpoints.get(), approve=False, user=personas["approver"], comment="wrong agents")
+    page = run_page(viewer, run)
+    words = text_of(page)
+    assert "waits for the plan's approval" not in words
+    assert "never started" in words and "plan rejected: wrong agents" in words
+    assert not run.tasks.exclude(wait_code="").exists()
+    row = text_of(runs_row(viewer, run))
+    assert "Cancelled" in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
+
+
+def test_approving_the_plan_clears_what_the_tasks_waited_for(personas, make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), require_plan_approval=True)
+    runs.decide(run.checkpoints.get(), approve=True, user=personas["approver"])
+    assert not run.tasks.filter(wait_code="plan_approval").exists()
+    assert run.tasks.get(subtask__key="a").state == State.QUEUED
+
+
+def test_a_failure_reads_as_a_failure_everywhere(viewer, make_agent, make_plan, priced_limit):
+    make_agent("researcher", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    make_agent("writer", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", [])}))
+    run_here(run)
+    assert run.status == Run.Status.FAILED
+    assert run.summary.startswith("1 of 3 tasks failed: a (simulated failure")
+    assert "1 skipped because an upstream task did not succeed" in run.summary
+    page = run_page(viewer, run)
+    assert 'data-run-status="failed"' in page
+    assert strip_states(page[page.index('id="run-totals"') :])[:3] == ["succeeded", "failed", "skipped"]
+    assert "upstream a did not succeed" in task_row(page, run.tasks.get(subtask__key="b"))
+    row = text_of(runs_row(viewer, run))
+    assert "1 of 3 tasks succeeded" in row and "1 failed" in row and "1 skipped" in row
+    assert "reserved in flight" not in text_of(page)
+
+
+@pytest.mark.parametrize(
+    ("keys", "summary"), [(["a"], "the only task succeeded"), (["a", "b"], "all 2 tasks succeeded")]
+)
+def test_finish_counts_in_words(viewer, make_agent, make_plan, keys, summary):
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({key: ("researcher", []) for key in keys}))
+    run_here(run)
+    assert run.status == Run.Status.SUCCEEDED and run.summary == summary
+    page = run_page(viewer, run)
+    assert summary in page and "all 1 tasks" not in page
+    row = text_of(runs_row(viewer, run))
+    total = len(keys)
+    assert f"{total} of {total} task{'s' if total > 1 else ''} succeeded" in row
+    assert strip_states(runs_row(viewer, run)) == ["succeeded"]
+
+
+def test_a_budget_of_half_a_cent_is_not_called_zero(make_agent, make_plan, priced_limit):
+    make_agent("researcher", max_output_tokens=1024)
+    plan = make_plan({"a": ("researcher", [])})
+    with pytest.raises(runs.LaunchRefused) as refused:
+        runs.launch(plan, budget_usd="0.005")
+    assert "over the budget of $0.0050" in str(refused.value)
+    assert "$0.00 " not in str(refused.value) and "$0.0000" not in str(refused.value)

@@ -1,0 +1,106 @@
+"""Estimates that learn: the worst case (max output tokens) until an agent has history, then the
+median of its recorded usage; the pre-flight says which, and the run keeps its estimate."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from orchestrator.engine import cost_estimates, preflight, runs
+from orchestrator.models import Attempt, TaskRun
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_broker")]
+
+
+def record_history(agent, usages, model: str | None = "sim-1") -> None:
+    """Succeeded attempts of `agent` with these (input, output) tokens, as the engine records them."""
+    from orchestrator.models import Plan, Run, Subtask
+
+    plan = Plan.objects.create(goal="history")
+    run = Run.objects.create(plan=plan)
+    for index, (tokens_in, tokens_out) in enumerate(usages):
+        subtask = Subtask.objects.create(plan=plan, key=f"h{index}", title="h", agent=agent, position=index)
+        task = TaskRun.objects.create(run=run, subtask=subtask, agent=agent, state=TaskRun.State.SUCCEEDED)
+        Attempt.objects.create(
+            task_run=task,
+            number=1,
+            state=Attempt.State.SUCCEEDED,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            request={"model": model} if model else {},  # None: recorded before requests were kept
+        )
+
+
+@pytest.fixture
+def plan(make_agent, make_plan, priced_limit):
+    make_agent("researcher", max_output_tokens=1000)
+    make_agent("writer", max_output_tokens=2000)
+    return make_plan(
+        {"a": ("researcher", [], {"estimate": {"input_tokens": 100}}), "b": ("researcher", []), "w": ("writer", ["a"])}
+    )
+
+
+def test_without_history_every_task_is_estimated_at_its_agents_maximum_output(plan):
+    estimate = cost_estimates.plan_estimate(plan)
+    # researcher: (100 + 0) input × $3 + 2 × 1,000 output × $15; writer: a's summary as input (its
+    # bound, 220 tokens: context.estimated_input_tokens) × $3 + 2,000 output × $15 (per million)
+    assert estimate.total_usd == Decimal("0.0003") + Decimal("0.03") + Decimal("0.00066") + Decimal("0.03")
+    assert not any(line.basis.learned for line in estimate.agents)
+    assert estimate.basis_text.startswith("worst case: no agent has history yet")
+    researcher = next(line for line in estimate.agents if line.agent.name == "researcher")
+    assert researcher.basis.text == "no history yet: assumes its maximum of 1,000 output tokens per task"
+
+
+def test_with_history_the_median_usage_replaces_the_worst_case(plan):
+    researcher = plan.subtasks.get(key="a").agent
+    record_history(researcher, [(400, 150), (500, 210), (450, 190), (9000, 990)])  # one odd answer
+    estimate = cost_estimates.plan_estimate(plan)
+    lines = {line.agent.name: line for line in estimate.agents}
+    basis = lines["researcher"].basis
+    assert basis.learned and (basis.samples, basis.median_input_tokens, basis.median_output_tokens) == (4, 475, 200)
+    assert basis.text == "median of its last 4 answers: 475 tokens in, 200 out"
+    # a: max(100 planned, 475) in + 200 out; b: 475 in + 200 out — each at $3 / $15 per million
+    assert lines["researcher"].estimate_usd == 2 * (Decimal(475 * 3 + 200 * 15) / 1_000_000)
+    assert not lines["writer"].basis.learned
+    assert estimate.basis_text == (
+        "median recorded usage of researcher; worst case (maximum output) for writer, which has no history yet"
+    )
+    assert estimate.total_usd < Decimal("0.06096")
+
+
+def test_history_needs_a_few_answers_and_the_agents_current_model(plan):
+    researcher = plan.subtasks.get(key="a").agent
+    record_history(researcher, [(400, 150), (500, 210)])
+    assert not cost_estimates.usage_basis(researcher).learned
+    assert cost_estimates.usage_basis(researcher).text.startswith("only 2 answers so far")
+    record_history(researcher, [(10, 10)] * 5, model="another-model")  # answers of another model do not count
+    assert cost_estimates.usage_basis(researcher).samples == 2
+    record_history(researcher, [(450, 180)], model=None)  # before attempts kept their request: counted
+    assert cost_estimates.usage_basis(researcher).learned
+
+
+def test_the_median_never_passes_the_agents_maximum(plan):
+    writer = plan.subtasks.get(key="w").agent
+    record_history(writer, [(100, 5000)] * 3)
+    writer.max_output_tokens = 800
+    assert cost_estimates.usage_basis(writer).tokens(0) == (100, 800)
+
+
+def test_a_run_that_fits_on_history_is_launched_and_keeps_its_estimate(plan):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.0610 is over the budget of \$0.0200"):
+        runs.launch(plan, budget_usd="0.02")
+    for subtask in plan.subtasks.select_related("agent"):
+        record_history(subtask.agent, [(300, 100)] * 3)
+    run = runs.launch(plan, budget_usd="0.02")
+    assert run.estimate_usd == cost_estimates.plan_estimate(plan).total_usd < Decimal("0.02")
+
+
+def test_the_preflight_shows_each_agents_basis_and_equals_the_launch_check(plan):
+    record_history(plan.subtasks.get(key="a").agent, [(300, 100)] * 3)
+    checked = preflight.check_saved_plan(plan, cap=2, budget_usd=Decimal("1"))
+    lines = {line.name: line for line in checked.agents}
+    assert lines["researcher"].learned and lines["researcher"].basis.startswith("median of its last 3 answers")
+    assert not lines["writer"].learned and "maximum of 2,000 output tokens" in lines["writer"].basis
+    assert "median recorded usage of researcher" in checked.estimate_basis
+    assert checked.estimate_usd == runs.estimate_cost(plan)

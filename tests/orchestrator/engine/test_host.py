@@ -1,0 +1,184 @@
+"""The agent host in this process: many attempts at once, back-pressure, heartbeats, chaining, draining."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from orchestrator.engine import execution, host, runs
+from orchestrator.engine.host import AgentHost
+from orchestrator.models import Attempt, Event, TaskRun
+from tests.conftest import fast_latency, wait_for_run, wait_until
+from tests.orchestrator.engine.test_processes import attempt_intervals, peak_overlap
+
+State = TaskRun.State
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def make_host(settings):
+    settings.GLASSBOX_LEASE_S = 3.0
+    hosts: list[AgentHost] = []
+
+    def make(slots: int = 50) -> AgentHost:
+        hosts.append(AgentHost(slots=slots, db_threads_count=2))
+        return hosts[-1]
+
+    yield make
+    for agent_host in hosts:
+        agent_host.drain(grace_s=0)
+
+
+def submit_queued(agent_host: AgentHost, run) -> None:
+    for attempt in Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).order_by("pk"):
+        assert agent_host.submit(attempt.pk) == "accepted"
+
+
+def test_one_host_runs_many_attempts_at_once(make_agent, make_plan, make_host, broker):
+    make_agent("researcher", max_concurrency=30, provider_options=fast_latency(1.5))
+    run = runs.launch(make_plan({f"t{i:02}": ("researcher", []) for i in range(30)}), cap=30)
+    broker.purge_queue()  # this test plays the worker that took every delivery
+    submit_queued(make_host(slots=50), run)
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert peak_overlap(attempt_intervals(run)) == 30  # one process, thirty attempts in flight
+    assert set(Attempt.objects.filter(task_run__run=run).values_list("worker", flat=True)) == {execution.worker_name()}
+
+
+def test_a_full_host_blocks_the_hand_over_until_a_slot_frees(make_agent, make_plan, make_host, broker):
+    make_agent("researcher", max_concurrency=3, provider_options=fast_latency(1.0))
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "abc"}), cap=3)
+    broker.purge_queue()
+    agent_host = make_host(slots=2)
+    attempts = list(Attempt.objects.filter(task_run__run=run).order_by("pk"))
+    assert agent_host.submit(attempts[0].pk) == "accepted"
+    assert agent_host.submit(attempts[1].pk) == "accepted"
+    handed: list[float] = []
+    third = threading.Thread(target=lambda: handed.append(agent_host.submit(attempts[2].pk) and time.time()))
+    third.start()
+    third.join(30)
+    wait_for_run(run, 30)
+    for attempt in attempts:
+        attempt.refresh_from_db()
+    first_end = min(attempts[0].finished_at, attempts[1].finished_at).timestamp()
+    assert handed and handed[0] >= first_end  # the third waited for a free slot
+    assert attempts[2].started_at.timestamp() >= first_end
+
+
+def test_the_host_runs_the_downstream_task_it_admitted_itself(make_agent, make_plan, make_host, broker):
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", ["b"])}))
+    broker.purge_queue()  # this test plays the worker that took a's delivery
+    submit_queued(make_host(), run)
+    run = wait_for_run(run, 30)
+    assert run.status == "succeeded"
+    assert broker.queue_size() == 0  # b and c were run by the same host, never enqueued
+    # ... and claimed by it in the transaction of the success that admitted them: no claim of
+    # their own, so no event came between their admission and their start.
+    for key in "bc":
+        kinds = list(
+            Event.objects.filter(run=run, task_run__subtask__key=key, type__in=["task.queued", "task.started"])
+            .order_by("seq")
+            .values_list("seq", flat=True)
+        )
+        assert len(kinds) == 2 and kinds[1] == kinds[0] + 1
+
+
+def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, make_host, broker, settings):
+    settings.GLASSBOX_CLAIM_NEXT = False
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    broker.purge_queue()
+    agent_host = make_host()
+    submit_queued(agent_host, run)
+    wait_until(lambda: run.tasks.get(subtask__key="b").state == State.QUEUED, 30, "b admitted")
+    assert run.tasks.get(subtask__key="a").state == State.SUCCEEDED
+    assert broker.queue_size() == 1  # b went to the broker
+
+
+def test_cancelling_a_run_stops_its_running_attempt_at_the_next_heartbeat(make_agent, make_plan, make_host):
+    make_agent("researcher", provider_options={"hang": True}, timeout_s=60)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    submit_queued(agent_host := make_host(), run)
+    wait_until(lambda: run.tasks.get().state == State.RUNNING, 30, "the attempt to start")
+    runs.cancel(run)
+    assert agent_host.wait_idle(timeout=10)
+    attempt = Attempt.objects.get(task_run__run=run)
+    assert attempt.state == "cancelled" and attempt.input_tokens > 0  # it keeps what it had used
+    assert run.tasks.get().state == State.CANCELLED
+
+
+def test_an_attempt_whose_lease_the_reaper_took_is_stopped_and_discarded(make_agent, make_plan, make_host):
+    from orchestrator.engine import reaper
+
+    make_agent("researcher", provider_options={"hang": True}, timeout_s=60)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    submit_queued(make_host(), run)
+    wait_until(lambda: run.tasks.get().state == State.RUNNING, 30, "the attempt to start")
+    TaskRun.objects.filter(run=run).update(lease_expires_at="2000-01-01T00:00:00Z")  # as if the host stalled
+    assert reaper.reap_expired() == 1
+    wait_until(lambda: Attempt.objects.get(task_run__run=run, number=1).late_result_discarded, 10, "the discard")
+    first = Attempt.objects.get(task_run__run=run, number=1)
+    assert first.state == "lost" and first.input_tokens > 0
+    assert Event.objects.filter(run=run, type="attempt.late_result_discarded").count() == 1
+
+
+def test_progress_is_saved_on_the_task_row_without_events(make_agent, make_plan, make_host, settings):
+    settings.GLASSBOX_PROGRESS_SAVE_S = 0.5
+    make_agent("researcher", provider_options=fast_latency(4.0))
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    submit_queued(make_host(), run)
+    wait_until(lambda: run.tasks.get().progress > 0 and run.tasks.get().output, 30, "saved progress")
+    assert run.tasks.get().state == State.RUNNING
+    wait_for_run(run, 30)
+    assert not Event.objects.filter(run=run, type="task.progress").exists()
+
+
+def test_draining_lets_short_attempts_finish_and_hands_back_the_others(make_agent, make_plan, make_host):
+    make_agent("quick", provider_options=fast_latency(0.5))
+    make_agent("stuck", provider_options={"hang": True}, timeout_s=300)
+    run = runs.launch(make_plan({"q": ("quick", []), "s": ("stuck", [])}), cap=2)
+    agent_host = make_host()
+    submit_queued(agent_host, run)
+    wait_until(lambda: run.tasks.filter(state=State.RUNNING).count() == 2, 30, "both attempts to start")
+    agent_host.drain(grace_s=2)
+    assert run.tasks.get(subtask__key="q").state == State.SUCCEEDED
+    stuck = run.tasks.get(subtask__key="s")
+    attempt = Attempt.objects.get(task_run=stuck, number=1)
+    assert attempt.state == "handed_back" and attempt.input_tokens > 0
+    assert stuck.fault_count == 0  # no retry spent
+    assert stuck.state == State.QUEUED and stuck.attempt_count == 2  # re-admitted at once, for another worker
+    assert Event.objects.filter(run=run, type="attempt.handed_back").count() == 1
+    assert agent_host.submit(attempt.pk) == "handed to the broker (this worker is stopping)"
+
+
+def test_a_draining_host_hands_attempts_waiting_for_a_slot_to_the_broker(make_agent, make_plan, make_host, broker):
+    make_agent("stuck", provider_options={"hang": True}, timeout_s=300, max_concurrency=2)
+    run = runs.launch(make_plan({"a": ("stuck", []), "b": ("stuck", [])}), cap=2)
+    broker.purge_queue()
+    agent_host = make_host(slots=1)
+    first, second = Attempt.objects.filter(task_run__run=run).order_by("pk")
+    assert agent_host.submit(first.pk) == "accepted"
+    waiting: list[str] = []
+    blocked = threading.Thread(target=lambda: waiting.append(agent_host.submit(second.pk)))
+    blocked.start()
+    time.sleep(0.5)
+    assert not waiting  # blocked: the host is full
+    agent_host.drain(grace_s=0)
+    blocked.join(10)
+    assert waiting == ["handed to the broker (this worker is stopping)"]
+    # b's delivery went back to the broker, and so did a's task, handed back and admitted again.
+    assert broker.queue_size() == 2
+    assert Attempt.objects.get(task_run__run=run, number=1, task_run__subtask__key="a").state == "handed_back"
+
+
+def test_a_host_per_process(settings):
+    settings.GLASSBOX_SLOTS_PER_WORKER = 3
+    first = host.current()
+    try:
+        assert host.current() is first and first.slots == 3
+    finally:
+        first.drain(grace_s=0)
+        host._host = None

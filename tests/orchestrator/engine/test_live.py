@@ -1,0 +1,26 @@
+"""Live progress from a host: each attempt's new text since the last message, with its offset."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from orchestrator.engine import live
+from orchestrator.engine.agent_runner import AttemptRun
+from orchestrator.providers.base import TextDelta
+
+
+def attempt(task_id: int, run_id: int) -> AttemptRun:
+    claim = SimpleNamespace(task=SimpleNamespace(pk=task_id, run_id=run_id))
+    return AttemptRun(claim, max_tokens=100)  # type: ignore[arg-type]
+
+
+def test_each_message_carries_the_new_text_at_its_offset_and_only_what_changed():
+    first, second, other_run = attempt(1, 7), attempt(2, 7), attempt(3, 8)
+    first.add_text(TextDelta("Hello ", output_tokens=10))
+    other_run.add_text(TextDelta("Elsewhere", output_tokens=5))
+    assert live.changes([first, second, other_run]) == {7: [[1, 10, 0, "Hello "]], 8: [[3, 5, 0, "Elsewhere"]]}
+    first.add_text(TextDelta("world", output_tokens=20))
+    assert live.changes([first, second, other_run]) == {7: [[1, 20, 6, "world"]]}
+    assert live.changes([first, second, other_run]) == {}  # nothing new
+    second.add_text(TextDelta("", output_tokens=50))  # progress without text
+    assert live.changes([first, second]) == {7: [[2, 50, 0, ""]]}

@@ -1,0 +1,129 @@
+"""History and re-runs: launch again with the same settings; re-run from a task (it and its
+downstream start over, upstream results kept, earlier outputs kept on their attempts); the
+exact request behind each attempt."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from orchestrator.engine import reruns, runs
+from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
+from tests.conftest import fast_latency
+from tests.conftest import run_here as run_all
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("no_broker")]
+
+State = TaskRun.State
+
+
+@pytest.fixture
+def chain(make_agent, make_plan, priced_limit):
+    """scope → draft → review, plus an independent side task; all succeeded."""
+    for name in ("researcher", "writer"):
+        make_agent(name, provider_options=fast_latency(0.01), system_prompt=f"You are the {name}.")
+    plan = make_plan(
+        {
+            "scope": ("researcher", []),
+            "draft": ("writer", ["scope"]),
+            "review": ("writer", ["draft"]),
+            "side": ("researcher", []),
+        },
+        goal="Write a brief",
+    )
+    run = runs.launch(plan, cap=3, budget_usd="1.00", failure_policy=Run.FailurePolicy.FAIL_FAST)
+    return run_all(run)
+
+
+def outputs(run: Run) -> dict[str, str]:
+    return dict(run.tasks.values_list("subtask__key", "output"))
+
+
+def test_rerun_from_a_task_resets_it_and_its_downstream_and_keeps_what_is_above(chain, personas):
+    assert chain.status == Run.Status.SUCCEEDED
+    before = outputs(chain)
+    spent = chain.cost_usd
+    draft = chain.tasks.get(subtask__key="draft")
+    keys = reruns.rerun_from(draft, user=personas["launcher"])
+    assert keys == ["draft", "review"]
+    chain.refresh_from_db()
+    assert chain.status == Run.Status.RUNNING and chain.finished_at is None and chain.summary == ""
+    states = dict(chain.tasks.values_list("subtask__key", "state"))
+    assert states["scope"] == states["side"] == State.SUCCEEDED  # upstream and unrelated work kept
+    assert states["draft"] == State.QUEUED and states["review"] == State.PENDING
+    assert outputs(chain)["scope"] == before["scope"]
+    # the answers being replaced are kept on the attempts that produced them
+    kept = dict(Attempt.objects.filter(task_run__run=chain, number=1).values_list("task_run__subtask__key", "output"))
+    assert kept["draft"] == before["draft"] and kept["review"] == before["review"] and kept["scope"] == ""
+    event = Event.objects.get(run=chain, type="task.rerun")
+    assert event.payload == {"reset": ["draft", "review"]} and event.actor_user == personas["launcher"]
+    assert Event.objects.filter(run=chain, type="task.reset", task_run__subtask__key="review").exists()
+
+    run_all(chain)
+    assert chain.status == Run.Status.SUCCEEDED
+    assert chain.cost_usd > spent  # the money already spent stays counted
+    draft.refresh_from_db()
+    assert draft.attempt_count == 2 and draft.state == State.SUCCEEDED
+    # the new draft attempt was built on scope's kept summary
+    second = Attempt.objects.get(task_run=draft, number=2)
+    assert chain.tasks.get(subtask__key="scope").summary in second.request["prompt"]
+
+
+def test_rerun_refuses_busy_downstream_cancelled_runs_and_unfinished_tasks(chain, make_agent, make_plan):
+    draft = chain.tasks.get(subtask__key="draft")
+    TaskRun.objects.filter(run=chain, subtask__key="review").update(state=State.RUNNING)
+    with pytest.raises(runs.ActionError, match="review below draft is still at work"):
+        reruns.rerun_from(draft)
+    TaskRun.objects.filter(run=chain, subtask__key="review").update(state=State.SUCCEEDED)
+
+    other = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    with pytest.raises(runs.ActionError, match="task b is pending: only a task that has finished"):
+        reruns.rerun_from(other.tasks.get(subtask__key="b"))
+    runs.cancel(other)
+    with pytest.raises(runs.ActionError, match="was cancelled: launch it again instead"):
+        reruns.rerun_from(other.tasks.get(subtask__key="a"))
+
+
+def test_a_rerun_task_with_a_review_asks_for_the_review_again(make_agent, make_plan, personas):
+    make_agent("writer", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"draft": ("writer", [], {"gate": "after"})}))
+    run_all(run)
+    review = run.checkpoints.get(kind=Checkpoint.Kind.AFTER)
+    runs.decide(review, approve=True, user=personas["approver"])
+    run.refresh_from_db()
+    assert run.status == Run.Status.SUCCEEDED
+    reruns.rerun_from(run.tasks.get(), user=personas["launcher"])
+    run_all(run)
+    review.refresh_from_db()
+    assert review.status == Checkpoint.Status.PENDING and run.tasks.get().state == State.AWAITING_REVIEW
+
+
+def test_launch_again_repeats_the_settings_with_a_new_run_of_the_same_plan(chain, personas):
+    again = reruns.launch_again(chain, user=personas["launcher"])
+    assert again.pk != chain.pk and again.plan_id == chain.plan_id
+    assert (again.cap, again.budget_usd, again.failure_policy) == (3, Decimal("1.0000"), "fail_fast")
+    assert again.launched_by == personas["launcher"] and again.status == Run.Status.RUNNING
+
+
+def test_launch_again_keeps_plan_approval_and_refuses_a_retired_agent(make_agent, make_plan, personas):
+    agent = make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}), require_plan_approval=True)
+    again = reruns.launch_again(run, user=personas["launcher"])
+    assert again.status == Run.Status.AWAITING_APPROVAL and again.checkpoints.filter(kind="plan").exists()
+    agent.status = "retired"
+    agent.save()
+    with pytest.raises(runs.ActionError, match="agent researcher is no longer active"):
+        reruns.launch_again(run)
+
+
+def test_each_attempt_keeps_the_exact_request_it_sent(chain):
+    review = Attempt.objects.get(task_run__run=chain, task_run__subtask__key="review")
+    request = review.request
+    assert request["provider"] == "simulated" and request["model"] == "sim-1"
+    assert request["max_tokens"] == 1024 and request["timeout_s"] == 30.0
+    assert request["system_prompt"] == "You are the writer."
+    assert request["prompt"].startswith("# Review\n\nGoal of the whole team: Write a brief")
+    draft = chain.tasks.get(subtask__key="draft")
+    assert f"- Draft (draft): {draft.summary}" in request["prompt"]  # the upstream summary it received
+    assert request["options"] == fast_latency(0.01)

@@ -1,0 +1,329 @@
+"""Agents that act, through the runtime: real attempts (claim → agent loop → end), real MCP round
+trips to the tests' own stdio server, Claude played by the fake Messages API."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from decimal import Decimal
+
+import pytest
+
+from orchestrator import db_threads
+from orchestrator.engine import agent_runner, execution, runs, tool_attempt
+from orchestrator.governance import tool_registry
+from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, TaskRun
+from orchestrator.providers.fake_anthropic import Reply
+from orchestrator.readmodels import steps
+from tests.conftest import NoHost, run_attempt, run_here, wait_until
+from tests.orchestrator.tools.conftest import TEST_SERVER, process_gone
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SECRET = "s3cret-value-7f1c9e"
+
+
+@pytest.fixture
+def tool_setup(settings, tmp_path, fake_anthropic, no_broker, monkeypatch):
+    """The test server registered as `testsrv` (with a secret in its environment), run
+    directories in tmp_path, quick tool timeouts and approval polls."""
+    settings.GLASSBOX_ARTIFACTS_DIR = tmp_path / "artifacts"
+    settings.GLASSBOX_TOOL_CALL_TIMEOUT_S = 2.0
+    monkeypatch.setattr(tool_attempt, "APPROVAL_POLL_S", 0.05)
+    import sys
+
+    tool_registry.add_server(
+        "testsrv", command=[sys.executable, str(TEST_SERVER)], env={"SECRET_TOKEN": SECRET}, actor="test"
+    )
+    return fake_anthropic
+
+
+def claude_agent(make_agent, name: str, *grants: str, approval: bool = False, **fields):
+    agent = make_agent(name, provider="anthropic", model="claude-test", provider_options={}, **fields)
+    for target in grants:
+        tool_registry.grant(agent, target, requires_approval=approval, actor="test")
+    return agent
+
+
+def launch(make_plan, tasks: dict, **options) -> Run:
+    return runs.launch(make_plan(tasks), budget_usd=options.pop("budget_usd", "10"), **options)
+
+
+def steps_of(task: TaskRun, type_: str) -> list[Event]:
+    return list(Event.objects.filter(task_run=task, type=type_).order_by("seq"))
+
+
+def message_requests(server) -> list[dict]:
+    """What the fake API received, read through its own endpoint."""
+    with urllib.request.urlopen(f"{server.url}/_fake/requests") as answer:
+        recorded = json.load(answer)["requests"]
+    return [r["body"] for r in recorded if r["path"] == "/v1/messages" and r["method"] == "POST"]
+
+
+def tool_results_sent(body: dict) -> list[dict]:
+    last = body["messages"][-1]
+    return [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]
+
+
+def run_in_thread(attempt_id: int) -> tuple[threading.Thread, dict]:
+    out: dict = {}
+
+    def work() -> None:
+        out["outcome"] = run_attempt(attempt_id)
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def queued(run: Run) -> Attempt:
+    return Attempt.objects.get(task_run__run=run, state=Attempt.State.QUEUED)
+
+
+# --- The loop through the runtime --------------------------------------------------------------
+
+
+def test_two_agents_call_tools_in_parallel_in_one_run(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    claude_agent(make_agent, "beta", "testsrv:echo")
+    run = launch(make_plan, {"a": ("alpha", []), "b": ("beta", [])})
+    ids = list(Attempt.objects.filter(task_run__run=run).values_list("pk", flat=True))
+    assert len(ids) == 2
+
+    async def both():
+        import asyncio
+
+        worker = execution.worker_name()
+        return await asyncio.gather(*(agent_runner.run_attempt(NoHost(), pk, worker) for pk in ids))
+
+    outcomes = db_threads.run_sync(both)
+    assert [outcome for outcome, _ in outcomes] == ["succeeded", "succeeded"]
+    for task in run.tasks.all():
+        results = steps_of(task, "tool.result")
+        assert len(results) == 1 and results[0].payload["attempt"] == 1
+        assert results[0].payload["tool"] == "echo" and not results[0].payload["error"]
+        assert len(steps_of(task, "agent.model_call")) == 2
+        assert "echo →" in task.output  # the fake's answer quotes the tool's result
+    assert (tool_setup_dir := run_directory_of(run)).is_dir(), tool_setup_dir
+
+
+def run_directory_of(run: Run):
+    from orchestrator.tools.workspace import run_directory
+
+    return run_directory(run.pk, create=False)
+
+
+def test_usage_of_every_model_call_is_summed_on_attempt_and_task(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}), Reply.tool_call("echo", {"text": "two"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    task = run.tasks.get()
+    calls = steps_of(task, "agent.model_call")
+    assert len(calls) == 3
+    attempt = task.attempts.get()
+    assert attempt.input_tokens == sum(e.payload["input_tokens"] for e in calls) > 0
+    assert attempt.output_tokens == sum(e.payload["output_tokens"] for e in calls) > 0
+    task.refresh_from_db()
+    assert (task.input_tokens, task.output_tokens) == (attempt.input_tokens, attempt.output_tokens)
+    run.refresh_from_db()
+    assert run.output_tokens == attempt.output_tokens
+
+
+def test_a_long_result_is_kept_whole_for_the_attempts_page(tool_setup, make_agent, make_plan):
+    """The event keeps a preview; the attempt's page reads the whole result the runtime kept."""
+    claude_agent(make_agent, "alpha", "testsrv:big")
+    tool_setup.enqueue(Reply.tool_call("big", {"chars": 9000}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    task = run.tasks.get()
+    (result,) = steps_of(task, "tool.result")
+    assert len(result.payload["result"]) < 9000
+    path = steps.attempt_path(task, 1, whole_results=True)
+    (call,) = [row for row in path.rows if row.kind == "call"]
+    assert steps.whole_result(task, call) == "x" * 9000
+
+
+def test_an_ungranted_tool_is_refused_and_audited(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("environment", {}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    task = run.tasks.get()
+    refused = steps_of(task, "tool.refused")
+    assert len(refused) == 1 and refused[0].payload["tool"] == "environment"
+    assert not steps_of(task, "tool.result")
+    sent = tool_results_sent(message_requests(tool_setup)[-1])
+    assert sent[0]["is_error"] and "not granted" in sent[0]["content"]
+    assert [t["name"] for t in message_requests(tool_setup)[0]["tools"]] == ["echo"]
+
+
+def test_a_server_killed_mid_call_and_a_hanging_tool_fail_the_calls_not_the_attempt(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "alpha", "testsrv")
+    tool_setup.enqueue(
+        Reply.tool_calls(("pid", {})),
+        Reply.tool_calls(("crash", {})),
+        Reply.tool_calls(("pid", {}), ("hang", {})),
+    )
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    task = run.tasks.get()
+    results = {(e.payload["step"], e.payload["tool"]): e.payload for e in steps_of(task, "tool.result")}
+    assert results[(2, "crash")]["error"]
+    assert results[(3, "hang")]["error"] and "did not answer hang" in results[(3, "hang")]["result"]
+    assert not results[(3, "pid")]["error"]  # the server was started again after the crash
+    pids = [int(results[(1, "pid")]["result"]), int(results[(3, "pid")]["result"])]
+    assert pids[0] != pids[1]
+    assert all(process_gone(pid) for pid in pids)  # nothing outlives the attempt
+    bodies = message_requests(tool_setup)
+    assert tool_results_sent(bodies[2])[0]["is_error"]  # the model was told of the crash
+    hang = [b for b in tool_results_sent(bodies[3]) if b.get("is_error")]
+    assert len(hang) == 1
+
+
+def test_a_secret_in_a_servers_environment_appears_in_no_event_or_log(tool_setup, make_agent, make_plan, caplog):
+    claude_agent(make_agent, "alpha", "testsrv")
+    tool_setup.enqueue(Reply.tool_calls(("environment", {}), ("leak_and_die", {})))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    results = steps_of(run.tasks.get(), "tool.result")
+    assert any("SECRET_TOKEN" in e.payload["result"] for e in results)  # the server did get it
+    for event in Event.objects.filter(run=run):
+        assert SECRET not in event.message and SECRET not in json.dumps(event.payload)
+    assert SECRET not in run.tasks.get().output
+    assert SECRET not in caplog.text
+    assert all(SECRET not in json.dumps(body) for body in message_requests(tool_setup))
+
+
+# --- Limits ------------------------------------------------------------------------------------
+
+
+def test_max_steps_stops_the_attempt_and_says_why(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "alpha", "testsrv:echo", max_steps=2)
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}), Reply.tool_call("echo", {"text": "two"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    run_here(run)
+    task = run.tasks.get()
+    assert task.state == TaskRun.State.FAILED
+    assert "max_steps is 2" in task.error
+    assert task.attempt_count == 1  # another attempt would stop at the same limit
+    assert steps_of(task, "agent.stopped")[0].payload["stop_reason"] == "max_steps"
+
+
+def test_budget_stop_when_the_run_cannot_cover_another_model_call(tool_setup, make_agent, make_plan):
+    ProviderLimit.objects.create(
+        provider="anthropic",
+        model="claude-test",
+        input_price_per_mtok=Decimal("3"),
+        output_price_per_mtok=Decimal("15"),
+    )
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    # The run holds just what admission reserved for the first call: no room for a second.
+    Run.objects.filter(pk=run.pk).update(budget_usd=run.reserved_usd)
+    run_here(run)
+    task = run.tasks.get()
+    assert task.state == TaskRun.State.FAILED
+    assert "budget cannot cover another model call" in task.error
+    assert steps_of(task, "agent.stopped")[0].payload["stop_reason"] == "budget"
+    assert len(message_requests(tool_setup)) == 1
+    attempt = task.attempts.get()
+    assert attempt.output_tokens > 0 and attempt.cost_usd > 0  # the call made is counted
+    run.refresh_from_db()
+    assert run.reserved_usd == 0 and run.cost_usd == attempt.cost_usd
+
+
+def test_an_agent_without_grants_takes_the_plain_path(tool_setup, make_agent, make_plan):
+    make_agent("plain", provider="anthropic", model="claude-test", provider_options={})
+    run = launch(make_plan, {"a": ("plain", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    bodies = message_requests(tool_setup)
+    assert len(bodies) == 1 and "tools" not in bodies[0]
+    assert not Event.objects.filter(run=run, type__startswith="tool.").exists()
+
+
+# --- Approvals -----------------------------------------------------------------------------------
+
+
+def wait_for_checkpoint(run: Run) -> Checkpoint:
+    wait_until(
+        lambda: Checkpoint.objects.filter(run=run, kind=Checkpoint.Kind.TOOL, status="pending").exists(),
+        message="a tool checkpoint",
+    )
+    return Checkpoint.objects.get(run=run, kind=Checkpoint.Kind.TOOL, status="pending")
+
+
+def ask_approval(server, make_agent, make_plan, text: str):
+    """coder, granted testsrv:echo with approval, calls echo(text) in a thread: (run, thread,
+    its outcome when it ended, the call's pending checkpoint)."""
+    claude_agent(make_agent, "coder", "testsrv:echo", approval=True)
+    server.enqueue(Reply.tool_call("echo", {"text": text}))
+    run = launch(make_plan, {"a": ("coder", [])})
+    thread, out = run_in_thread(queued(run).pk)
+    return run, thread, out, wait_for_checkpoint(run)
+
+
+def test_an_approved_call_runs(tool_setup, make_agent, make_plan, personas):
+    run, thread, out, checkpoint = ask_approval(tool_setup, make_agent, make_plan, "ship it")
+    task = run.tasks.get()
+    assert task.state == TaskRun.State.RUNNING
+    assert task.wait_code == "tool_approval" and "testsrv:echo" in task.wait_reason
+    assert checkpoint.details["arguments"] == {"text": "ship it"} and checkpoint.details["agent"] == "coder"
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    thread.join(timeout=60)
+    assert out["outcome"] == "succeeded"
+    task.refresh_from_db()
+    assert task.wait_code == ""
+    approval = steps_of(task, "tool.approval")[0].payload
+    assert approval["approved"] and approval["decided_by"] == "approver"
+    assert steps_of(task, "tool.result")[0].payload["result"] == "ship it"
+    decided = Event.objects.get(run=run, type="checkpoint.approved")
+    assert decided.actor_name == "approver" and decided.payload["tool"] == "testsrv:echo"
+
+
+def test_a_rejected_call_is_told_to_the_model_with_the_comment(tool_setup, make_agent, make_plan, personas):
+    run, thread, out, checkpoint = ask_approval(tool_setup, make_agent, make_plan, "rm -rf")
+    with pytest.raises(runs.ActionError):
+        runs.decide(checkpoint, approve=False, user=personas["approver"])  # a rejection needs a comment
+    runs.decide(checkpoint, approve=False, user=personas["approver"], comment="write to the scratch folder instead")
+    thread.join(timeout=60)
+    assert out["outcome"] == "succeeded"
+    task = run.tasks.get()
+    assert not steps_of(task, "tool.approval")[0].payload["approved"]
+    sent = tool_results_sent(message_requests(tool_setup)[-1])
+    assert sent[0]["is_error"] and "write to the scratch folder instead" in sent[0]["content"]
+    assert "rejected" in sent[0]["content"]
+
+
+def test_cancelling_the_run_while_a_call_awaits_approval_ends_the_attempt(tool_setup, make_agent, make_plan, personas):
+    run, thread, out, _ = ask_approval(tool_setup, make_agent, make_plan, "later")
+    attempt = Attempt.objects.get(task_run__run=run)
+    runs.cancel(run, user=personas["launcher"])
+    thread.join(timeout=60)
+    assert out["outcome"] == "cancelled"
+    attempt.refresh_from_db()
+    assert attempt.state == Attempt.State.CANCELLED
+    assert not Checkpoint.objects.filter(run=run, status="pending").exists()
+    assert len(message_requests(tool_setup)) == 1  # the model was not asked again
+
+
+def test_a_lost_attempts_pending_call_is_closed_by_the_reaper(tool_setup, make_agent, make_plan):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from orchestrator.engine import reaper, tool_approvals
+
+    agent = claude_agent(make_agent, "coder", "testsrv:echo", approval=True)
+    run = launch(make_plan, {"a": ("coder", [])})
+    claim = execution.claim_attempt(queued(run).pk, "dead-worker:1")
+    asked = tool_approvals.Asked("toolu_1", "echo", "testsrv", "echo", {"text": "x"})
+    checkpoint_id = tool_approvals.open_checkpoint(claim, asked)
+    assert tool_approvals.open_checkpoint(claim, asked) == checkpoint_id  # one per call
+    TaskRun.objects.filter(pk=claim.task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert reaper.reap_expired() == 1
+    checkpoint = Checkpoint.objects.get(pk=checkpoint_id)
+    assert checkpoint.status == Checkpoint.Status.REJECTED and "lost" in checkpoint.comment
+    assert agent.name in tool_approvals.describe(checkpoint)
