@@ -110,14 +110,7 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
             heartbeat_at=now,
             request=attempt_requests.as_record(request),
         )
-        fields = {
-            "lease_owner": worker,
-            "lease_expires_at": now + timedelta(seconds=settings.GLASSBOX_LEASE_S),
-            "started_at": now,
-            "progress": 0,
-            "progress_at": None,
-            "output": "",
-        }
+        fields = scheduler.execution_lease(worker, now)
         moved = took and transitions.move_where(
             TaskRun.objects.filter(pk=task.pk, attempt_count=attempt.number),
             State.RUNNING,

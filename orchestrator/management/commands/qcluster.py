@@ -9,6 +9,9 @@ also killed every worker at once, losing the attempts they ran. Here the sentine
 and monitor it starts, are forked with SIGTERM blocked: they stop in django-q2's own order when the
 main process tells them to. The workers unblock it and drain their agent host on it
 (orchestrator/engine/host.py: stop taking work, finish or hand back what they run, exit).
+
+The queue between the pusher and the workers is orchestrator/management/task_queue.py's: a worker
+killed with SIGKILL while it waited for work no longer leaves every other worker waiting for ever.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import signal
 from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands.qcluster import Command as QClusterCommand
+
+from orchestrator.management import task_queue
 
 
 class GracefulCluster(Cluster):
@@ -38,6 +43,7 @@ class Command(QClusterCommand):
         settings.SECRET_KEY  # noqa: B018 - signing needs it: fail before starting anything
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
+        task_queue.install()
         cluster = GracefulCluster()
         cluster.start()
         if options.get("run_once", False):
