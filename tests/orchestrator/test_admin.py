@@ -384,7 +384,7 @@ def test_every_model_is_in_the_admin():
         if m not in django_admin.site._registry
         and m.__name__ not in ("Subtask", "Dependency", "RateCounter", "EventSequence")
     ]
-    assert not missing, f"register these in orchestrator/admin.py: {missing}"
+    assert not missing, f"register these in orchestrator/admin/: {missing}"
 
 
 def test_plan_page_shows_its_subtasks_inline(client, superuser, a_run):

@@ -9,7 +9,7 @@ It answers every request with deterministic text (streamed a few words at a time
 calls with the smallest input their schema accepts, calls of offered tools (`--tool-calls-per-turn`
 of them, then a text once their results come back), and rate-limit headers like the real API.
 Scripted answers (errors, 429s, slow or broken streams) are queued with `POST /_fake/replies`;
-see orchestrator/providers/fake_anthropic.py. Ctrl-C stops it.
+see orchestrator/providers/fake_anthropic/replies.py. Ctrl-C stops it.
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""Runs, task runs and attempts in the admin: read-mostly.
+
+Nobody edits history here; the run and task actions call the engine (orchestrator/engine/runs.py)
+under the same permissions as the dashboard and the API.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from orchestrator.admin.base import ReadOnlyAdmin, ReadOnlyInline, report_action
+from orchestrator.admin.checkpoints import CheckpointInline
+from orchestrator.engine import runs
+from orchestrator.models import Attempt, Run, TaskRun
+
+
+class ControlActions:
+    """Engine actions on runs and tasks need orchestrator.control_run, as everywhere else."""
+
+    def has_control_permission(self, request):
+        return request.user.has_perm("orchestrator.control_run")
+
+
+class TaskRunInline(ReadOnlyInline):
+    model = TaskRun
+    fields = ["subtask", "agent", "state", "progress", "attempt_count", "cost_usd", "error"]
+
+
+@admin.register(Run)
+class RunAdmin(ControlActions, ReadOnlyAdmin):
+    list_display = ["pk", "plan", "status", "cap", "budget_usd", "cost_usd", "launched_by", "started_at", "finished_at"]
+    list_filter = ["status", "failure_policy"]
+    list_select_related = ["plan", "launched_by"]
+    inlines = [TaskRunInline, CheckpointInline]
+    actions = ["pause", "resume", "cancel"]
+
+    def _apply(self, request, queryset, action, verb: str) -> None:
+        done, refused = [], []
+        for run in queryset:
+            try:
+                action(run, user=request.user)
+                done.append(f"run {run.pk}")
+            except runs.ActionError as error:
+                refused.append(f"Run {run.pk}: {error}")
+        report_action(self, request, done, refused, verb)
+
+    @admin.action(description="Pause selected runs", permissions=["control"])
+    def pause(self, request, queryset):
+        self._apply(request, queryset, runs.pause, "Paused")
+
+    @admin.action(description="Resume selected runs", permissions=["control"])
+    def resume(self, request, queryset):
+        self._apply(request, queryset, runs.resume, "Resumed")
+
+    @admin.action(description="Cancel selected runs", permissions=["control"])
+    def cancel(self, request, queryset):
+        self._apply(request, queryset, runs.cancel, "Cancelled")
+
+
+class AttemptInline(ReadOnlyInline):
+    model = Attempt
+    show_change_link = False
+    fields = [
+        "number",
+        "state",
+        "worker",
+        "started_at",
+        "finished_at",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "error",
+    ]
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ControlActions, ReadOnlyAdmin):
+    list_display = ["pk", "run", "subtask", "agent", "state", "progress", "attempt_count", "cost_usd"]
+    list_filter = ["state", "agent"]
+    list_select_related = ["run", "subtask", "agent"]
+    inlines = [AttemptInline]
+    actions = ["retry", "skip"]
+
+    def _apply(self, request, queryset, action, verb: str) -> None:
+        done, refused = [], []
+        for task in queryset.select_related("run", "subtask"):
+            try:
+                action(task, user=request.user)
+                done.append(f"{task.key} (run {task.run_id})")
+            except runs.ActionError as error:
+                refused.append(f"Task {task.key} of run {task.run_id}: {error}")
+        report_action(self, request, done, refused, verb)
+
+    @admin.action(description="Retry selected tasks", permissions=["control"])
+    def retry(self, request, queryset):
+        self._apply(request, queryset, runs.retry_task, "Retried")
+
+    @admin.action(description="Skip selected tasks (downstream tasks go on without them)", permissions=["control"])
+    def skip(self, request, queryset):
+        self._apply(request, queryset, runs.skip_task, "Skipped")
+
+
+@admin.register(Attempt)
+class AttemptAdmin(ReadOnlyAdmin):
+    list_display = ["pk", "task_run", "number", "state", "worker", "started_at", "finished_at", "cost_usd"]
+    list_filter = ["state"]
+    list_select_related = ["task_run__subtask"]
