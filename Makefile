@@ -67,13 +67,17 @@ browser:
 		$(SUDO) apt-get update && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver; \
 	fi
 
-# The whole suite again, every marker included, on the production profile: PostgreSQL and Redis at
-# their usual local addresses (override with GLASSBOX_TEST_DATABASE_URL / GLASSBOX_TEST_REDIS_URL).
+# The suite again on the production profile: PostgreSQL and Redis at their usual local addresses
+# (override with GLASSBOX_TEST_DATABASE_URL / GLASSBOX_TEST_REDIS_URL). Every test that touches a
+# database or a service runs, processes and fault drills included; left out are the ones that open
+# no database connection and the Chromium tests (the page is the same page: its websocket path on
+# Redis is drilled in tests/services/). `make test-services PYTEST_ARGS=` runs every test.
 # Each session gets its own Redis key prefix, django-q2 queue and test database, so sessions sharing
 # one server never meet; tests/conftest.py stops at once, naming the server, when one is missing,
 # and removes the session's Redis keys at the end.
 GLASSBOX_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 GLASSBOX_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+PYTEST_ARGS ?= -m "services or not (browser or no_database)"
 test-services: install browser
 	session=$$$$; \
 	DATABASE_URL='$(GLASSBOX_TEST_DATABASE_URL)' REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' \

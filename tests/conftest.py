@@ -19,6 +19,24 @@ from orchestrator.models import Agent, Plan, ProviderLimit, Run
 ROOT = Path(__file__).resolve().parent.parent
 
 
+DATABASE_FIXTURES = {
+    "db",
+    "transactional_db",
+    "django_db_reset_sequences",
+    "django_db_serialized_rollback",
+    "live_server",
+}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark the tests that open no database connection `no_database`: they behave the same on both
+    profiles, so the production pass (`make test-services`) leaves them out."""
+    for item in items:
+        uses_database = item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(item.fixturenames)
+        if not uses_database:
+            item.add_marker(pytest.mark.no_database)
+
+
 def fast_latency(seconds: float = 0.2) -> dict:
     return {"latency": {"dist": "fixed", "seconds": seconds}}
 
