@@ -28,7 +28,7 @@ from typing import Protocol
 
 from orchestrator.db_threads import run as db
 from orchestrator.engine import agent_loop, execution, feedback, tool_attempt
-from orchestrator.engine.agent_loop import LoopOutcome, Step
+from orchestrator.engine.agent_loop import LoopOutcome
 from orchestrator.engine.execution import Claim, Progress
 from orchestrator.governance.tool_registry import granted_servers
 from orchestrator.models import Attempt
@@ -68,9 +68,6 @@ class AttemptRun:
     interruptible: bool = False
     keep: int = 0  # admitted attempts its success may keep for its host to run (scheduler.advance)
     started: float = field(default_factory=time.monotonic)
-    # An agent loop's steps not yet sent to viewers (engine/live.py), and what it does now.
-    live_steps: list[dict] = field(default_factory=list)
-    doing: str = ""
 
     @property
     def task_id(self) -> int:
@@ -89,19 +86,6 @@ class AttemptRun:
     def set_usage(self, usage: Usage) -> None:
         self.progress.usage = usage
         self.version += 1
-
-    def add_step(self, step: Step) -> None:
-        """A step of the agent loop, for viewers (live.STEPS_MESSAGE_TYPE)."""
-        self.doing = step.headline()
-        self.live_steps.append(
-            {
-                "task": self.task_id,
-                "attempt": self.claim.attempt.number,
-                "type": step.event_type,
-                "headline": self.doing,
-                **step.payload(),
-            }
-        )
 
     def stop(self, reason: str) -> None:
         """Stop this attempt from outside (the host): it ends as the reason says. An attempt that

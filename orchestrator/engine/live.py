@@ -17,14 +17,9 @@ beat at most, carrying the last event number.
 Messages, to the group of the run:
 
 * ``{"type": "run.live", "tasks": [[task id, progress %, offset, text], ...]}``: progress and output.
-* ``{"type": "run.steps", "steps": [step, ...]}``: the steps of agents that use tools
-  (engine/tool_attempt.py), in order, each ``{"task": task id, "attempt": n, "type": event type
-  ("agent.text", "tool.call", "tool.approval", "tool.result", "tool.refused", "agent.model_call",
-  "agent.stopped"), "headline": "step 2 · calling write_file", **Step.payload()}`` — the payload
-  its audit event carries (step, call_id, tool, server, server_tool, arguments, result previews,
-  error, duration_s, tokens …: engine/agent_loop.py). Live only, at most once: every step is also
-  an Event of the task (the same type and payload, with the attempt), which a viewer that missed
-  a message reads after the doorbell.
+
+An agent loop's steps (engine/tool_attempt.py) are not sent here: each is an Event of its task,
+written in small batches, and viewers read it after the doorbell like any other event.
 """
 
 from __future__ import annotations
@@ -43,7 +38,6 @@ log = logging.getLogger(__name__)
 
 LIVE_S = 0.25
 LIVE_MESSAGE_TYPE = "run.live"
-STEPS_MESSAGE_TYPE = "run.steps"
 
 
 class Publisher:
@@ -98,8 +92,6 @@ class Publisher:
         attempts = list(self.host.attempts.values())
         for run_id, pieces in changes(attempts).items():
             await layer.group_send(events.run_group_name(run_id), {"type": LIVE_MESSAGE_TYPE, "tasks": pieces})
-        for run_id, steps in new_steps(attempts).items():
-            await layer.group_send(events.run_group_name(run_id), {"type": STEPS_MESSAGE_TYPE, "steps": steps})
 
 
 def changes(attempts: list[AttemptRun]) -> dict[int, list[list]]:
@@ -113,14 +105,4 @@ def changes(attempts: list[AttemptRun]) -> dict[int, list[list]]:
         offset = attempt.published_length if len(output) >= attempt.published_length else 0
         by_run.setdefault(attempt.run_id, []).append([attempt.task_id, progress, offset, output[offset:]])
         attempt.published_length, attempt.published_progress = len(output), progress
-    return by_run
-
-
-def new_steps(attempts: list[AttemptRun]) -> dict[int, list[dict]]:
-    """Per run, the agent-loop steps not yet sent (and marks them sent)."""
-    by_run: dict[int, list[dict]] = {}
-    for attempt in attempts:
-        if attempt.live_steps:
-            steps, attempt.live_steps = attempt.live_steps, []
-            by_run.setdefault(attempt.run_id, []).extend(steps)
     return by_run

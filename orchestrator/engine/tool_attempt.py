@@ -147,7 +147,6 @@ class Hooks:
         )
 
     async def on_step(self, step: Step) -> None:
-        self.current.add_step(step)
         self.steps.add(step)
 
     async def on_text(self, step: int, delta: TextDelta) -> None:
