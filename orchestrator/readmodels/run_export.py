@@ -1,20 +1,25 @@
 """The whole record of one run, for people to download: JSON (`glassbox.run/1`) and Markdown.
 
 `RunExport` is built from the records of orchestrator/readmodels/records.py, so the download
-has the same fields and formats as the JSON API. `run_markdown` writes the same content as a
-document: the final output first, then every task's.
+has the same fields and formats as the JSON API, plus the path of every agent that used tools
+(`paths`: its steps as the glass box shows them, orchestrator/readmodels/steps.py). `run_markdown`
+writes the same content as a document: the final output first, then every task's, each with its
+path.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any, Literal, Self
 
 from orchestrator import wording
-from orchestrator.models import Run, TaskRun
+from orchestrator.models import Event, Run, TaskRun
 
 from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, rows_of
 
 EXPORT_FORMAT = "glassbox.run/1"
 
@@ -44,6 +49,48 @@ def final_task_keys(run: Run) -> list[str]:
     ]
 
 
+class PathStepRecord(Record):
+    """One row of an agent's path: a text, a model call, a tool call with its approval and result
+    (the result as its audit event keeps it: a long one is cut, `result_chars` says how long it
+    was), a refused call or a stop."""
+
+    attempt: int | None
+    step: int
+    kind: Literal["text", "model", "call", "refused", "stopped"]
+    text: str
+    tool: str
+    server: str
+    arguments: Any
+    approval_required: bool
+    approved: bool | None
+    decided_by: str
+    comment: str
+    result: str
+    result_chars: int
+    truncated: bool
+    is_error: bool
+    duration_s: float | None
+    stop_reason: str
+    input_tokens: int | None
+    output_tokens: int | None
+
+    @classmethod
+    def of(cls, row: PathRow) -> Self:
+        return cls(**{name: getattr(row, name) for name in cls.model_fields})
+
+
+def run_paths(run: Run, tasks: Iterable[TaskRun]) -> dict[str, list[PathStepRecord]]:
+    """The path of each task whose agent took steps, by task key (one query for the whole run)."""
+    by_task: dict[int, list[Event]] = defaultdict(list)
+    for event in Event.objects.filter(run=run, type__in=STEP_EVENT_TYPES).order_by("seq", "id"):
+        by_task[event.task_run_id].append(event)
+    return {
+        task.subtask.key: [PathStepRecord.of(row) for row in rows_of(by_task[task.pk])]
+        for task in tasks
+        if by_task.get(task.pk)
+    }
+
+
 class RunExport(Record):
     format: Literal["glassbox.run/1"]
     run: RunRecord
@@ -52,6 +99,7 @@ class RunExport(Record):
     tasks: list[TaskRunRecord]
     final_tasks: list[str]
     checkpoints: list[CheckpointRecord]
+    paths: dict[str, list[PathStepRecord]]
 
     @classmethod
     def of(cls, run: Run) -> Self:
@@ -66,6 +114,7 @@ class RunExport(Record):
             tasks=task_run_records(tasks),
             final_tasks=final_task_keys(run),
             checkpoints=checkpoint_records(run),
+            paths=run_paths(run, tasks),
         )
 
 
@@ -76,6 +125,52 @@ def run_export(run: Run) -> dict[str, Any]:
 
 def _one_line(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
+
+
+# How much of a step's text, arguments or result one line of the Markdown path shows.
+PATH_LINE_CHARS = 200
+
+
+def _short(text: str) -> str:
+    text = _one_line(text)
+    return text if len(text) <= PATH_LINE_CHARS else text[: PATH_LINE_CHARS - 1] + "…"
+
+
+def _seconds(value: float | None) -> str:
+    return f" ({value:.1f} s)" if value is not None else ""
+
+
+def path_line(step: dict[str, Any]) -> str:
+    """One step of a path as a Markdown list item (inline code for what the agent sent and got)."""
+    head = f"- Step {step['step']}"
+    if step["kind"] == "text":
+        return f"{head}, said: {_short(step['text'])}"
+    if step["kind"] == "model":
+        tokens = step["input_tokens"], step["output_tokens"]
+        spent = f", {tokens[0]:,} in / {tokens[1]:,} out tokens" if None not in tokens else ""
+        reason = STOP_WORDS.get(step["stop_reason"], step["stop_reason"].replace("_", " ")) or "no stop reason"
+        return f"{head}, model call: {reason}{spent}{_seconds(step['duration_s'])}"
+    given = step["arguments"]
+    cut = isinstance(given, dict) and given.get("_cut")  # the event kept the start of the JSON only
+    arguments = _short(str(given.get("json", "")) if cut else json.dumps(given, ensure_ascii=False, sort_keys=True))
+    if step["kind"] == "refused":
+        return f"{head}, refused `{step['tool']}` `{arguments}`: {_short(step['text'])}"
+    if step["kind"] == "stopped":
+        return f"{head}, stopped: {_short(step['text'] or step['stop_reason'])}"
+    line = f"{head}, called `{step['tool']}` `{arguments}`"
+    if step["approval_required"]:
+        decision = {True: "approved", False: "rejected", None: "awaiting approval"}[step["approved"]]
+        line += f", {decision}" + (f" by {step['decided_by']}" if step["decided_by"] else "")
+        line += f" ({_short(step['comment'])})" if step["comment"] else ""
+    if step["result"] or step["result_chars"]:
+        outcome = "error" if step["is_error"] else "result"
+        more = (
+            f", {step['result_chars']:,} characters"
+            if step["truncated"] or step["result_chars"] > len(step["result"])
+            else ""
+        )
+        line += f" → {outcome}{more}: `{_short(step['result'])}`"
+    return line + _seconds(step["duration_s"])
 
 
 def run_markdown(run: Run) -> str:
@@ -112,4 +207,11 @@ def run_markdown(run: Run) -> str:
             lines += [f"_No output: {_one_line(task['error'])}_", ""]
         else:
             lines += ["_No output._", ""]
+        path = data["paths"].get(task["key"], [])
+        attempts = sorted({step["attempt"] for step in path}, key=lambda n: (n is None, n or 0))
+        for number in attempts:
+            label = f"attempt {number}" if number is not None else "steps without an attempt number"
+            lines += [f"Path ({label}):", ""]
+            lines += [path_line(step) for step in path if step["attempt"] == number]
+            lines.append("")
     return "\n".join(lines).rstrip() + "\n"

@@ -98,3 +98,63 @@ def test_markdown_puts_the_final_output_first(run):
     assert text.startswith(f"# Run {run.pk}: Line one line two\n")
     assert text.index("## Result") < text.index("# Final") < text.index("## Every task") < text.index("Scope output.")
     assert "_No output: boom_" in text
+
+
+def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifacts_dir):
+    """The path as the glass box shows it, per attempt: a call with its approval and result, a
+    refused call, the model calls; tasks whose agent took no step have no path."""
+    from orchestrator.engine.agent_loop import Decision
+    from tests.agent_steps import record_loop
+    from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, echo, tool_turn
+
+    scope = run.tasks.get(subtask__key="scope")
+    provider = ScriptedProvider(tool_turn(("echo", {"text": "hi"}), ("rm", {"path": "/"})), answer("Done."))
+    record_loop(scope, provider, FakeTools(echo=(echo, True)), decisions=[Decision(True, "fine", "alice")])
+
+    data = run_export(run)
+    assert list(data["paths"]) == ["scope"]
+    path = data["paths"]["scope"]
+    assert [(s["attempt"], s["step"], s["kind"]) for s in path] == [
+        (1, 1, "text"),
+        (1, 1, "model"),
+        (1, 1, "call"),
+        (1, 1, "refused"),
+        (1, 2, "text"),
+        (1, 2, "model"),
+    ]
+    call = path[2]
+    assert (call["tool"], call["arguments"], call["approved"], call["decided_by"], call["result"]) == (
+        "echo",
+        {"text": "hi"},
+        True,
+        "alice",
+        "echo: hi",
+    )
+    json.dumps(data)  # still plain JSON
+
+    document = run_markdown(run)
+    scope_section = document.split("(`scope`")[1]
+    assert "Path (attempt 1):" in scope_section
+    assert '- Step 1, called `echo` `{"text": "hi"}`, approved by alice (fine) → result: `echo: hi`' in scope_section
+    assert "- Step 1, refused `rm`" in scope_section
+    assert "- Step 2, said: Done." in scope_section
+    assert "- Step 1, model call: asked for tools, 10 in / " in scope_section
+    assert document.count("Path (") == 1  # the other tasks took no step
+
+
+def test_a_long_result_is_one_cut_line_in_the_markdown_and_says_how_long_it_was(run, artifacts_dir):
+    from tests.agent_steps import record_loop
+    from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, tool_turn
+
+    scope = run.tasks.get(subtask__key="scope")
+    long_text = "line of output\n" * 2000
+
+    async def big() -> str:
+        return long_text
+
+    record_loop(scope, ScriptedProvider(tool_turn(("big", {})), answer("ok")), FakeTools(big=(big, False)))
+    call = next(s for s in run_export(run)["paths"]["scope"] if s["kind"] == "call")
+    assert call["result_chars"] == len(long_text) and len(call["result"]) < len(long_text)
+    line = next(line for line in run_markdown(run).splitlines() if "called `big`" in line)
+    assert f"→ result, {len(long_text):,} characters: `line of output line of output" in line
+    assert len(line) < 400 and "…`" in line
