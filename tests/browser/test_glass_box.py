@@ -102,12 +102,19 @@ def test_a_tasks_path_appears_live_and_its_artifact_downloads(
         what="the node's activity",
     )
     screenshot(page, "waiting-for-approval")
+    # The reader closes the call's (short, so open) arguments: its row, sent again with the
+    # approval and the result, keeps them closed.
+    search_row.locator(".path-args summary").click()
+    assert search_row.locator(".path-args").evaluate("details => details.open") is False
 
     for step in steps[3:]:
         record_step(task, step)
         if step.kind == "tool_result" and step.tool == "search":
             expect(search_row).to_contain_text("Approved by alice")
             expect(search_row.locator(".path-result")).to_contain_text("1. sqlite wal concurrency")
+            assert search_row.locator(".path-args").evaluate("details => details.open") is False
+    failed_args = path.locator(".path-call.is-error", has_text="calculate").locator(".path-args")
+    assert failed_args.evaluate("details => details.open") is True  # the reader left this one alone
     expect(path.locator(".path-said").last).to_have_text(
         "WAL mode lets readers and one writer work at once; turn it on."
     )

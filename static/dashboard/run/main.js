@@ -27,7 +27,7 @@ import {
 } from "./graph.js";
 import { lastSeq, startLive } from "./live.js";
 import { filterLog } from "./log.js";
-import { defineLiveExtension } from "./oob.js";
+import { defineLiveExtension, rememberReaderDisclosures } from "./oob.js";
 import { closePanel, openTask, rewatch, startPanel, syncPanel } from "./panels.js";
 import { applyProgress } from "./progress.js";
 
@@ -102,6 +102,7 @@ function start(root, htmx) {
   // through the CSSOM (Gantt bars) are recomputed after each swap anyway.
   htmx.config.attributesToSettle = ["class", "width", "height"];
   defineLiveExtension(htmx);
+  rememberReaderDisclosures();
   startLive(root, { onOpen: rewatch, onFrame: sync });
   showActionErrors(document.body);
   document.body.addEventListener("htmx:oobAfterSwap", syncSoon);

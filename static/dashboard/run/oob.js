@@ -6,6 +6,8 @@
  *     (a new attempt's Gantt bar).
  *   - Log rows already shown are dropped (a resume after a gap resends them).
  *   - Before a task's output is replaced, the panel notes whether the reader was at its end.
+ *   - A disclosure the reader opened or closed (a tool call's Arguments) keeps that state when
+ *     the fragment holding it is sent again (the call's row, when its approval or result arrives).
  */
 
 import { noteOutputScroll } from "./panels.js";
@@ -39,6 +41,41 @@ function dropRowsShown(rows) {
   });
 }
 
+// Marks the disclosures the reader toggles (a click on the summary, or Enter/Space on it).
+export function rememberReaderDisclosures() {
+  document.addEventListener("click", function (event) {
+    var summary = event.target.closest("summary");
+    if (summary && summary.parentElement && summary.parentElement.tagName === "DETAILS") {
+      summary.parentElement.setAttribute("data-reader-set", "");
+    }
+  });
+}
+
+// Gives the incoming fragment's disclosures the state the reader chose for them on the page:
+// each is found by the nearest element with an id around it and its position there.
+function keepReaderDisclosures(child) {
+  var shown = child.id && document.getElementById(child.id);
+  if (!shown) {
+    return;
+  }
+  shown.querySelectorAll("details[data-reader-set]").forEach(function (before) {
+    var holder = before.parentElement.closest("[id]");
+    if (!holder || !shown.contains(holder)) {
+      return;
+    }
+    var incoming = holder === shown ? child : child.querySelector("#" + CSS.escape(holder.id));
+    if (!incoming) {
+      return;
+    }
+    var index = Array.prototype.indexOf.call(holder.querySelectorAll("details"), before);
+    var after = incoming.querySelectorAll("details")[index];
+    if (after) {
+      after.open = before.open;
+      after.setAttribute("data-reader-set", "");
+    }
+  });
+}
+
 function filterPart(child) {
   var oob = child.getAttribute("hx-swap-oob");
   if (oob === null) {
@@ -58,6 +95,7 @@ function filterPart(child) {
   if (child.id && child.id.indexOf(OUTPUT_PREFIX) === 0) {
     noteOutputScroll(child.id);
   }
+  keepReaderDisclosures(child);
 }
 
 export function defineLiveExtension(htmx) {
