@@ -11,7 +11,7 @@ from django.db.models import Count
 
 from orchestrator.models import Agent, Run, TaskRun
 
-from .tasks import State, TaskView, task_views
+from .tasks import State, TaskView, outcome_text, task_views
 
 
 @dataclass
@@ -21,7 +21,9 @@ class Lane:
     queued: int
     waiting: int  # ready, held back or throttled
     upcoming: int  # pending or at a gate
-    done: int
+    done: int  # ended, whichever way
+    succeeded: int
+    outcome: str  # "1 of 2 succeeded · 1 cancelled"
     total: int
     slots_used: int  # this agent's queued + running tasks across every run
     cap: int  # the agent's max_concurrency
@@ -62,6 +64,8 @@ def lanes(run: Run, views: Sequence[TaskView] | None = None) -> list[Lane]:
                 waiting=states[State.READY] + states[State.THROTTLED],
                 upcoming=states[State.PENDING] + states[State.WAITING_GATE],
                 done=sum(states[s] for s in TaskRun.TERMINAL),
+                succeeded=states[State.SUCCEEDED],
+                outcome=outcome_text(states, len(items)),
                 total=len(items),
                 slots_used=busy.get(agent_id, 0),
                 cap=agents[agent_id].max_concurrency,

@@ -111,6 +111,17 @@ def state_strip(counts: Mapping[str, int]) -> list[StripSegment]:
 
 MIN_SEGMENT = 1.5
 
+# The ends other than success, in the order an outcome lists them.
+ENDED_OTHERWISE = (State.FAILED, State.CANCELLED, State.SKIPPED)
+
+
+def outcome_text(counts: Mapping[str, int], total: int) -> str:
+    """How many of `total` tasks succeeded, and how many ended otherwise: "7 of 22 succeeded ·
+    15 cancelled". Never "done" for a task that was cancelled, skipped or failed."""
+    text = f"{counts.get(State.SUCCEEDED, 0)} of {total} succeeded"
+    others = [f"{counts[state]} {STATE_LABELS[state]}" for state in ENDED_OTHERWISE if counts.get(state)]
+    return text + (" · " + ", ".join(others) if others else "")
+
 
 def display_state(state: str, wait_reason: str = "") -> str:
     """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state."""

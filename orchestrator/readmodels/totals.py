@@ -18,7 +18,16 @@ from orchestrator import plans, wording
 from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
 
-from .tasks import DISPLAY_ORDER, STATE_LABELS, State, StripSegment, TaskView, state_strip, task_views
+from .tasks import (
+    DISPLAY_ORDER,
+    STATE_LABELS,
+    State,
+    StripSegment,
+    TaskView,
+    outcome_text,
+    state_strip,
+    task_views,
+)
 
 
 def remaining_seconds(
@@ -131,6 +140,11 @@ class Totals:
         if self.budget_usd <= 0:
             return 100
         return min(100, int(100 * self.cost_usd / self.budget_usd))
+
+    @property
+    def outcome(self) -> str:
+        """The Tasks card's headline: "3 of 10 succeeded", "7 of 22 succeeded · 15 cancelled"."""
+        return outcome_text({c.state: c.count for c in self.counts}, self.total)
 
     @property
     def done_percent(self) -> int:

@@ -48,6 +48,23 @@ def runs_row(client, run: Run) -> str:
     return row.group(1)
 
 
+def tasks_card(html: str) -> str:
+    """The headline of the run page's Tasks card ("7 of 22 succeeded · 15 cancelled")."""
+    match = re.search(r'<div class="stat-label">Tasks <span class="stat-inline">(.*?)</span>', html, re.S)
+    assert match, "no Tasks card"
+    return html_module.unescape(match.group(1))
+
+
+def lane_feet(html: str) -> dict[str, str]:
+    """Each agent lane's footer and idle line, as words, by agent name."""
+    lanes = re.findall(r'<article class="lane[^"]*".*?</article>', html, re.S)
+    found = {}
+    for lane in lanes:
+        name = re.search(r'class="lane-name[^"]*"[^>]*>(.*?)<', lane, re.S)
+        found[text_of(name.group(1)).strip() if name else str(len(found))] = text_of(lane)
+    return found
+
+
 def strip_states(html: str) -> list[str]:
     """The states of a state strip's segments, left to right."""
     return re.findall(r'<rect class="state-([a-z_]+)"', html)
@@ -74,6 +91,7 @@ def test_while_running_waiting_tasks_say_the_run_cap_holds_them(viewer, wide_run
     for task in waiting:
         assert "run cap reached (2 running)" in task_row(page, task)
     assert "reserved in flight" in text_of(page)  # two attempts are queued: their worst case is held
+    assert tasks_card(page) == "0 of 6 succeeded"
 
 
 def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wide_run):
@@ -84,6 +102,7 @@ def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wi
     for task in wide_run.tasks.filter(state=State.READY):
         assert "run paused: starts when the run is resumed" in task_row(page, task)
     assert "paused: nothing new starts" in words
+    assert tasks_card(page) == "0 of 6 succeeded"
     assert 'data-run-status="paused"' in page
     assert "Paused" in runs_row(viewer, wide_run)
 
@@ -121,6 +140,9 @@ def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewe
     row = runs_row(viewer, wide_run)
     assert "0 of 6 tasks succeeded" in text_of(row) and "6 cancelled" in text_of(row)
     assert strip_states(row) == ["cancelled"]  # grey, never a full green bar
+    assert tasks_card(page) == "0 of 6 succeeded · 6 cancelled"  # never "6 of 6 done"
+    (lane,) = lane_feet(page).values()
+    assert "0 of 6 succeeded · 6 cancelled" in lane and "ended" in lane and "finished" not in lane
 
 
 def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, make_agent, make_plan):
@@ -140,6 +162,7 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     assert not run.tasks.exclude(wait_code="").exists()
     row = text_of(runs_row(viewer, run))
     assert "Cancelled" in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
+    assert tasks_card(page) == "0 of 2 succeeded · 2 cancelled"
 
 
 def test_approving_the_plan_clears_what_the_tasks_waited_for(personas, make_agent, make_plan):
@@ -165,6 +188,10 @@ def test_a_failure_reads_as_a_failure_everywhere(viewer, make_agent, make_plan, 
     row = text_of(runs_row(viewer, run))
     assert "1 of 3 tasks succeeded" in row and "1 failed" in row and "1 skipped" in row
     assert "reserved in flight" not in text_of(page)
+    assert tasks_card(page) == "1 of 3 succeeded · 1 failed, 1 skipped"
+    lanes = list(lane_feet(page).values())
+    assert any("0 of 1 succeeded · 1 failed" in lane and "ended" in lane for lane in lanes)  # researcher
+    assert any("1 of 2 succeeded · 1 skipped" in lane and "ended" in lane for lane in lanes)  # writer
 
 
 @pytest.mark.parametrize(
@@ -180,6 +207,9 @@ def test_finish_counts_in_words(viewer, make_agent, make_plan, keys, summary):
     row = text_of(runs_row(viewer, run))
     total = len(keys)
     assert f"{total} of {total} task{'s' if total > 1 else ''} succeeded" in row
+    assert tasks_card(page) == f"{total} of {total} succeeded"
+    (lane,) = lane_feet(page).values()
+    assert f"{total} of {total} succeeded" in lane and "finished" in lane
     assert strip_states(runs_row(viewer, run)) == ["succeeded"]
 
 
@@ -190,3 +220,15 @@ def test_a_budget_of_half_a_cent_is_not_called_zero(make_agent, make_plan, price
         runs.launch(plan, budget_usd="0.005")
     assert "over the budget of $0.0050" in str(refused.value)
     assert "$0.00 " not in str(refused.value) and "$0.0000" not in str(refused.value)
+
+
+def test_the_eta_says_a_pending_decision_is_not_counted_until_it_is_taken(viewer, personas, make_agent, make_plan):
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", [])}))
+    page = run_page(viewer, run)
+    assert "1 decision pending: the wait for it is not counted" in text_of(page)
+    assert re.search(r'class="stat-value js-eta"[^>]*data-waiting="1"', page)
+    runs.decide(run.checkpoints.get(), approve=True, user=personas["approver"])
+    page = run_page(viewer, run)
+    assert "decision pending" not in text_of(page) and "critical path and cap, excluding approvals" in text_of(page)
+    assert re.search(r'class="stat-value js-eta"[^>]*data-waiting=""', page)

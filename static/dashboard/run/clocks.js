@@ -26,6 +26,7 @@ export function tickClocks() {
   var eta = document.querySelector(".js-eta");
   if (eta && eta.dataset.etaAt && !eta.dataset.paused) {
     var left = (Number(eta.dataset.etaAt) - now()) / 1000;
-    eta.textContent = left > 0.5 ? formatDuration(left) : "any moment";
+    // Past its moment while a person's decision is pending: the run waits on them, not on its agents.
+    eta.textContent = left > 0.5 ? formatDuration(left) : eta.dataset.waiting ? "after the decision" : "any moment";
   }
 }
