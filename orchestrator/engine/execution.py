@@ -444,7 +444,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0) -> str:
             step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker)
             claim.advanced, claim.kept = True, step.claims
     if not moved:
-        return discard_late(claim, usage, "result arrived after the lease expired")
+        return late_or_cancelled(claim, usage, "result arrived after the lease expired")
     return "succeeded"
 
 
@@ -488,7 +488,7 @@ def fail(
                 retry_after=error.retry_after_s if error else None,
             )
     if late:
-        return discard_late(claim, usage, f"failure reported after the lease expired: {message}")
+        return late_or_cancelled(claim, usage, f"failure reported after the lease expired: {message}")
     return outcome
 
 
@@ -631,6 +631,16 @@ def hand_back(claim: Claim, usage: Usage | None = None, why: str = "the worker i
             payload={"attempt": claim.attempt.number, "worker": claim.worker},
         )
     return "handed back"
+
+
+def late_or_cancelled(claim: Claim, usage: Usage, why_late: str) -> str:
+    """An end that found the task no longer this attempt's. Cancelled meanwhile (the run or the
+    task, before the host's next heartbeat said so): the attempt ends cancelled, as it would have
+    at that heartbeat. Otherwise its lease was lost: what it says is kept aside (`discard_late`)."""
+    cancelled = TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number, state=State.CANCELLED)
+    if cancelled.exists():
+        return cancel_attempt(claim, usage)
+    return discard_late(claim, usage, why_late)
 
 
 def discard_late(claim: Claim, usage: Usage, why: str) -> str:

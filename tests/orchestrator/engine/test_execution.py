@@ -157,6 +157,29 @@ def test_a_cancelled_attempt_keeps_its_usage(make_agent, make_plan, priced_limit
     assert TaskRun.objects.get(pk=claim.task.pk).state == State.CANCELLED
 
 
+@pytest.mark.parametrize("end", ["result", "failure"])
+def test_an_attempt_that_ends_after_its_run_was_cancelled_ends_cancelled_not_late(
+    make_agent, make_plan, priced_limit, end
+):
+    """Its host had not yet heard of the cancellation: nothing says a lease expired."""
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    claim = execution.claim_attempt(queued_attempt(run, "a").pk, "w1")
+    runs.cancel(run)
+    used = Usage(input_tokens=40, output_tokens=12)
+    if end == "result":
+        outcome = execution.complete(claim, "too late", used)
+    else:
+        outcome = execution.fail(claim, "the provider went away", usage=used)
+    assert outcome == "cancelled"
+    attempt = Attempt.objects.get(pk=claim.attempt.pk)
+    assert (attempt.state, attempt.error, attempt.late_result_discarded) == ("cancelled", "run cancelled", False)
+    assert attempt.output_tokens == 12  # what it used still counts
+    assert not Event.objects.filter(run=run, type="attempt.late_result_discarded").exists()
+    assert not Event.objects.filter(run=run, message__contains="lease expired").exists()
+    assert TaskRun.objects.get(pk=claim.task.pk).output != "too late"
+
+
 def test_saved_progress_reaches_the_task_row_without_an_event(make_agent, make_plan):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
