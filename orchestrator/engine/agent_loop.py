@@ -476,7 +476,8 @@ async def _run_call(tools: ToolRunner, hooks: LoopHooks, clock: _Clock, step: in
             )
         )
         if not decision.approved:
-            said = f": {decision.comment}" if decision.comment else ""
+            comment = decision.comment.strip().rstrip(".")  # the sentence ends here, once
+            said = f": {comment}" if comment else ""
             result = ToolResult.error(f"A person rejected this call of {use.name}{said}. It was not run.")
             await _report_result(hooks, step, where, result, 0.0)
             return result

@@ -91,6 +91,18 @@ def test_the_panel_shows_the_path_text_calls_approvals_results_refusals_and_stop
     assert "asked for tools" in html and "ended its turn" in html  # each model call's stop reason
 
 
+def test_a_rejected_call_reads_as_rejected_and_not_run_not_as_a_failure(viewer, run):
+    task = look(run)
+    provider = ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("Fine, without it."))
+    record_loop(task, provider, FakeTools(lookup=(lookup, True)), decisions=[Decision(False, "not today.", "bob")])
+    row = re.search(r'<li id="path-\d+" class="path-row path-call is-error".*?</li>', panel(viewer, run, task), re.S)
+    assert row, "the rejected call's row"
+    words = re.sub(r"\s+", " ", row.group(0))
+    assert "rejected: not run" in words and "failed" not in words
+    assert "Rejected by <strong>bob</strong>" in words
+    assert "A person rejected this call of lookup: not today. It was not run." in words  # what the model read
+
+
 def test_a_retried_task_shows_each_attempts_path_the_latest_open(viewer, run):
     task = look(run)
     record_loop(task, ScriptedProvider(answer("First try.")), FakeTools(), attempt=1)
