@@ -157,6 +157,10 @@ def test_watch_a_run_pause_resume_stream_and_approve_a_gate(
     run.refresh_from_db()
     assert run.status == Run.Status.PAUSED
     expect(page.locator(".event-row[data-type='run.paused']")).to_have_count(1)
+    # A type first written while the page is open joins the log's filter, as a reload lists it.
+    expect(page.locator("#filter-type optgroup[label='Types'] option[value='run.paused']")).to_have_count(1)
+    listed = page.eval_on_selector_all("#filter-type optgroup[label='Types'] option", "os => os.map(o => o.value)")
+    assert listed == sorted(listed)
     screenshot(page, "paused")
     page.get_by_role("button", name="Resume").click()
     expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "running")

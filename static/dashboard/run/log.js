@@ -16,12 +16,36 @@ function matchesType(type, filter) {
   return type.indexOf(filter + ".") === 0;
 }
 
+// Types that arrived live join the filter's "Types" list, in order, as a reload would list them.
+function listNewTypes(form, rows) {
+  var types = form && form.querySelector("#filter-type optgroup[label='Types']");
+  if (!types) {
+    return;
+  }
+  var known = {};
+  Array.prototype.forEach.call(types.children, function (option) {
+    known[option.value] = true;
+  });
+  rows.forEach(function (row) {
+    var type = row.dataset.type;
+    if (!type || known[type]) {
+      return;
+    }
+    known[type] = true;
+    var next = Array.prototype.find.call(types.children, function (option) {
+      return option.value > type;
+    });
+    types.insertBefore(new Option(type, type), next || null);
+  });
+}
+
 export function filterLog() {
   var rows = document.getElementById("event-log-rows");
   if (!rows) {
     return;
   }
   var form = document.getElementById("event-filter");
+  listNewTypes(form, rows.querySelectorAll(".event-row"));
   var task = form ? form.elements.task.value : "";
   var type = form ? form.elements.type.value : "";
   var all = rows.querySelectorAll(".event-row");
