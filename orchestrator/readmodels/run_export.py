@@ -58,8 +58,9 @@ class PathStepRecord(Record):
     step: int
     kind: Literal["text", "model", "call", "refused", "stopped"]
     text: str
-    tool: str
+    tool: str  # the name the model used
     server: str
+    server_tool: str  # the tool's name on its server
     arguments: Any
     approval_required: bool
     approved: bool | None
@@ -157,7 +158,8 @@ def path_line(step: dict[str, Any]) -> str:
         return f"{head}, refused `{step['tool']}` `{arguments}`: {_short(step['text'])}"
     if step["kind"] == "stopped":
         return f"{head}, stopped: {_short(step['text'] or step['stop_reason'])}"
-    line = f"{head}, called `{step['tool']}` `{arguments}`"
+    name = f"{step['server']}:{step['server_tool'] or step['tool']}" if step["server"] else step["tool"]
+    line = f"{head}, called `{name}` `{arguments}`"  # named as the page names it
     if step["approval_required"]:
         decision = {True: "approved", False: "rejected", None: "awaiting approval"}[step["approved"]]
         line += f", {decision}" + (f" by {step['decided_by']}" if step["decided_by"] else "")

@@ -135,7 +135,9 @@ def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifact
     document = run_markdown(run)
     scope_section = document.split("(`scope`")[1]
     assert "Path (attempt 1):" in scope_section
-    assert '- Step 1, called `echo` `{"text": "hi"}`, approved by alice (fine) → result: `echo: hi`' in scope_section
+    assert (
+        '- Step 1, called `srv:echo` `{"text": "hi"}`, approved by alice (fine) → result: `echo: hi`' in scope_section
+    )
     assert "- Step 1, refused `rm`" in scope_section
     assert "- Step 2, said: Done." in scope_section
     assert "- Step 1, model call: asked for tools, 10 in / " in scope_section
@@ -155,6 +157,6 @@ def test_a_long_result_is_one_cut_line_in_the_markdown_and_says_how_long_it_was(
     record_loop(scope, ScriptedProvider(tool_turn(("big", {})), answer("ok")), FakeTools(big=(big, False)))
     call = next(s for s in run_export(run)["paths"]["scope"] if s["kind"] == "call")
     assert call["result_chars"] == len(long_text) and len(call["result"]) < len(long_text)
-    line = next(line for line in run_markdown(run).splitlines() if "called `big`" in line)
+    line = next(line for line in run_markdown(run).splitlines() if "called `srv:big`" in line)
     assert f"→ result, {len(long_text):,} characters: `line of output line of output" in line
     assert len(line) < 400 and "…`" in line
