@@ -48,6 +48,8 @@ from orchestrator.engine.agent_runner import AttemptRun
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
+# How long draining waits for the loop to stop, then for its thread to end.
+STOP_S = 10.0
 
 
 @dataclass
@@ -116,8 +118,12 @@ class AgentHost:
             asyncio.run_coroutine_threadsafe(self._hand_back_all(), self.loop)
             with self._idle:
                 self._idle.wait_for(lambda: self.in_flight == 0, timeout=settings.GLASSBOX_LEASE_S)
-        asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(timeout=10)
-        self._thread.join(timeout=10)
+        try:
+            asyncio.run_coroutine_threadsafe(self._stop(), self.loop).result(timeout=STOP_S)
+        except TimeoutError:  # a stop must not keep a draining worker from exiting
+            log.warning("agent host: the loop did not stop within %s s; stopping it as it is", STOP_S)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=STOP_S)
         self.pool.shutdown(wait=True)
 
     def wait_idle(self, timeout: float | None = None) -> bool:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LIVE_S = 0.25
+# How long closing waits for a send under way to give up (a channel layer that does not answer).
+CLOSE_S = 2.0
 LIVE_MESSAGE_TYPE = "run.live"
 
 
@@ -60,12 +62,10 @@ class Publisher:
         """Nothing to do: an ended attempt simply stops appearing in messages."""
 
     async def close(self) -> None:
+        """Stop sending. Bounded: a send stuck on the channel layer is left to the loop's end."""
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+            await asyncio.wait({self._task}, timeout=CLOSE_S)
 
     async def _loop(self) -> None:
         from channels.layers import get_channel_layer
