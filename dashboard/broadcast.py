@@ -45,8 +45,8 @@ from . import fragments
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.2
-MIN_FRAME_INTERVAL_S = 0.25
+POLL_S = 0.1
+MIN_FRAME_INTERVAL_S = 0.1
 # A round that took long to render (a large run, many viewers far behind) spaces the next ones
 # out: at least twice the render time apart, at most this much, so that the live view cannot
 # keep the server busy.

@@ -145,15 +145,19 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
         """Take ``amount`` if the weighted count of the two windows leaves room, else nothing.
 
         The room check and the increment are one conditional UPDATE of the current window's
-        row, so two processes can never both take the last units.
+        row, so two processes can never both take the last units. Two statements in the common
+        case (both windows read at once, then that UPDATE), since admission takes this for every
+        attempt; the current window's row is created only by its first taking.
         """
         if amount > limit:
             return False
         now = self.clock() if now is None else now
         previous_key, current_key = self.sliding_window_keys(key, expiry, now)
-        with transaction.atomic():
-            self._ensure_window_row(current_key, expires_at=self._window_end(expiry, now) + expiry, now=now)
-            previous_count = self._live_counts([previous_key], now).get(previous_key, 0)
+        with transaction.atomic(savepoint=False):
+            counts = self._live_counts([previous_key, current_key], now)
+            if current_key not in counts:
+                self._ensure_window_row(current_key, expires_at=self._window_end(expiry, now) + expiry, now=now)
+            previous_count = counts.get(previous_key, 0)
             previous_weight = math.floor(previous_count * self._previous_ttl(previous_count, expiry, now) / expiry)
             taken = RateCounter.objects.filter(key=current_key, count__lte=limit - amount - previous_weight).update(
                 count=F("count") + amount

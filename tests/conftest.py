@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,6 +50,9 @@ class NoHost:
 
     def untrack(self, attempt) -> None:
         pass
+
+    def ending(self, run_id: int):
+        return contextlib.nullcontext(True)  # every success takes its run's step
 
 
 def run_attempt(attempt_id: int) -> str:

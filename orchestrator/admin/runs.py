@@ -20,6 +20,22 @@ class ControlActions:
     def has_control_permission(self, request):
         return request.user.has_perm("orchestrator.control_run")
 
+    def names(self, obj) -> tuple[str, str]:
+        """How the messages name `obj`: in the list of what was done, and at the start of a refusal."""
+        raise NotImplementedError
+
+    def _apply(self, request, objects, action, verb: str) -> None:
+        """Run the engine's `action` on each object; one message for what was done, one per refusal."""
+        done, refused = [], []
+        for obj in objects:
+            named, refusal = self.names(obj)
+            try:
+                action(obj, user=request.user)
+                done.append(named)
+            except runs.ActionError as error:
+                refused.append(f"{refusal}: {error}")
+        report_action(self, request, done, refused, verb)
+
 
 class TaskRunInline(ReadOnlyInline):
     model = TaskRun
@@ -34,15 +50,8 @@ class RunAdmin(ControlActions, ReadOnlyAdmin):
     inlines = [TaskRunInline, CheckpointInline]
     actions = ["pause", "resume", "cancel"]
 
-    def _apply(self, request, queryset, action, verb: str) -> None:
-        done, refused = [], []
-        for run in queryset:
-            try:
-                action(run, user=request.user)
-                done.append(f"run {run.pk}")
-            except runs.ActionError as error:
-                refused.append(f"Run {run.pk}: {error}")
-        report_action(self, request, done, refused, verb)
+    def names(self, obj) -> tuple[str, str]:
+        return f"run {obj.pk}", f"Run {obj.pk}"
 
     @admin.action(description="Pause selected runs", permissions=["control"])
     def pause(self, request, queryset):
@@ -81,15 +90,11 @@ class TaskRunAdmin(ControlActions, ReadOnlyAdmin):
     inlines = [AttemptInline]
     actions = ["retry", "skip"]
 
+    def names(self, obj) -> tuple[str, str]:
+        return f"{obj.key} (run {obj.run_id})", f"Task {obj.key} of run {obj.run_id}"
+
     def _apply(self, request, queryset, action, verb: str) -> None:
-        done, refused = [], []
-        for task in queryset.select_related("run", "subtask"):
-            try:
-                action(task, user=request.user)
-                done.append(f"{task.key} (run {task.run_id})")
-            except runs.ActionError as error:
-                refused.append(f"Task {task.key} of run {task.run_id}: {error}")
-        report_action(self, request, done, refused, verb)
+        super()._apply(request, queryset.select_related("run", "subtask"), action, verb)
 
     @admin.action(description="Retry selected tasks", permissions=["control"])
     def retry(self, request, queryset):

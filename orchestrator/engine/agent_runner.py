@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -68,6 +69,7 @@ class AttemptRun:
     interruptible: bool = False
     keep: int = 0  # admitted attempts its success may keep for its host to run (scheduler.advance)
     started: float = field(default_factory=time.monotonic)
+    tracker: Tracker | None = None
 
     @property
     def task_id(self) -> int:
@@ -103,6 +105,11 @@ class Tracker(Protocol):
 
     def untrack(self, attempt: AttemptRun) -> None: ...
 
+    def ending(self, run_id: int) -> AbstractContextManager[bool]:
+        """Held while an attempt of `run_id` records its success; says whether that success should
+        also take the run's scheduling step (else the tracker takes one for several)."""
+        ...
+
 
 async def run_attempt(tracker: Tracker, attempt_id: int, worker: str, *, keep: int = 0) -> tuple[str, Claim | None]:
     """Claim attempt `attempt_id` and run it to its end. Returns (outcome, claim or None); a
@@ -117,7 +124,7 @@ async def run_attempt(tracker: Tracker, attempt_id: int, worker: str, *, keep: i
 
 async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
     """Run a claimed attempt to its end and record it; returns the outcome in words."""
-    current = AttemptRun(claim, max_tokens=max(1, claim.task.agent.max_output_tokens), keep=keep)
+    current = AttemptRun(claim, max_tokens=max(1, claim.task.agent.max_output_tokens), keep=keep, tracker=tracker)
     current.task = asyncio.current_task()
     tracker.track(current)
     try:
@@ -161,7 +168,7 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
         if completed is None:
             raise ProviderError("the provider's stream ended without a final message")
         current.interruptible = False
-        return await record(execution.complete, claim, current.progress.output, completed.usage, keep=current.keep)
+        return await succeed(current, current.progress.output, completed.usage)
     except TimeoutError:
         current.interruptible = False
         message = f"timed out after {request.timeout_s:.0f} s"
@@ -189,7 +196,7 @@ async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
     current.interruptible = False
     claim, usage = current.claim, current.progress.usage
     if outcome.finished:
-        return await record(execution.complete, claim, outcome.output, usage, keep=current.keep)
+        return await succeed(current, outcome.output, usage)
     # Stopped by a limit: what it wrote so far stays readable on the task, and the end says why.
     current.progress.output = outcome.output
     await record(execution.save_progress, [(claim, current.progress)])
@@ -214,6 +221,17 @@ def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: in
         f"stopped unfinished after {calls}: the run's budget cannot cover another model call; "
         "raise the run's budget and retry the task"
     )
+
+
+async def succeed(current: AttemptRun, output: str, usage: Usage) -> str:
+    """Record a success. It takes its run's scheduling step in the same transaction, unless other
+    attempts of the run are ending in this host: each would then wait on the run's row for the
+    others' steps, so they record their ends alone and the host takes one step for all of them."""
+    claim = current.claim
+    assert current.tracker is not None
+    with current.tracker.ending(claim.task.run_id) as advance:
+        keep = current.keep if advance else 0
+        return await record(execution.complete, claim, output, usage, keep=keep, advance=advance)
 
 
 async def _stopped(current: AttemptRun) -> str:

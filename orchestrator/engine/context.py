@@ -98,8 +98,10 @@ def agent_counter(agent: Agent) -> TokenCounter:
 def summary_counter(task: TaskRun) -> TokenCounter:
     """The strictest count among the agents that will receive ``task``'s summary (its downstream
     subtasks' agents), or its own agent's when nothing is downstream."""
-    downstream = Agent.objects.filter(subtasks__upstream_edges__upstream_id=task.subtask_id).distinct()
-    pairs = sorted({(agent.provider, agent.model) for agent in downstream}) or [(task.agent.provider, task.agent.model)]
+    downstream = Agent.objects.filter(subtasks__upstream_edges__upstream_id=task.subtask_id).values_list(
+        "provider", "model"
+    )
+    pairs = sorted(set(downstream)) or [(task.agent.provider, task.agent.model)]
     counters = [counter_for(provider, model) for provider, model in pairs]
     return counters[0] if len(counters) == 1 else MaxCounter(counters)
 
@@ -191,12 +193,20 @@ def prompt_token_bound(task: TaskRun) -> int:
     )
 
 
-def build_prompt(task: TaskRun, shape: SubtaskShape | None = None) -> str:
-    """The task's prompt. `shape`: the subtask's place in its run's graph when the caller has it
-    (engine/run_shape.py), which spares the queries that find it."""
+def build_prompt(
+    task: TaskRun,
+    shape: SubtaskShape | None = None,
+    *,
+    goal: str | None = None,
+    upstreams: list[TaskRun] | None = None,
+) -> str:
+    """The task's prompt. `shape`: the subtask's place in its run's graph, `goal` the plan's and
+    `upstreams` the upstream tasks (as `upstream_tasks` reads them), when the caller has them
+    (engine/run_shape.py), which spares the queries that find them."""
     subtask = task.subtask
-    upstreams = upstream_tasks(task, shape.upstreams if shape is not None else None)
-    parts = [f"# {subtask.title}", f"Goal of the whole team: {task.run.plan.goal}"]
+    if upstreams is None:
+        upstreams = upstream_tasks(task, shape.upstreams if shape is not None else None)
+    parts = [f"# {subtask.title}", f"Goal of the whole team: {task.run.plan.goal if goal is None else goal}"]
     if subtask.instructions:
         parts.append(f"Instructions:\n{subtask.instructions}")
     if upstreams:

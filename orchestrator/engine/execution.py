@@ -134,15 +134,17 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
     return Claim(task, attempt, worker, provider_limit(task), request)
 
 
-def build_request(task: TaskRun, attempt_number: int) -> AgentRequest:
+def build_request(task: TaskRun, attempt_number: int, upstreams: list[TaskRun] | None = None) -> AgentRequest:
+    """The attempt's request. `upstreams`: the task's direct upstreams in plan order, when the
+    caller read them already (many claims at once read them in one query)."""
     agent = task.agent
-    shape = run_shape.of(task.run).subtasks.get(task.subtask_id)
+    shape = run_shape.of(task.run)
     return AgentRequest(
         agent_name=agent.name,
         provider=agent.provider,
         model=agent.model,
         system_prompt=agent.system_prompt,
-        prompt=context.build_prompt(task, shape),
+        prompt=context.build_prompt(task, shape.subtasks.get(task.subtask_id), goal=shape.goal, upstreams=upstreams),
         max_tokens=agent.max_output_tokens,
         timeout_s=float(task.subtask.timeout_s or agent.timeout_s),  # the task's agent, loaded with it
         seed=f"{task.run.plan_id}:{task.subtask.key}",
@@ -390,10 +392,11 @@ def reserve_call(claim: Claim, input_tokens: int, used: Usage) -> bool:
 # --- How an attempt ends ------------------------------------------------------------------------
 
 
-def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0) -> str:
+def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance: bool = True) -> str:
     """Record a successful attempt and, in the same transaction, advance its run (its downstream
     may start at once); up to `keep` of the attempts admitted are left for the caller to run
-    (`claim.kept`)."""
+    (`claim.kept`). Without `advance` the run's step is the caller's to take (an agent host
+    whose other attempts of the run are ending too takes one step for all of them)."""
     task = claim.task
     # Bounded as its downstream agents' providers count tokens (for Claude, maybe a request):
     # before the transaction, which then holds its locks no longer than it must.
@@ -441,8 +444,9 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0) -> str:
             run.reserved_usd -= s.reserved_usd
             run.input_tokens += s.more_input
             run.output_tokens += s.more_output
-            step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker)
-            claim.advanced, claim.kept = True, step.claims
+            if advance:
+                step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker)
+                claim.advanced, claim.kept = True, step.claims
     if not moved:
         return late_or_cancelled(claim, usage, "result arrived after the lease expired")
     return "succeeded"

@@ -29,12 +29,13 @@ made parallelism equal to the process count. Each django-q2 worker process now h
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 
@@ -73,6 +74,7 @@ class AgentHost:
         self.in_flight = 0  # attempts accepted and not yet ended (claimed or not)
         self.outcomes: dict[str, int] = {}
         self._advances: dict[int, _Advance] = {}
+        self._ending: dict[int, int] = {}  # by run: successes being recorded now (see `ending`)
         self._idle = threading.Condition()
         self._draining = threading.Lock()
         self.pool = db_threads.DatabaseThreads(db_threads_count or settings.GLASSBOX_HOST_DB_THREADS)
@@ -158,6 +160,12 @@ class AgentHost:
     def free_slots(self) -> int:
         return self.slots - self.in_flight
 
+    def wait_for_room(self, timeout: float) -> bool:
+        """Wait up to `timeout` for a free slot; True once there is one, or once the host stops
+        accepting (a stopping host hands what it is given back to the broker)."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self.in_flight < self.slots or not self.accepting, timeout=timeout)
+
     async def _host_attempt(
         self, attempt_id: int | None, claimed: execution.Claim | None = None, *, holds_slot: bool = True
     ) -> None:
@@ -185,7 +193,7 @@ class AgentHost:
                     for extra in kept:
                         self._run_kept(extra)
                 else:
-                    next_id = await self.advance(claim.task.run_id, keep=bool(keep))
+                    next_claim = await self.advance(claim.task.run_id, keep=bool(keep))
         except Exception:
             log.exception("agent host: attempt %s failed outside its own handling", next_id)
             if next_id is not None and next_id != attempt_id:
@@ -206,8 +214,25 @@ class AgentHost:
             self.in_flight += 1
         asyncio.create_task(self._host_attempt(None, claim, holds_slot=holds_slot))
 
-    async def advance(self, run_id: int, *, keep: bool) -> int | None:
-        """Advance a run after an attempt ended; returns an admitted attempt kept for the caller.
+    @contextlib.contextmanager
+    def ending(self, run_id: int) -> Iterator[bool]:
+        """Held while an attempt of `run_id` records its success (agent_runner.succeed). True when
+        nothing else of that run is ending or stepping in this host: the success then takes the
+        run's step in its own transaction. Otherwise it records only its end, and the step comes
+        from `advance`, coalesced: at cap 64 the ends of one run, each waiting on the run's row
+        for the others' steps, were the runs' throughput limit (docs/benchmarks.md)."""
+        alone = not self._ending.get(run_id) and run_id not in self._advances
+        self._ending[run_id] = self._ending.get(run_id, 0) + 1
+        try:
+            yield alone
+        finally:
+            self._ending[run_id] -= 1
+            if not self._ending[run_id]:
+                del self._ending[run_id]
+
+    async def advance(self, run_id: int, *, keep: bool) -> execution.Claim | None:
+        """Advance a run after an attempt ended; returns an admitted attempt kept for the caller,
+        claimed for this host already.
 
         Coalesced: while a scheduling step of the run is under way in this host, attempts that end
         wait for the next one, which keeps one admitted attempt for each of them.
@@ -226,19 +251,21 @@ class AgentHost:
                 waiting, state.waiters = state.waiters, []
                 keepers = [waiter for waiter, keep in waiting if keep] if self.accepting else []
                 try:
-                    result = await db(scheduler.advance, run_id, keep=len(keepers))
+                    # One for each waiting slot, and more for the slots that are free.
+                    keep = len(keepers) + self.free_slots() if keepers else 0
+                    result = await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)
                 except Exception as exc:
                     log.exception("agent host: advancing run %s failed", run_id)
                     for waiter, _ in waiting:
                         if not waiter.done():
                             waiter.set_exception(exc)
                     continue
-                kept = list(result.kept)
+                kept = list(result.claims)
                 for waiter, _ in waiting:
                     if not waiter.done():
                         waiter.set_result(kept.pop(0) if kept and waiter in keepers else None)
-                for attempt_id in kept:  # its waiter is gone: let the broker have it
-                    await db(scheduler.enqueue_attempt, attempt_id)
+                for claim in kept:  # claimed for this host beyond its waiters: each in a slot of its own
+                    self._run_kept(claim)
         finally:
             state.running = False
             if self._advances.get(run_id) is state and not state.waiters:
@@ -332,6 +359,18 @@ def current() -> AgentHost:
 
 def submit(attempt_id: int) -> str:
     return current().submit(attempt_id)
+
+
+def wait_for_room(timeout: float) -> bool:
+    """Before this worker process takes a task from its cluster's queue: wait up to `timeout` while
+    its host is full. A full host that took the task would hold it until one of its own attempts
+    ended, however free the other workers are (orchestrator/management/task_queue.py).
+
+    Takes no module lock: it runs in every worker's queue wait, and a process forked while another
+    thread held that lock (a test's, say) would wait on it for ever. A host set up meanwhile is
+    seen at the next call."""
+    host, pid = _host, _host_pid
+    return host is None or pid != os.getpid() or host.wait_for_room(timeout)
 
 
 def prepare_worker_process(on_term: Callable[[], None] | None = None) -> None:

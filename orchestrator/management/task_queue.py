@@ -12,6 +12,11 @@ the queue.
 :class:`KillSafeQueue` waits *without* the lock — it polls the pipe — and takes the lock only to
 read a message already there, for microseconds. Our ``qcluster`` command installs it before the
 cluster forks (:func:`install`).
+
+It is also where a worker's back-pressure begins: a worker whose agent host has no free slot does
+not take the next task (`host.wait_for_room`) and leaves it to a worker with room. Taken, the task
+would wait inside the full host until one of its attempts ended — 20 s in the width benchmark,
+where one attempt of 500 waited so while the other worker had a slot free.
 """
 
 from __future__ import annotations
@@ -21,12 +26,17 @@ from multiprocessing.reduction import ForkingPickler
 import django_q.cluster
 from django_q.queues import Queue
 
+from orchestrator.engine import host
+
 # How long one wait on the pipe, or on the lock, lasts before it is tried again.
 POLL_S = 0.5
 
 
 class KillSafeQueue(Queue):
-    """django-q2's Queue whose blocking ``get()`` holds no lock while it waits."""
+    """django-q2's Queue whose blocking ``get()`` holds no lock while it waits, and takes nothing
+    while this process's agent host is full."""
+
+    has_room = staticmethod(host.wait_for_room)
 
     def get(self, block: bool = True, timeout: float | None = None):
         if not block or timeout is not None:
@@ -35,6 +45,8 @@ class KillSafeQueue(Queue):
             raise ValueError(f"Queue {self!r} is closed")
         while True:
             if not self._reader.poll(POLL_S):  # waiting: no lock held
+                continue
+            if not self.has_room(POLL_S):  # full: the task is left to a worker with room
                 continue
             if not self._rlock.acquire(timeout=POLL_S):
                 continue

@@ -21,10 +21,14 @@ def estimated_duration_s(subtask: SubtaskSpec | Subtask, agent: Agent | None) ->
     (fixed: `seconds`; uniform: midpoint of `low_s`..`high_s`; lognormal: `median_s`). Any other
     agent is estimated at OUTPUT_TOKENS_PER_SECOND, never under MIN_ESTIMATED_DURATION_S.
     """
-    latency = _latency_centre_s(agent.provider_options if agent is not None else None)
+    return _estimate(subtask.estimated_output_tokens, agent.provider_options if agent is not None else None)
+
+
+def _estimate(estimated_output_tokens: int, provider_options: Any) -> float:
+    latency = _latency_centre_s(provider_options)
     if latency is not None:
         return latency
-    return max(MIN_ESTIMATED_DURATION_S, subtask.estimated_output_tokens / OUTPUT_TOKENS_PER_SECOND)
+    return max(MIN_ESTIMATED_DURATION_S, estimated_output_tokens / OUTPUT_TOKENS_PER_SECOND)
 
 
 def _latency_centre_s(provider_options: Any) -> float | None:
@@ -48,7 +52,7 @@ def _latency_centre_s(provider_options: Any) -> float | None:
 
 
 def plan_weights(plan: Plan) -> dict[str, float]:
-    """Estimated seconds per subtask key of a saved plan (critical-path weights)."""
-    return {
-        subtask.key: estimated_duration_s(subtask, subtask.agent) for subtask in plan.subtasks.select_related("agent")
-    }
+    """Estimated seconds per subtask key of a saved plan (critical-path weights). Read as plain
+    values: the run page's ETA asks for them at every live frame."""
+    rows = plan.subtasks.values_list("key", "estimated_output_tokens", "agent__provider_options")
+    return {key: _estimate(tokens, options) for key, tokens, options in rows}

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Self
 
-from orchestrator.models import Event, Run, TaskRun
+from orchestrator.models import Attempt, Run, TaskRun
 
 from .records import TaskRecord
 from .steps import activities
@@ -176,18 +176,16 @@ def tasks_query(run_id: int):
 
 
 def live_output_tokens(tasks: Iterable[TaskRun]) -> dict[int, int]:
-    """Output tokens streamed so far by each running task's current attempt (from its progress events)."""
-    live: dict[int, int] = {}
-    for task in tasks:
-        if task.state != State.RUNNING:
-            continue
-        events = Event.objects.filter(task_run_id=task.pk, type="task.progress")
-        if task.started_at:
-            events = events.filter(created_at__gte=task.started_at)
-        payload = events.order_by("-id").values_list("payload", flat=True).first()
-        if payload:
-            live[task.pk] = int(payload.get("output_tokens") or 0)
-    return live
+    """Output tokens streamed so far by each running task's current attempt, as its host last
+    saved them on the attempt (every GLASSBOX_PROGRESS_SAVE_S; settled into the task's totals
+    when the attempt ends). One query."""
+    running = {task.pk: task.attempt_count for task in tasks if task.state == State.RUNNING}
+    if not running:
+        return {}
+    rows = Attempt.objects.filter(task_run_id__in=list(running), state=Attempt.State.RUNNING).values_list(
+        "task_run_id", "number", "output_tokens"
+    )
+    return {task_id: tokens for task_id, number, tokens in rows if running[task_id] == number and tokens}
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:

@@ -267,7 +267,13 @@ def test_progress_bursts_are_coalesced_and_stream_to_a_watched_panel(run, person
 
     def burst():
         task = run.tasks.get(subtask__key="scope")
-        TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING, output="streamed words so far")
+        TaskRun.objects.filter(pk=task.pk).update(
+            state=TaskRun.State.RUNNING, output="streamed words so far", attempt_count=1
+        )
+        # What the host last saved of the stream (execution.save_progress).
+        Attempt.objects.update_or_create(
+            task_run=task, number=1, defaults={"state": Attempt.State.RUNNING, "output_tokens": 39}
+        )
         for n in range(40):
             with transaction.atomic():
                 events.record("task.progress", run=run, task=task, payload={"progress": n, "output_tokens": n})
@@ -289,7 +295,7 @@ def test_progress_bursts_are_coalesced_and_stream_to_a_watched_panel(run, person
         html = "".join(frames)
         assert f'id="task-output-{scope_pk}"' in html
         assert "streamed words so far" in html
-        assert 'data-tokens="39"' in html  # the node's token burn, from the latest progress event
+        assert 'data-tokens="39"' in html  # the node's token burn, as its host last saved it
         await comm.disconnect()
 
     async_to_sync(scenario)()

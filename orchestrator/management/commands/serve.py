@@ -196,7 +196,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="Address to listen on (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8000, help="Port to listen on (default 8000)")
-        parser.add_argument("--workers", type=int, help="qcluster worker processes (default: GLASSBOX_WORKERS, else 4)")
+        parser.add_argument("--workers", type=int, help="qcluster worker processes (default: GLASSBOX_WORKERS, else 2)")
         parser.add_argument(
             "--clusters", type=int, default=1, help="qcluster processes, each with --workers workers (default 1)"
         )

@@ -55,6 +55,7 @@ def test_a_full_host_blocks_the_hand_over_until_a_slot_frees(make_agent, make_pl
     attempts = list(Attempt.objects.filter(task_run__run=run).order_by("pk"))
     assert agent_host.submit(attempts[0].pk) == "accepted"
     assert agent_host.submit(attempts[1].pk) == "accepted"
+    assert not agent_host.wait_for_room(0.1)  # so its worker takes no task from the queue
     handed: list[float] = []
     third = threading.Thread(target=lambda: handed.append(agent_host.submit(attempts[2].pk) and time.time()))
     third.start()
@@ -65,6 +66,7 @@ def test_a_full_host_blocks_the_hand_over_until_a_slot_frees(make_agent, make_pl
     first_end = min(attempts[0].finished_at, attempts[1].finished_at).timestamp()
     assert handed and handed[0] >= first_end  # the third waited for a free slot
     assert attempts[2].started_at.timestamp() >= first_end
+    assert agent_host.wait_for_room(0)
 
 
 def test_the_host_runs_the_downstream_task_it_admitted_itself(make_agent, make_plan, make_host, broker):
@@ -84,6 +86,33 @@ def test_the_host_runs_the_downstream_task_it_admitted_itself(make_agent, make_p
             .values_list("seq", flat=True)
         )
         assert len(kinds) == 2 and kinds[1] == kinds[0] + 1
+
+
+def test_of_simultaneous_successes_of_a_run_only_the_first_takes_its_step(make_host):
+    agent_host = make_host()
+    with agent_host.ending(1) as first:
+        with agent_host.ending(1) as second, agent_host.ending(2) as other_run:
+            assert (first, second, other_run) == (True, False, True)
+    with agent_host.ending(1) as later:
+        assert later  # nothing of run 1 is ending any more
+
+
+def test_a_wide_fan_out_ending_together_is_carried_on_by_the_host_itself(make_agent, make_plan, make_host, broker):
+    """Twenty tasks ending at once: most record their ends without a step of their own and the
+    host's coalesced step admits the next ones, claimed for it: nothing goes through the broker,
+    every task runs once and the run finishes."""
+    make_agent("researcher", max_concurrency=40, provider_options=fast_latency(0.5))
+    layer = {f"t{i:02}": ("researcher", []) for i in range(20)}
+    nxt = {f"u{i:02}": ("researcher", [f"t{i:02}"]) for i in range(20)}
+    run = runs.launch(make_plan({**layer, **nxt, "end": ("researcher", list(nxt))}), cap=40)
+    broker.purge_queue()  # this test plays the worker that took every delivery
+    submit_queued(make_host(slots=50), run)
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert broker.queue_size() == 0
+    attempts = Attempt.objects.filter(task_run__run=run)
+    assert attempts.count() == 41 and set(attempts.values_list("state", flat=True)) == {"succeeded"}
+    assert set(attempts.values_list("worker", flat=True)) == {execution.worker_name()}
 
 
 def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, make_host, broker, settings):

@@ -385,9 +385,8 @@ def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_age
     assert states(run) == {"a": "succeeded", "b": "queued"}
 
 
-def test_the_host_that_admitted_keeps_its_share_of_a_fan_out_and_always_the_next_of_a_chain(settings):
-    settings.Q_CLUSTER = {**settings.Q_CLUSTER, "workers": 2}
-    assert scheduler.kept_share(10, at_most=50) == 5  # half for each of two worker processes
+def test_the_host_that_admitted_keeps_all_it_has_room_for_and_always_the_next_of_a_chain():
+    assert scheduler.kept_share(10, at_most=50) == 10  # all it has room for: none waits for the broker
     assert scheduler.kept_share(10, at_most=3) == 3  # no more than it has room for
     assert scheduler.kept_share(1, at_most=50) == 1  # a chain's next task never goes through the broker
     assert scheduler.kept_share(3, at_most=0) == 0  # a draining host keeps nothing
