@@ -504,7 +504,9 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             f"qcluster of {spec['workers']} worker processes whose agent hosts have {spec['slots_per_worker']} slots "
             "each (GLASSBOX_SLOTS_PER_WORKER). Peak in flight from the attempts' start and end times; the cluster's "
             "memory is the resident size of every process of its group, summed, sampled every 0.5 s; CPU per task "
-            "is the group's user+system CPU during the run divided by the tasks."
+            "is the group's user+system CPU during the run divided by the tasks. *last start* and *first end* are "
+            "seconds from the run's start: how long the starts took to spread over the workers, and the first "
+            "call's end."
         )
         out.append("")
         out.append(
@@ -514,6 +516,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
                     "makespan s",
                     "lower bound s",
                     "peak in flight",
+                    "last start s",
+                    "first end s",
                     "RSS idle MiB",
                     "RSS peak MiB",
                     "CPU ms/task",
@@ -524,6 +528,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
                         _fmt(w["makespan_s"]),
                         _fmt(float(w["lower_bound_s"])),
                         w["peak_in_flight"],
+                        _fmt(w.get("last_start_s")),
+                        _fmt(w.get("first_end_s")),
                         _fmt(w["cluster_rss_mib_idle"], 0),
                         _fmt(w["cluster_rss_mib_peak"], 0),
                         _fmt(w["cluster_cpu_ms_per_task"], 1),
@@ -630,7 +636,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             "through `events.record` (one transaction each, like a worker), daphne serves the real `RunConsumer`, and "
             "a client process holds the viewers' connections (`bench/liveview.py`). Latency is the arrival of the "
             "frame whose `#live-seq` covers the event minus the moment its transaction committed, for every viewer "
-            "and event. The consumer sends at most one frame per 0.25 s, so at 20 events/s an event waits for the "
+            "and event. The run's broadcaster sends at most one frame per 0.1 s (and no faster than twice its render "
+            "time; dashboard/broadcast.py), so at 20 events/s an event waits for the "
             "next frame by design."
         )
         out.append("")
@@ -678,51 +685,57 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-Read with the machine in mind: 2 shared cores, load average 2.6 at the start and up to 4 during
-the run (other sessions' test suites). Prefect runs in-process and spends almost no CPU per task,
-so load hurts our side more than its side.
+This run was made on a quiet machine (load average 0.8 at the start, nothing else running); the
+previous report's run (2026-11-23) had load 2.6–4 from other sessions' test suites, which is why
+its numbers were 10–70 % worse on the same code. Compare only runs made under like load.
 
-- **Where we stand against the issue's baseline** (same DAGs, same durations, cap 8, production
-  profile): layered 20.56 s → 14.88 s (efficiency 0.60 → 0.83), fan 11.06 → 9.52 s, chain 15.98 →
-  14.62 s, random 300 22.11 → 15.16 s (0.48 → 0.70). The profile meant for scale is no longer the
-  slowest: it is now ahead of the embedded one on every shape. Prefect is still ahead everywhere,
-  by 2–12 % at cap 8 and by 2× on random 300 at cap 64.
-- **The scheduler step is no longer the cost.** `advance` takes 0.1–0.7 ms of CPU and 6–13
-  statements per task on PostgreSQL (it was ~30 statements and tens of milliseconds): the run's
-  graph is cached, tasks are read as rows, writes are batched, events are numbered on their own
-  sequence row, progress is live-only and a success claims the attempts its host keeps in the same
-  transaction.
-- **The cost left is recording an attempt's start and end: 21–28 ms of CPU per task**
-  (claim+complete column; 15–23 statements in `complete`). A success writes the attempt, the task,
-  its output and summary, the run's totals, the budget and rate-limit corrections and several
-  events, then advances the run, and builds the next claimed attempt's request (its context from
-  upstream summaries). With ~30 ms of cluster CPU per task, 2 cores top out near 30 tasks/s *alone*;
-  shared, the measured peak is 15–24 tasks/s. This is why **random 300 at cap 64** (needs ~60
-  tasks/s) stays at efficiency 0.27–0.41 against Prefect's 0.73–0.85, why **chain 50** loses
-  ~45 ms per link (Prefect's in-process hand-off costs ~16 ms), and why the engine-CPU goal
-  (< 10 ms) is missed by 2–3×. *Next*: profile `complete` and `claim_attempt` on a quiet machine
-  (py-spy); suspects are the summary's token counting and request building on the recording path,
-  per-event INSERTs (one multi-row INSERT per transaction would do), and totals recomputed rather
-  than incremented.
-- **Width (500 × 20 s at cap 500 on 2 worker processes):** 41.9 s embedded, 41.3 s production;
-  peak in flight 499 (goal ≥ 480: met), cluster RSS 688 / 738 MiB (goal < 1 GiB: met); makespan
-  goal < 26 s missed. Every attempt runs at once on the two agent hosts (the issue measured a peak
-  of 2 and no finish after 120 s), but starting and ending 500 attempts costs ~45 ms of CPU each,
-  ~22 s of CPU on 2 cores: the starts are spread over ~20 s. Same cause as above.
-- **Dispatch p95 on Redis is 150–215 ms at cap 8** (goal < 50 ms): the dispatch includes the
-  upstream's `complete`, which queues behind other completions for the CPU; p50 is 38–52 ms.
-- **Embedded (SQLite)**: every write waits for the one write lock; the second repeat of layered
-  cap 8 took 21.9 s against 14.6 s in the first (load), so its median is noisy.
-- **Storm on production: every strategy, naive included, took ~56 s against a 29.5 s bound**
-  (embedded: 29.6–31.4 s). As naive is also slow, the bottleneck is the simulated *server's* own
-  per-minute limiter on Redis, which counts in aligned minutes, not the engine: the bound assumes
-  a sliding window. Ours with the limit configured sent no 429 on either profile; adaptive without
-  it still gets 7 after its first back-off (no slow start yet).
-- **Live view** (the live-view section above): p95 event-to-screen 159–529 ms embedded and
-  91–629 ms on Redis (goals 250 / 100 ms), down from 1.3 s / 1.85 s at 50 viewers. The floor is the
-  pacing itself: the broadcaster polls every 0.2 s and sends at most one frame per 0.25 s per run,
-  and spaces frames out to twice a round's render time. *Next*: send on the doorbell at once when
-  the previous frame is older than the floor, and render only the changed rows for large runs.
+- **Against Prefect** (same DAGs, same durations): ahead on 12 of 16 shapes × caps × profiles, by
+  1–18 %; random 300 at cap 8 is 16–18 % faster (Prefect's thread pool runs ready tasks in
+  submission order, ours by longest remaining path). Behind on four: **fan 1-100-1 at cap 64** on
+  both profiles (3.11 s embedded, 3.22 s production, against 3.00 s) and **chain 50 on
+  production** at both caps (13.05–13.07 s against 13.00–13.01 s, 0.4 %). Prefect's makespans come in whole seconds plus ~10 ms on every
+  shape here, which suggests its flow reports in steps of about a second; its real makespan may be
+  shorter than shown, so read "ahead" by less than a second with that in mind.
+- **Chain on PostgreSQL: ~17 ms per link** (0.85 s over 50 links). Of it, recording the success
+  (`complete`: settle the attempt, move the task, the run's totals, events, then the step that
+  admits and claims the next task and builds its request) takes ~13.5 ms of wall time for ~9.5 ms
+  of CPU and 17 statements; handing the end from the event loop to a database thread and the next
+  request's start take ~1.5 ms each. Prefect's in-process hand-off is ~16 ms per link. *Next*:
+  fewer statements in `complete` (the run's totals and the step's run update as one UPDATE;
+  the attempt's settlement folded into its end), and the tool-grant lookup (one query per
+  attempt, before its first model call) read with the claim.
+- **Fan-out at cap 64**: when the root succeeds, its transaction admits 64 tasks and claims all of
+  them for its host (their requests built from one read of the root's output), and they start
+  only when it commits: ~40 ms on SQLite, more on PostgreSQL. Dispatch p95 is 105–175 ms for the
+  same reason. *Next*: claim in the step only what the host can start at once and hand the rest
+  to a second step right after commit, so the first dozen start sooner.
+- **Many successes of one run at once** (random 300 at cap 64) used to queue on the run's row, each
+  waiting for the others' scheduling steps: efficiency was 0.75–0.78 on PostgreSQL. Successes that
+  end together in a host now record only their ends and share one step (`AgentHost.ending`):
+  5.95 s (0.86, goal 0.85 met) against Prefect's 6.01 s; SQLite 5.68 s (0.90).
+- **Efficiency at cap 8** on production (goal ≥ 0.95): layered 0.936, chain 0.934, random 0.898;
+  embedded (goal ≥ 0.92) layered 0.947 and chain 0.946 meet it, random 0.911 does not. The
+  engine's own cost per task (engine CPU 7–11 ms, cluster CPU 10–16 ms per task) is what is left; random 300 at cap 8 is also below its policy bound's 0.986 because the tasks' durations
+  are unknown to admission. Engine CPU per task is under 10 ms everywhere but random 300 at cap 8
+  on production (10.9 ms): a scheduling step there reads all 300 task rows.
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.3 s on both profiles, 500 in
+  flight, 692 / 737 MiB. It took 41 s until this run: a worker whose host was full still took
+  the next task from the cluster's queue and held it until one of its own 20 s calls ended,
+  although the other worker had a free slot. A full worker now leaves tasks in the queue.
+- **Storm on production: every strategy, naive included, took ~49 s against a 29.5 s bound**
+  (embedded: 30.4–31.7 s). As naive is also slow, the bottleneck is the simulated *server's* own
+  per-minute limiter on Redis, not the engine (see the caveat in section 5): a benchmark artefact
+  still to fix. Ours with the limit configured sent no 429 on either profile; adaptive without it
+  still gets 7 after its first back-off (no slow start yet).
+- **Live view**: with frames every 0.1 s at least (was 0.25 s), event-to-screen p95 is 97–116 ms
+  embedded (goal 250 ms: met) and 134–137 ms on Redis at 20 events/s (goal 100 ms: missed; 24 ms at
+  2 events/s). At 20 events/s an event waits for the next frame, then the frame's render
+  (30–40 ms for a 300-task run, most of it the task views behind the totals and the lanes, read
+  whole at every frame). On a real 200-task run with 50 viewers (`make bench-live`,
+  bench/results-live.json) p50 is 142 ms / 205 ms and p95 588 / 624 ms: the p95 is the one frame
+  that carries the fan-out of 198 tasks, which re-renders every part and the last 200 log rows
+  (~350 KB per viewer). *Next*: totals and lanes from counts rather than every task's view, and a
+  burst frame that sends rows, not the whole page.
 """
 
 

@@ -475,8 +475,17 @@ class ProfileRunner:
             current += step
             peak = max(peak, current)
         makespan = (run.finished_at - run.started_at).total_seconds()
+        t0 = run.started_at.timestamp()
+        starts = sorted(start - t0 for start, _ in intervals)
+        ends = sorted(end - t0 for _, end in intervals)
         row = {
             **{k: getattr(spec, k) for k in ("tasks", "seconds", "cap", "workers", "slots_per_worker")},
+            # Where the time beyond one call goes: the spread of the starts and of the ends.
+            "first_start_s": rnd(starts[0], 3),
+            "last_start_s": rnd(starts[-1], 3),
+            "first_end_s": rnd(ends[0], 3),
+            "last_end_s": rnd(ends[-1], 3),
+            "median_call_s": rnd(percentile([end - start for start, end in intervals], 50), 3),
             "run": run.pk,
             "makespan_s": rnd(makespan, 3),
             "lower_bound_s": spec.seconds,
