@@ -20,7 +20,7 @@ estimate plus the bound of what the subtask receives. Both follow the same choic
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 from django.conf import settings
 
@@ -119,20 +119,29 @@ def summary_for(task: TaskRun, output: str) -> str:
 
 
 def upstream_tasks(task: TaskRun, upstream_subtasks: tuple[int, ...] | None = None) -> list[TaskRun]:
-    """The task's direct upstreams in the run, in plan order (one query; none when the caller
-    knows there are none: `upstream_subtasks`, the upstreams' subtask ids, from the run's shape)."""
-    if upstream_subtasks is not None and not upstream_subtasks:
-        return []
-    upstream_ids = (
-        list(upstream_subtasks)
-        if upstream_subtasks is not None
-        else Dependency.objects.filter(downstream_id=task.subtask_id).values("upstream_id")
+    """The task's direct upstreams in the run, in plan order (`upstream_subtasks`, the upstreams'
+    subtask ids, when the caller knows them from the run's shape)."""
+    if upstream_subtasks is None:
+        upstream_subtasks = tuple(
+            Dependency.objects.filter(downstream_id=task.subtask_id).values_list("upstream_id", flat=True)
+        )
+    return upstream_tasks_of(task.run_id, {task.subtask_id: upstream_subtasks})[task.subtask_id]
+
+
+def upstream_tasks_of(run_id: int, upstreams: Mapping[int, Iterable[int]]) -> dict[int, list[TaskRun]]:
+    """The direct upstream tasks of each subtask in `upstreams` (subtask id → its upstreams' subtask
+    ids), in plan order, read in one query for all of them: a fan-out's scheduling step claims
+    dozens of tasks with the same upstream."""
+    ids = {up for ups in upstreams.values() for up in ups}
+    found = (
+        {t.subtask_id: t for t in TaskRun.objects.filter(run_id=run_id, subtask_id__in=ids).select_related("subtask")}
+        if ids
+        else {}
     )
-    return list(
-        TaskRun.objects.filter(run_id=task.run_id, subtask_id__in=upstream_ids)
-        .select_related("subtask")
-        .order_by("subtask__position")
-    )
+    return {
+        sid: sorted((found[up] for up in ups if up in found), key=lambda t: t.subtask.position)
+        for sid, ups in upstreams.items()
+    }
 
 
 def is_fan_in(task: TaskRun, upstreams: list[TaskRun]) -> bool:

@@ -36,7 +36,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import events, ratelimit, wording
-from orchestrator.engine import adaptive, attempt_requests, context, run_shape, scheduler, transitions, waits
+from orchestrator.engine import adaptive, admission, attempt_requests, context, run_shape, scheduler, transitions, waits
 from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
 from orchestrator.providers.base import AgentRequest, ProviderError, Usage
 
@@ -345,13 +345,13 @@ def correct_token_budgets(limit: ProviderLimit, window: int, *, input_delta: int
         ("otpm", output_delta, limit.output_tokens_per_minute),
     ):
         if delta and per_minute:
-            ratelimit.correct(scheduler.admission_key(limit.provider, limit.model, suffix), window, delta)
+            ratelimit.correct(admission.admission_key(limit.provider, limit.model, suffix), window, delta)
 
 
 def reserve_call(claim: Claim, input_tokens: int, used: Usage) -> bool:
     """Before another model call of an agent that uses tools: make the run hold enough for it.
 
-    Admission reserved one call's worst case (`scheduler.worst_case_cost`) on the attempt and the
+    Admission reserved one call's worst case (`admission.worst_case_cost`) on the attempt and the
     run. Before each further call the attempt's reservation is raised to what it has used so far
     plus the next call's worst case (its conversation's `input_tokens`, the agent's max output),
     taking the difference from the run's budget in one conditional statement; settling the
@@ -359,7 +359,7 @@ def reserve_call(claim: Claim, input_tokens: int, used: Usage) -> bool:
     the run ended): the loop then stops (``budget``). No price, nothing to reserve.
     """
     limit, agent = claim.limit, claim.task.agent
-    worst = scheduler.worst_case_cost(input_tokens, agent, limit)
+    worst = admission.worst_case_cost(input_tokens, agent, limit)
     if limit is None or not worst:
         return True
     spent = limit.cost(

@@ -18,7 +18,7 @@ at once:
    always frees some room). The scheduler admits nothing on the provider until then.
 3. **Share what the server knows with the admission limiter.** The scheduler takes one request
    and the task's tokens from the shared per-minute budgets ``admit:<provider>:<model>:rpm|itpm|otpm``
-   (see ``scheduler.rate_limit_wait``). Other clients of the same account spend the server's
+   (see ``admission.rate_limit_wait``). Other clients of the same account spend the server's
    budget too, so when the server reports fewer units remaining than our budget has left, the
    difference is taken from ours: admission then slows down before the server answers 429.
 
@@ -39,7 +39,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import ratelimit
-from orchestrator.engine.scheduler import admission_key
+from orchestrator.engine.admission import admission_key
 from orchestrator.models import ProviderLimit
 from orchestrator.providers.base import BudgetReport, ProviderFeedback
 

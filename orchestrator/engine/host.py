@@ -173,10 +173,12 @@ class AgentHost:
         the attempts its success kept for this host — the first in this slot, the others each in
         a slot of their own — until none is left."""
         next_id, next_claim = attempt_id, claimed
+        running = attempt_id
         try:
             while next_id is not None or next_claim is not None:
                 # What a success may keep: this slot's next attempt, and more while slots are free.
                 keep = 1 + self.free_slots() if settings.GLASSBOX_CLAIM_NEXT and self.accepting else 0
+                running = next_claim.attempt.pk if next_claim is not None else next_id
                 if next_claim is not None:
                     claim: execution.Claim | None = next_claim
                     outcome = await agent_runner.run_claimed(self, next_claim, keep=keep)
@@ -195,9 +197,9 @@ class AgentHost:
                 else:
                     next_claim = await self.advance(claim.task.run_id, keep=bool(keep))
         except Exception:
-            log.exception("agent host: attempt %s failed outside its own handling", next_id)
-            if next_id is not None and next_id != attempt_id:
-                await db(scheduler.enqueue_attempt, next_id)  # kept for us and in no queue: the broker's
+            # Its attempt keeps its lease: the reaper recovers it when the lease runs out, as for a
+            # killed worker (a claim a step made for this host is in no broker queue to hand back).
+            log.exception("agent host: attempt %s failed outside its own handling", running)
         finally:
             if holds_slot:
                 self.free.release()

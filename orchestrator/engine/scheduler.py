@@ -30,12 +30,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Q, Value
+from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from orchestrator import events, ratelimit, wording
-from orchestrator.engine import attempt_requests, context, run_shape, transitions, waits
+from orchestrator import events, wording
+from orchestrator.engine import admission, attempt_requests, context, run_shape, transitions, waits
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
 from orchestrator.providers.base import AgentRequest
 
@@ -295,250 +295,29 @@ def release_reservations(run: Run) -> None:
     attempts.filter(reserved_usd__gt=0).update(reserved_usd=Decimal("0"))
 
 
-# --- Admission -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Capacity:
-    """Slots left under every cap, read once under lock and spent as tasks are admitted."""
-
-    run_slots: int
-    agents: dict[int, Agent]
-    agent_slots: dict[int, int]
-    provider_slots: dict[tuple[str, str], int | None]
-    limits: dict[tuple[str, str], ProviderLimit]
-    budget_left: Decimal
-
-    def pair(self, agent_id: int) -> tuple[str, str]:
-        agent = self.agents[agent_id]
-        return agent.provider, agent.model
-
-
-def admission_order(row: TaskRow, shape: run_shape.RunShape) -> tuple:
-    """Longest remaining path first, then priority, then age (never-ready-before last), then id."""
-    return (-row.rank, -shape.subtasks[row.subtask_id].priority, row.ready_at is None, row.ready_at or 0, row.pk)
-
-
-def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
-    """Slots left under every cap for the given agents, read under their locks.
-
-    Lock order: run (held), agents, provider limits — held to commit, so admission is serial per
-    agent and provider across runs, processes and clusters.
-    """
-    agent_ids = sorted(set(agent_ids))
-    agents = {a.pk: a for a in Agent.objects.select_for_update(no_key=True).filter(pk__in=agent_ids).order_by("pk")}
-    pairs = sorted({(a.provider, a.model) for a in agents.values()})
-    limit_q = Q(pk__in=[])
-    for provider, model in pairs:
-        limit_q |= Q(provider=provider, model=model)
-    limits = {
-        (pl.provider, pl.model): pl
-        for pl in ProviderLimit.objects.select_for_update(no_key=True).filter(limit_q).order_by("pk")
-    }
-    active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE).order_by()
-    agent_busy = dict(active.filter(agent_id__in=agent_ids).values_list("agent_id").annotate(n=Count("pk")))
-    capped = {
-        pair for pair in pairs if (limit := limits.get(pair)) and (limit.effective_in_flight or limit.max_in_flight)
-    }
-    provider_busy: dict[tuple[str, str], int] = {}
-    if capped:
-        provider_q = Q(pk__in=[])
-        for provider, model in capped:
-            provider_q |= Q(agent__provider=provider, agent__model=model)
-        for provider, model, busy in (
-            active.filter(provider_q).values_list("agent__provider", "agent__model").annotate(n=Count("pk"))
-        ):
-            provider_busy[(provider, model)] = busy
-    provider_slots: dict[tuple[str, str], int | None] = {pair: None for pair in pairs}
-    for pair in capped:
-        provider_slots[pair] = (
-            limits[pair].effective_in_flight or limits[pair].max_in_flight or 0
-        ) - provider_busy.get(pair, 0)
-    running_here = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
-    return Capacity(
-        run_slots=run.cap - running_here,
-        agents=agents,
-        agent_slots={aid: agents[aid].max_concurrency - agent_busy.get(aid, 0) for aid in agents},
-        provider_slots=provider_slots,
-        limits=limits,
-        budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
-    )
-
-
-def input_estimate(shape: run_shape.SubtaskShape, goal: str, agent: Agent) -> int:
-    """The input tokens admission counts for an attempt: the plan's estimate, or the prompt's
-    bound when that is larger (the plan's numbers must not let a large prompt through)."""
-    bound = context.subtask_token_bound(
-        goal=goal,
-        title=shape.title,
-        instructions=shape.instructions,
-        system_prompt=agent.system_prompt,
-        inputs=shape.inputs,
-        upstreams=len(shape.upstreams),
-        has_downstream=shape.has_downstream,
-    )
-    return max(shape.estimated_input_tokens, bound)
-
-
-def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None) -> Decimal:
-    """The most one attempt can cost: reserved at admission, settled with the real usage."""
-    if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
-        return Decimal("0")
-    return limit.cost(input_tokens, agent.max_output_tokens)
-
-
-# A throttled task is looked at again after at most this long (the tick's pace), even if the
-# whole budget frees later: one request's worth usually frees sooner.
-THROTTLE_RECHECK_S = 1.0
-
-
-def admission_key(provider: str, model: str, suffix: str) -> str:
-    """The scheduler's shared per-minute budget for one provider, model and unit (rpm, itpm, otpm)."""
-    return f"admit:{provider}:{model}:{suffix}"
-
-
-@dataclass(frozen=True)
-class TokenReservation:
-    """What admission took from a provider's token budgets for one attempt, and in which minute
-    window: kept on the Attempt, corrected to the real usage when it ends (execution.settle)."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    window: int | None = None
-
-
-def rate_limit_wait(
-    agent: Agent, limit: ProviderLimit | None, now, input_tokens: int
-) -> tuple[waits.Wait | None, float, TokenReservation]:
-    """Take one attempt's share of the provider's per-minute budgets, or say why and how long to wait.
-
-    Requests count one per call; input tokens the prompt's estimate; output tokens the call's
-    max_tokens, as the provider itself counts them when a request starts (DESIGN §9) — the
-    surplus is given back when the attempt ends. Nothing is kept of a taking that fails half-way.
-    """
-    if limit is None:
-        return None, 0.0, TokenReservation()
-    if limit.backoff_until and limit.backoff_until > now:
-        wait_for = (limit.backoff_until - now).total_seconds()
-        return waits.ProviderBackoff(str(limit), limit.backoff_until), wait_for, TokenReservation()
-    configured = [
-        ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
-        ("itpm", input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
-        ("otpm", agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
-    ]
-    taken: dict[str, ratelimit.Reservation] = {}
-    for suffix, amount, per_minute, wait in configured:
-        if not per_minute:
-            continue
-        key = admission_key(limit.provider, limit.model, suffix)
-        reservation = ratelimit.reserve(key, amount, per_minute)
-        if not reservation.granted:
-            for earlier, got in taken.items():
-                if got.window is not None:
-                    ratelimit.correct(admission_key(limit.provider, limit.model, earlier), got.window, -got.taken)
-            return wait(str(limit)), reservation.wait_s, TokenReservation()
-        taken[suffix] = reservation
-    windows = [got.window for got in taken.values() if got.window is not None]
-    return (
-        None,
-        0.0,
-        TokenReservation(
-            input_tokens=taken["itpm"].taken if "itpm" in taken else 0,
-            output_tokens=taken["otpm"].taken if "otpm" in taken else 0,
-            window=windows[0] if windows else None,
-        ),
-    )
-
-
-def admission_block(row: TaskRow, run: Run, cap: Capacity, cost: Decimal) -> waits.Wait | None:
-    """Why the task cannot start now (None when it can), spending nothing."""
-    agent = cap.agents[row.agent_id]
-    if not agent.is_schedulable:
-        return waits.AgentInactive(agent.name, agent.status)
-    if cap.run_slots <= 0:
-        return waits.RunCap(run.cap)
-    if cap.agent_slots[row.agent_id] <= 0:
-        return waits.AgentLimit(agent.name, agent.max_concurrency)
-    pair = cap.pair(row.agent_id)
-    slots = cap.provider_slots[pair]
-    if slots is not None and slots <= 0:
-        return waits.ProviderInFlight(*pair)
-    if cost > cap.budget_left:
-        return waits.Budget()
-    return None
-
-
-@dataclass
-class Admission:
-    """One task admitted in this step: what its attempt reserves."""
-
-    row: TaskRow
-    reserve: Decimal
-    tokens: TokenReservation
-
-
 def admit(
     run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], *, keep: int = 0, claim_for: str = ""
 ) -> tuple[list[int], list]:
-    """Admit ready tasks in order while every cap holds; show every other ready task why it waits.
-
-    Once the run's cap is reached, the remaining candidates all wait for it: only those not
-    already showing that reason are written, so a run with hundreds of ready tasks writes nothing
-    for them on every call.
-    """
+    """Admit ready tasks in order while every cap holds (admission.decide), create and hand out
+    their attempts, and show every other ready task why it waits."""
     now = timezone.now()
-    candidates = sorted(
-        (
-            row
-            for row in rows.values()
-            if row.state in TaskRun.ADMISSIBLE and (row.not_before is None or row.not_before <= now)
-        ),
-        key=lambda row: admission_order(row, shape),
-    )
-    if not candidates:
+    decision = admission.decide(run, shape, rows, now)
+    if decision is None:
         return [], []
-    capacity = read_capacity(run, rows, [row.agent_id for row in candidates])
-    admitted: list[Admission] = []
-    waiting: list[tuple[TaskRow, waits.Wait, float]] = []
-    budget_blocked = False
-    for row in candidates:
-        if capacity.run_slots <= 0 and row.state == State.READY and row.wait_code == waits.RunCap.code:
-            if capacity.agents[row.agent_id].is_schedulable:
-                continue  # already says so: nothing to write
-        agent = capacity.agents[row.agent_id]
-        pair = capacity.pair(row.agent_id)
-        limit = capacity.limits.get(pair)
-        input_tokens = input_estimate(shape.subtasks[row.subtask_id], shape.goal, agent)
-        cost = worst_case_cost(input_tokens, agent, limit)
-        reason = admission_block(row, run, capacity, cost)
-        wait_s = 0.0
-        tokens = TokenReservation()
-        if reason is None:
-            reason, wait_s, tokens = rate_limit_wait(agent, limit, now, input_tokens)
-        if reason is not None:
-            budget_blocked |= reason.code == waits.Budget.code
-            waiting.append((row, reason, wait_s))
-            continue
-        admitted.append(Admission(row, cost, tokens))
-        capacity.run_slots -= 1
-        capacity.agent_slots[row.agent_id] -= 1
-        provider_slots = capacity.provider_slots[pair]
-        if provider_slots is not None:
-            capacity.provider_slots[pair] = provider_slots - 1
-        capacity.budget_left -= cost
+    capacity = decision.capacity
     attempt_ids, claims = dispatch(
-        run, admitted, now, keep=keep, claim_for=claim_for, limits=capacity.limits, agents=capacity.agents
+        run, decision.admitted, now, keep=keep, claim_for=claim_for, limits=capacity.limits, agents=capacity.agents
     )
-    note_waiting(run, waiting, now)
+    note_waiting(run, decision.waiting, now)
     active = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
-    added = sum((a.reserve for a in admitted), Decimal("0"))
+    added = sum((a.reserve for a in decision.admitted), Decimal("0"))
     if added or active > run.peak_running:
         Run.objects.filter(pk=run.pk).update(
             reserved_usd=F("reserved_usd") + added, peak_running=Greatest(F("peak_running"), Value(active))
         )
         run.reserved_usd += added
         run.peak_running = max(run.peak_running, active)
-    if budget_blocked and active == 0:
+    if decision.budget_blocked and active == 0:
         stop_over_budget(run)
     return attempt_ids, claims
 
@@ -561,7 +340,7 @@ def note_waiting(run: Run, waiting: list[tuple[TaskRow, waits.Wait, float]], now
     """Show why ready tasks wait; an event only when a task's reason changes.
 
     A task held back by the provider's rate budget is THROTTLED and not looked at again until
-    the budget may have freed (at most THROTTLE_RECHECK_S later); a task held by a cap stays
+    the budget may have freed (at most admission.THROTTLE_RECHECK_S later); a task held by a cap stays
     READY and is admitted as soon as a slot frees. The sentence takes part in "changes" only
     because it is what people see: a new one (another backoff deadline) must reach the page.
     Tasks that change alike are written together.
@@ -571,7 +350,7 @@ def note_waiting(run: Run, waiting: list[tuple[TaskRow, waits.Wait, float]], now
     for row, reason, throttled_for in waiting:
         state: str = State.THROTTLED if throttled_for else State.READY
         if throttled_for:
-            rechecks[now + timedelta(seconds=min(throttled_for, THROTTLE_RECHECK_S))].append(row.pk)
+            rechecks[now + timedelta(seconds=min(throttled_for, admission.THROTTLE_RECHECK_S))].append(row.pk)
         if (row.wait_code, row.wait_reason, row.state) != (reason.code, reason.message, state):
             changes[(state, reason.code, reason.message)].append(row)
     for not_before, ids in rechecks.items():
@@ -610,7 +389,7 @@ def kept_share(admitted: int, at_most: int) -> int:
 
 def dispatch(
     run: Run,
-    admitted: list[Admission],
+    admitted: list[admission.Admission],
     now,
     *,
     keep: int = 0,
@@ -716,7 +495,7 @@ def execution_lease(worker: str, now) -> dict:
 
 
 def claimed_requests(
-    run: Run, claimed: list[Admission], agents: dict[int, Agent] | None = None
+    run: Run, claimed: list[admission.Admission], agents: dict[int, Agent] | None = None
 ) -> dict[int, tuple[TaskRun, AgentRequest]]:
     """The tasks claimed at admission, loaded with what their requests need, and the requests
     (execution.build_request), by task id. `agents`: their agents, already read in this
@@ -726,7 +505,11 @@ def claimed_requests(
     from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
 
     known = agents if agents and all(a.row.agent_id in agents for a in claimed) else None
-    upstreams_of = claimed_upstreams(run, claimed)
+    shape = run_shape.of(run)
+    upstreams_of = context.upstream_tasks_of(
+        run.pk, {a.row.subtask_id: shape.subtasks[a.row.subtask_id].upstreams for a in claimed}
+    )
+    numbers = {a.row.pk: a.row.attempt_count + 1 for a in claimed}
     out = {}
     for task in TaskRun.objects.select_related(*(("subtask",) if known else ("subtask", "agent"))).filter(
         pk__in=[a.row.pk for a in claimed]
@@ -735,26 +518,8 @@ def claimed_requests(
         if known:
             task.agent = known[task.agent_id]
         task.state = State.RUNNING
-        number = next(a.row.attempt_count + 1 for a in claimed if a.row.pk == task.pk)
-        out[task.pk] = (task, execution.build_request(task, number, upstreams_of.get(task.subtask_id, [])))
+        out[task.pk] = (task, execution.build_request(task, numbers[task.pk], upstreams_of[task.subtask_id]))
     return out
-
-
-def claimed_upstreams(run: Run, claimed: list[Admission]) -> dict[int, list[TaskRun]]:
-    """The direct upstream tasks of each claimed task (by its subtask id), in plan order, read in
-    one query for all of them (a fan-out claims dozens of tasks with the same upstream)."""
-    shape = run_shape.of(run)
-    wanted = {a.row.subtask_id: shape.subtasks[a.row.subtask_id].upstreams for a in claimed}
-    ids = {up for ups in wanted.values() for up in ups}
-    if not ids:
-        return {}
-    found = {
-        t.subtask_id: t for t in TaskRun.objects.filter(run_id=run.pk, subtask_id__in=ids).select_related("subtask")
-    }
-    return {
-        sid: sorted((found[up] for up in ups if up in found), key=lambda t: t.subtask.position)
-        for sid, ups in wanted.items()
-    }
 
 
 def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request):

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from orchestrator import ratelimit
-from orchestrator.engine import execution, reaper, runs, scheduler
+from orchestrator.engine import admission, execution, reaper, runs
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.base import Usage
 from tests.conftest import fast_latency, run_attempt
@@ -216,7 +216,7 @@ def test_output_tokens_reserved_at_admission_are_corrected_to_the_real_count(
     monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: half_way)
     make_agent("researcher", max_output_tokens=1024, max_concurrency=10)
     limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=3000)
-    key = scheduler.admission_key("simulated", "sim-1", "otpm")
+    key = admission.admission_key("simulated", "sim-1", "otpm")
     ratelimit.reset(key)
     request.addfinalizer(lambda: ratelimit.reset(key))
     run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(8)}), cap=8)

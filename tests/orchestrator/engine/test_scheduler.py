@@ -1,30 +1,21 @@
-"""The scheduler step: the ready rule, admission under every cap, order, gates, idempotence."""
+"""The scheduler step: the ready rule, gates, skips, dispatch, idempotence (admission under the caps:
+test_admission.py)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import timedelta
 
 import pytest
 from django.db import transaction
 from django.utils import timezone
 
 from orchestrator.engine import runs, scheduler
-from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, TaskRun
+from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 from tests.conftest import ROOT, child_env
+from tests.orchestrator.engine.steps import finish, states
 
 State = TaskRun.State
-
-
-def states(run: Run) -> dict[str, str]:
-    return dict(run.tasks.values_list("subtask__key", "state"))
-
-
-def finish(run: Run, key: str, state: str = State.SUCCEEDED, **fields) -> None:
-    """Mark a task ended as a worker would, then let the scheduler react."""
-    TaskRun.objects.filter(run=run, subtask__key=key).update(state=state, finished_at=timezone.now(), **fields)
-    scheduler.advance(run.pk)
 
 
 @pytest.mark.django_db
@@ -36,82 +27,6 @@ def test_only_tasks_whose_upstreams_succeeded_are_admitted(demo_agents, make_pla
     assert states(run) == {"a": "succeeded", "b": "queued", "c": "pending"}
     finish(run, "b")
     assert states(run)["c"] == "queued"
-
-
-@pytest.mark.django_db
-def test_run_cap_holds_and_waiting_tasks_say_why(demo_agents, make_plan):
-    plan = make_plan({f"t{i}": ("researcher", []) for i in range(10)})
-    demo_agents["researcher"].max_concurrency = 10
-    demo_agents["researcher"].save()
-    run = runs.launch(plan, cap=3)
-    counts = run.tasks.values_list("state", flat=True)
-    assert sorted(counts).count("queued") == 3
-    waiting = run.tasks.filter(state=State.READY)
-    assert waiting.count() == 7
-    assert all(t.wait_reason == "run cap reached (3 running)" and t.wait_code == "run_cap" for t in waiting)
-
-
-@pytest.mark.django_db
-def test_agent_concurrency_is_counted_across_runs(demo_agents, make_plan):
-    demo_agents["coder"].max_concurrency = 2
-    demo_agents["coder"].save()
-    plan = make_plan({f"t{i}": ("coder", []) for i in range(4)})
-    first = runs.launch(plan, cap=4)
-    second = runs.launch(plan, cap=4)
-    assert TaskRun.objects.filter(state=State.QUEUED).count() == 2
-    assert first.tasks.filter(state=State.QUEUED).count() == 2
-    assert second.tasks.filter(state=State.QUEUED).count() == 0
-    assert "agent coder at its limit" in second.tasks.first().wait_reason
-    assert second.tasks.first().wait_code == "agent_limit"
-
-
-@pytest.mark.django_db
-def test_provider_in_flight_cap_and_backoff_hold(demo_agents, make_plan):
-    limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", max_in_flight=1)
-    plan = make_plan({"a": ("researcher", []), "b": ("writer", [])})
-    run = runs.launch(plan, cap=4)
-    assert run.tasks.filter(state=State.QUEUED).count() == 1
-    limit.max_in_flight = None
-    limit.backoff_until = timezone.now() + timedelta(seconds=30)
-    limit.save()
-    scheduler.advance(run.pk)
-    throttled = run.tasks.get(state=State.THROTTLED)  # held by the provider, not by a cap
-    assert "backing off" in throttled.wait_reason and throttled.wait_code == "provider_backoff"
-    assert Event.objects.filter(run=run, type="task.throttled").last().payload["code"] == "provider_backoff"
-
-
-@pytest.mark.django_db
-def test_retired_agent_is_never_scheduled(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", [])})
-    demo_agents["researcher"].status = "retired"
-    demo_agents["researcher"].save()
-    run = runs.launch(plan)
-    task = run.tasks.get()
-    assert task.state == State.READY
-    assert task.wait_reason == "agent researcher is retired, not active"
-
-
-@pytest.mark.django_db
-def test_longest_remaining_path_goes_first(demo_agents, make_plan):
-    # "long" heads a chain of three; "short" stands alone: with one slot, "long" must go first.
-    plan = make_plan(
-        {
-            "short": ("researcher", [], {"priority": 5}),
-            "long": ("researcher", []),
-            "l2": ("researcher", ["long"]),
-            "l3": ("researcher", ["l2"]),
-        }
-    )
-    run = runs.launch(plan, cap=1)
-    assert states(run)["long"] == "queued"
-    assert states(run)["short"] == "ready"
-
-
-@pytest.mark.django_db
-def test_priority_breaks_ties_between_equal_paths(demo_agents, make_plan):
-    plan = make_plan({"low": ("researcher", [], {"priority": 0}), "high": ("researcher", [], {"priority": 9})})
-    run = runs.launch(plan, cap=1)
-    assert states(run) == {"low": "ready", "high": "queued"}
 
 
 @pytest.mark.django_db
@@ -269,60 +184,6 @@ def test_every_transition_is_an_event_with_consecutive_sequence_numbers(demo_age
     types = list(Event.objects.filter(run=run).values_list("type", flat=True))
     assert types[:4] == ["run.created", "run.started", "task.ready", "task.queued"]
     assert "task.ready" in types[4:] and types[-1] == "task.queued"
-
-
-@pytest.mark.django_db
-def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_agents, make_plan):
-    ProviderLimit.objects.create(provider="simulated", model="sim-1", requests_per_minute=2)
-    demo_agents["researcher"].max_concurrency = 10
-    demo_agents["researcher"].save()
-    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(5)}), cap=5)
-    assert run.tasks.filter(state=State.QUEUED).count() == 2
-    throttled = run.tasks.filter(state=State.THROTTLED)
-    assert throttled.count() == 3
-    assert all("requests per minute used up" in t.wait_reason for t in throttled)
-    assert set(throttled.values_list("wait_code", flat=True)) == {"rate_limit_requests"}
-    assert Event.objects.filter(run=run, type="task.throttled").count() == 3
-    scheduler.advance(run.pk)  # nothing frees within the minute: still held, no new events
-    assert run.tasks.filter(state=State.QUEUED).count() == 2
-    assert Event.objects.filter(run=run, type="task.throttled").count() == 3
-
-
-@pytest.mark.django_db
-def test_admission_meters_output_tokens_per_minute(demo_agents, make_plan):
-    ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=2500)
-    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(4)}), cap=4)
-    assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 max output tokens fit in 2,500
-    assert "output tokens per minute used up" in run.tasks.filter(state=State.THROTTLED).first().wait_reason
-
-
-@pytest.mark.django_db
-def test_tasks_held_by_the_run_cap_say_why_once_and_change_reason_when_their_agent_retires(demo_agents, make_plan):
-    """Once the cap is reached, held tasks are noted without reloading every one on each step
-    (the benchmark's 300-node DAGs): the reasons must still be right and written only once."""
-    demo_agents["researcher"].max_concurrency = 100
-    demo_agents["researcher"].save()
-    tasks = {"root": ("researcher", [])}
-    tasks.update({f"t{i:02d}": ("researcher", ["root"]) for i in range(30)})
-    tasks["w"] = ("writer", ["root"])
-    tasks["tail"] = ("researcher", ["t29"])  # t29 has the longest remaining path: it goes first
-    run = runs.launch(make_plan(tasks), cap=2)
-    finish(run, "root")
-    assert {k for k, s in states(run).items() if s == "queued"} == {"t29", "t00"}
-    held = run.tasks.filter(state=State.READY)
-    assert held.count() == 29
-    assert set(held.values_list("wait_reason", flat=True)) == {"run cap reached (2 running)"}
-    waiting_events = Event.objects.filter(run=run, type="task.waiting").count()
-    assert waiting_events == 29
-    scheduler.advance(run.pk)
-    scheduler.advance(run.pk)
-    assert Event.objects.filter(run=run, type="task.waiting").count() == waiting_events
-    demo_agents["writer"].status = "retired"
-    demo_agents["writer"].save()
-    scheduler.advance(run.pk)
-    assert run.tasks.get(subtask__key="w").wait_reason == "agent writer is retired, not active"
-    finish(run, "t29")
-    assert states(run)["tail"] == "ready" and run.tasks.filter(state=State.QUEUED).count() == 2
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,260 @@
+"""Admission: which ready tasks of a run may start now, under every cap at once (DESIGN §3, §9).
+
+Read under the locks the scheduling step takes (run, then agents, then provider limits): the run's
+cap, each agent's `max_concurrency` counted across all runs, the provider's in-flight cap, its
+backoff and per-minute budgets (taken here, as the provider counts them when a request starts),
+and the run's cost budget. It decides and spends budgets; the step (engine/scheduler.py) writes
+what it decided: the attempts, and why the others wait.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from django.db.models import Count, Q
+
+from orchestrator import ratelimit
+from orchestrator.engine import context, run_shape, waits
+from orchestrator.models import Agent, ProviderLimit, Run, TaskRun
+
+if TYPE_CHECKING:
+    from orchestrator.engine.scheduler import TaskRow
+
+
+@dataclass
+class Capacity:
+    """Slots left under every cap, read once under lock and spent as tasks are admitted."""
+
+    run_slots: int
+    agents: dict[int, Agent]
+    agent_slots: dict[int, int]
+    provider_slots: dict[tuple[str, str], int | None]
+    limits: dict[tuple[str, str], ProviderLimit]
+    budget_left: Decimal
+
+    def pair(self, agent_id: int) -> tuple[str, str]:
+        agent = self.agents[agent_id]
+        return agent.provider, agent.model
+
+
+def admission_order(row: TaskRow, shape: run_shape.RunShape) -> tuple:
+    """Longest remaining path first, then priority, then age (never-ready-before last), then id."""
+    return (-row.rank, -shape.subtasks[row.subtask_id].priority, row.ready_at is None, row.ready_at or 0, row.pk)
+
+
+def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
+    """Slots left under every cap for the given agents, read under their locks.
+
+    Lock order: run (held), agents, provider limits — held to commit, so admission is serial per
+    agent and provider across runs, processes and clusters.
+    """
+    agent_ids = sorted(set(agent_ids))
+    agents = {a.pk: a for a in Agent.objects.select_for_update(no_key=True).filter(pk__in=agent_ids).order_by("pk")}
+    pairs = sorted({(a.provider, a.model) for a in agents.values()})
+    limit_q = Q(pk__in=[])
+    for provider, model in pairs:
+        limit_q |= Q(provider=provider, model=model)
+    limits = {
+        (pl.provider, pl.model): pl
+        for pl in ProviderLimit.objects.select_for_update(no_key=True).filter(limit_q).order_by("pk")
+    }
+    active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE).order_by()
+    agent_busy = dict(active.filter(agent_id__in=agent_ids).values_list("agent_id").annotate(n=Count("pk")))
+    capped = {
+        pair for pair in pairs if (limit := limits.get(pair)) and (limit.effective_in_flight or limit.max_in_flight)
+    }
+    provider_busy: dict[tuple[str, str], int] = {}
+    if capped:
+        provider_q = Q(pk__in=[])
+        for provider, model in capped:
+            provider_q |= Q(agent__provider=provider, agent__model=model)
+        for provider, model, busy in (
+            active.filter(provider_q).values_list("agent__provider", "agent__model").annotate(n=Count("pk"))
+        ):
+            provider_busy[(provider, model)] = busy
+    provider_slots: dict[tuple[str, str], int | None] = {pair: None for pair in pairs}
+    for pair in capped:
+        provider_slots[pair] = (
+            limits[pair].effective_in_flight or limits[pair].max_in_flight or 0
+        ) - provider_busy.get(pair, 0)
+    running_here = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
+    return Capacity(
+        run_slots=run.cap - running_here,
+        agents=agents,
+        agent_slots={aid: agents[aid].max_concurrency - agent_busy.get(aid, 0) for aid in agents},
+        provider_slots=provider_slots,
+        limits=limits,
+        budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
+    )
+
+
+def input_estimate(shape: run_shape.SubtaskShape, goal: str, agent: Agent) -> int:
+    """The input tokens admission counts for an attempt: the plan's estimate, or the prompt's
+    bound when that is larger (the plan's numbers must not let a large prompt through)."""
+    bound = context.subtask_token_bound(
+        goal=goal,
+        title=shape.title,
+        instructions=shape.instructions,
+        system_prompt=agent.system_prompt,
+        inputs=shape.inputs,
+        upstreams=len(shape.upstreams),
+        has_downstream=shape.has_downstream,
+    )
+    return max(shape.estimated_input_tokens, bound)
+
+
+def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None) -> Decimal:
+    """The most one attempt can cost: reserved at admission, settled with the real usage."""
+    if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
+        return Decimal("0")
+    return limit.cost(input_tokens, agent.max_output_tokens)
+
+
+# A throttled task is looked at again after at most this long (the tick's pace), even if the
+# whole budget frees later: one request's worth usually frees sooner.
+THROTTLE_RECHECK_S = 1.0
+
+
+def admission_key(provider: str, model: str, suffix: str) -> str:
+    """The scheduler's shared per-minute budget for one provider, model and unit (rpm, itpm, otpm)."""
+    return f"admit:{provider}:{model}:{suffix}"
+
+
+@dataclass(frozen=True)
+class TokenReservation:
+    """What admission took from a provider's token budgets for one attempt, and in which minute
+    window: kept on the Attempt, corrected to the real usage when it ends (execution.settle)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    window: int | None = None
+
+
+def rate_limit_wait(
+    agent: Agent, limit: ProviderLimit | None, now, input_tokens: int
+) -> tuple[waits.Wait | None, float, TokenReservation]:
+    """Take one attempt's share of the provider's per-minute budgets, or say why and how long to wait.
+
+    Requests count one per call; input tokens the prompt's estimate; output tokens the call's
+    max_tokens, as the provider itself counts them when a request starts (DESIGN §9) — the
+    surplus is given back when the attempt ends. Nothing is kept of a taking that fails half-way.
+    """
+    if limit is None:
+        return None, 0.0, TokenReservation()
+    if limit.backoff_until and limit.backoff_until > now:
+        wait_for = (limit.backoff_until - now).total_seconds()
+        return waits.ProviderBackoff(str(limit), limit.backoff_until), wait_for, TokenReservation()
+    configured = [
+        ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
+        ("itpm", input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
+        ("otpm", agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
+    ]
+    taken: dict[str, ratelimit.Reservation] = {}
+    for suffix, amount, per_minute, wait in configured:
+        if not per_minute:
+            continue
+        key = admission_key(limit.provider, limit.model, suffix)
+        reservation = ratelimit.reserve(key, amount, per_minute)
+        if not reservation.granted:
+            for earlier, got in taken.items():
+                if got.window is not None:
+                    ratelimit.correct(admission_key(limit.provider, limit.model, earlier), got.window, -got.taken)
+            return wait(str(limit)), reservation.wait_s, TokenReservation()
+        taken[suffix] = reservation
+    windows = [got.window for got in taken.values() if got.window is not None]
+    return (
+        None,
+        0.0,
+        TokenReservation(
+            input_tokens=taken["itpm"].taken if "itpm" in taken else 0,
+            output_tokens=taken["otpm"].taken if "otpm" in taken else 0,
+            window=windows[0] if windows else None,
+        ),
+    )
+
+
+def admission_block(row: TaskRow, run: Run, cap: Capacity, cost: Decimal) -> waits.Wait | None:
+    """Why the task cannot start now (None when it can), spending nothing."""
+    agent = cap.agents[row.agent_id]
+    if not agent.is_schedulable:
+        return waits.AgentInactive(agent.name, agent.status)
+    if cap.run_slots <= 0:
+        return waits.RunCap(run.cap)
+    if cap.agent_slots[row.agent_id] <= 0:
+        return waits.AgentLimit(agent.name, agent.max_concurrency)
+    pair = cap.pair(row.agent_id)
+    slots = cap.provider_slots[pair]
+    if slots is not None and slots <= 0:
+        return waits.ProviderInFlight(*pair)
+    if cost > cap.budget_left:
+        return waits.Budget()
+    return None
+
+
+@dataclass
+class Admission:
+    """One task admitted in this step: what its attempt reserves."""
+
+    row: TaskRow
+    reserve: Decimal
+    tokens: TokenReservation
+
+
+@dataclass
+class Decision:
+    """One step's admission: what starts, what waits and why, and the capacity left."""
+
+    admitted: list[Admission]
+    waiting: list[tuple[TaskRow, waits.Wait, float]]  # (task, why, how long it is throttled for)
+    capacity: Capacity
+    budget_blocked: bool  # a task waits for the run's cost budget
+
+
+def decide(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], now) -> Decision | None:
+    """Admit ready tasks in order while every cap holds; say why every other one waits (None when
+    no task is ready).
+
+    Once the run's cap is reached, the remaining candidates all wait for it: those already showing
+    that reason are left out of `waiting`, so a run with hundreds of ready tasks writes nothing
+    for them on every step.
+    """
+    candidates = sorted(
+        (
+            row
+            for row in rows.values()
+            if row.state in TaskRun.ADMISSIBLE and (row.not_before is None or row.not_before <= now)
+        ),
+        key=lambda row: admission_order(row, shape),
+    )
+    if not candidates:
+        return None
+    capacity = read_capacity(run, rows, [row.agent_id for row in candidates])
+    decision = Decision([], [], capacity, False)
+    for row in candidates:
+        if capacity.run_slots <= 0 and row.state == TaskRun.State.READY and row.wait_code == waits.RunCap.code:
+            if capacity.agents[row.agent_id].is_schedulable:
+                continue  # already says so: nothing to write
+        agent = capacity.agents[row.agent_id]
+        pair = capacity.pair(row.agent_id)
+        limit = capacity.limits.get(pair)
+        input_tokens = input_estimate(shape.subtasks[row.subtask_id], shape.goal, agent)
+        cost = worst_case_cost(input_tokens, agent, limit)
+        reason = admission_block(row, run, capacity, cost)
+        wait_s = 0.0
+        tokens = TokenReservation()
+        if reason is None:
+            reason, wait_s, tokens = rate_limit_wait(agent, limit, now, input_tokens)
+        if reason is not None:
+            decision.budget_blocked |= reason.code == waits.Budget.code
+            decision.waiting.append((row, reason, wait_s))
+            continue
+        decision.admitted.append(Admission(row, cost, tokens))
+        capacity.run_slots -= 1
+        capacity.agent_slots[row.agent_id] -= 1
+        provider_slots = capacity.provider_slots[pair]
+        if provider_slots is not None:
+            capacity.provider_slots[pair] = provider_slots - 1
+        capacity.budget_left -= cost
+    return decision
