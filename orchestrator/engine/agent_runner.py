@@ -131,7 +131,7 @@ async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
         try:
             current.interruptible = True
             assert claim.request is not None  # built by the claim
-            grants = await db(granted_servers, claim.task.agent)
+            grants = await db(granted_servers, claim.task.agent) if claim.has_tool_grants is not False else []
             if grants:
                 return await _act(current, claim.request, grants)
             return await _stream(current, claim.request)

@@ -128,16 +128,20 @@ def upstream_tasks(task: TaskRun, upstream_subtasks: tuple[int, ...] | None = No
     return upstream_tasks_of(task.run_id, {task.subtask_id: upstream_subtasks})[task.subtask_id]
 
 
-def upstream_tasks_of(run_id: int, upstreams: Mapping[int, Iterable[int]]) -> dict[int, list[TaskRun]]:
+def upstream_tasks_of(
+    run_id: int, upstreams: Mapping[int, Iterable[int]], known: Iterable[TaskRun] = ()
+) -> dict[int, list[TaskRun]]:
     """The direct upstream tasks of each subtask in `upstreams` (subtask id → its upstreams' subtask
     ids), in plan order, read in one query for all of them: a fan-out's scheduling step claims
-    dozens of tasks with the same upstream."""
-    ids = {up for ups in upstreams.values() for up in ups}
-    found = (
-        {t.subtask_id: t for t in TaskRun.objects.filter(run_id=run_id, subtask_id__in=ids).select_related("subtask")}
-        if ids
-        else {}
-    )
+    dozens of tasks with the same upstream. `known`: tasks the caller holds as they now are (the
+    one whose success takes the step), which are not read again — a chain's next task reads none."""
+    found = {t.subtask_id: t for t in known}
+    ids = {up for ups in upstreams.values() for up in ups} - found.keys()
+    if ids:
+        found.update(
+            (t.subtask_id, t)
+            for t in TaskRun.objects.filter(run_id=run_id, subtask_id__in=ids).select_related("subtask")
+        )
     return {
         sid: sorted((found[up] for up in ups if up in found), key=lambda t: t.subtask.position)
         for sid, ups in upstreams.items()

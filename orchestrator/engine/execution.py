@@ -32,12 +32,12 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 from django.utils import timezone
 
 from orchestrator import events, ratelimit, wording
 from orchestrator.engine import adaptive, admission, attempt_requests, context, run_shape, scheduler, transitions, waits
-from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
+from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
 from orchestrator.providers.base import AgentRequest, ProviderError, Usage
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ class Claim:
     # were kept for the caller and claimed by it already (scheduler.advance's `keep`, `claim_for`).
     advanced: bool = False
     kept: list[Claim] = field(default_factory=list)
+    # Whether its agent holds tool grants, read with the claim (None: not read): an agent without
+    # any takes the plain path without a look-up of its own before it starts (agent_runner).
+    has_tool_grants: bool | None = None
 
 
 @dataclass
@@ -97,6 +100,7 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
         attempt = (
             Attempt.objects.filter(pk=attempt_id, state=Attempt.State.QUEUED)
             .select_related("task_run__subtask", "task_run__agent", "task_run__run__plan")
+            .annotate(has_tool_grants=tool_grants_of("task_run__agent_id"))
             .first()
         )
         if attempt is None:
@@ -131,7 +135,12 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
             actor_name=f"agent:{task.agent.name}",
             payload={"attempt": attempt.number, "worker": worker},
         )
-    return Claim(task, attempt, worker, provider_limit(task), request)
+    return Claim(task, attempt, worker, provider_limit(task), request, has_tool_grants=attempt.has_tool_grants)
+
+
+def tool_grants_of(agent_field: str) -> Exists:
+    """Whether the agent that `agent_field` names holds any tool grant: a column read with a claim."""
+    return Exists(ToolGrant.objects.filter(agent_id=OuterRef(agent_field)))
 
 
 def build_request(task: TaskRun, attempt_number: int, upstreams: list[TaskRun] | None = None) -> AgentRequest:
@@ -424,6 +433,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
         if moved:
             apply_settlement(s, run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
             task.state = State.AWAITING_REVIEW if review else State.SUCCEEDED
+            task.output, task.summary = output, summary  # as saved: the step quotes them downstream
             events.record(
                 "task.succeeded" if not review else "task.output_ready",
                 run=run,
@@ -445,7 +455,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
             run.input_tokens += s.more_input
             run.output_tokens += s.more_output
             if advance:
-                step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker)
+                step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker, ended=task)
                 claim.advanced, claim.kept = True, step.claims
     if not moved:
         return late_or_cancelled(claim, usage, "result arrived after the lease expired")

@@ -81,13 +81,14 @@ def advance(run_id: int, *, keep: int = 0, claim_for: str = "") -> AdvanceResult
         return advance_locked(lock_run(run_id), keep=keep, claim_for=claim_for)
 
 
-def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "") -> AdvanceResult:
+def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "", ended: TaskRun | None = None) -> AdvanceResult:
     """`advance` inside a transaction that already holds the run's lock (`run` as locked, its
     counters up to date): an attempt's end and the step it triggers are then one transaction.
 
     `claim_for`: the worker (an agent host) that keeps attempts claims them here too — they are
     created running, leased to it, their requests built (`result.claims`) — which spares each a
-    claim of its own (a transaction) on the way from one task to the next.
+    claim of its own (a transaction) on the way from one task to the next. `ended`: the task whose
+    success takes this step, as it now is (its output is what its downstream's requests quote).
     """
     result = AdvanceResult(run.pk)
     if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
@@ -99,7 +100,7 @@ def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "") -> AdvanceRe
         result.finished = True
         return result
     if run.status == Run.Status.RUNNING:
-        result.admitted, result.claims = admit(run, shape, rows, keep=keep, claim_for=claim_for)
+        result.admitted, result.claims = admit(run, shape, rows, keep=keep, claim_for=claim_for, ended=ended)
         result.kept = result.admitted[: kept_share(len(result.admitted), keep)]
     elif run.status == Run.Status.PAUSED:
         hold_paused(run, rows)
@@ -296,7 +297,13 @@ def release_reservations(run: Run) -> None:
 
 
 def admit(
-    run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], *, keep: int = 0, claim_for: str = ""
+    run: Run,
+    shape: run_shape.RunShape,
+    rows: dict[int, TaskRow],
+    *,
+    keep: int = 0,
+    claim_for: str = "",
+    ended: TaskRun | None = None,
 ) -> tuple[list[int], list]:
     """Admit ready tasks in order while every cap holds (admission.decide), create and hand out
     their attempts, and show every other ready task why it waits."""
@@ -306,7 +313,14 @@ def admit(
         return [], []
     capacity = decision.capacity
     attempt_ids, claims = dispatch(
-        run, decision.admitted, now, keep=keep, claim_for=claim_for, limits=capacity.limits, agents=capacity.agents
+        run,
+        decision.admitted,
+        now,
+        keep=keep,
+        claim_for=claim_for,
+        limits=capacity.limits,
+        agents=capacity.agents,
+        ended=ended,
     )
     note_waiting(run, decision.waiting, now)
     active = sum(1 for row in rows.values() if row.state in TaskRun.ACTIVE)
@@ -396,6 +410,7 @@ def dispatch(
     claim_for: str = "",
     limits: dict[tuple[str, str], ProviderLimit] | None = None,
     agents: dict[int, Agent] | None = None,
+    ended: TaskRun | None = None,
 ) -> tuple[list[int], list]:
     """Start the admitted tasks, each with a new Attempt: the ones the caller keeps (`kept_share`
     of `keep`) claimed at once by `claim_for` when given (running, leased), else queued for it; the
@@ -424,7 +439,7 @@ def dispatch(
         )
         if moved != len(group):
             raise RuntimeError(f"run {run.pk}: {len(group)} tasks admitted but {moved} moved to {state}")
-    requests = claimed_requests(run, claimed, agents)
+    requests = claimed_requests(run, claimed, agents, ended)
     attempts = Attempt.objects.bulk_create(
         [
             Attempt(
@@ -463,7 +478,7 @@ def dispatch(
             },
         )
         if a.row.pk in requests:
-            task, request = requests[a.row.pk]
+            task, request, has_tool_grants = requests[a.row.pk]
             events.record(
                 "task.started",
                 run=run,
@@ -471,7 +486,7 @@ def dispatch(
                 actor_name=f"agent:{task.agent.name}",
                 payload={"attempt": attempt.number, "worker": claim_for},
             )
-            claims.append(make_claim(task, attempt, claim_for, limits, request))
+            claims.append(make_claim(task, attempt, claim_for, limits, request, has_tool_grants))
     ids = [attempt.pk for attempt in attempts]
     if not claim_for:
         for attempt_id in ids[kept:]:
@@ -495,11 +510,12 @@ def execution_lease(worker: str, now) -> dict:
 
 
 def claimed_requests(
-    run: Run, claimed: list[admission.Admission], agents: dict[int, Agent] | None = None
-) -> dict[int, tuple[TaskRun, AgentRequest]]:
-    """The tasks claimed at admission, loaded with what their requests need, and the requests
-    (execution.build_request), by task id. `agents`: their agents, already read in this
-    transaction (admission's locked rows), which the tasks then share rather than read again."""
+    run: Run, claimed: list[admission.Admission], agents: dict[int, Agent] | None = None, ended: TaskRun | None = None
+) -> dict[int, tuple[TaskRun, AgentRequest, bool]]:
+    """The tasks claimed at admission, loaded with what their requests need, the requests
+    (execution.build_request) and whether their agents hold tool grants, by task id. `agents`:
+    their agents, already read in this transaction (admission's locked rows), which the tasks then
+    share rather than read again. `ended`: the task whose success takes the step (advance_locked)."""
     if not claimed:
         return {}
     from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
@@ -507,26 +523,32 @@ def claimed_requests(
     known = agents if agents and all(a.row.agent_id in agents for a in claimed) else None
     shape = run_shape.of(run)
     upstreams_of = context.upstream_tasks_of(
-        run.pk, {a.row.subtask_id: shape.subtasks[a.row.subtask_id].upstreams for a in claimed}
+        run.pk,
+        {a.row.subtask_id: shape.subtasks[a.row.subtask_id].upstreams for a in claimed},
+        known=[ended] if ended is not None else [],
     )
     numbers = {a.row.pk: a.row.attempt_count + 1 for a in claimed}
-    out = {}
-    for task in TaskRun.objects.select_related(*(("subtask",) if known else ("subtask", "agent"))).filter(
-        pk__in=[a.row.pk for a in claimed]
-    ):
+    out: dict[int, tuple[TaskRun, AgentRequest, bool]] = {}
+    tasks = (
+        TaskRun.objects.select_related(*(("subtask",) if known else ("subtask", "agent")))
+        .filter(pk__in=[a.row.pk for a in claimed])
+        .annotate(has_tool_grants=execution.tool_grants_of("agent_id"))
+    )
+    for task in tasks:
         task.run = run  # as locked by this step (its plan's goal comes from the run's shape)
         if known:
             task.agent = known[task.agent_id]
         task.state = State.RUNNING
-        out[task.pk] = (task, execution.build_request(task, numbers[task.pk], upstreams_of[task.subtask_id]))
+        request = execution.build_request(task, numbers[task.pk], upstreams_of[task.subtask_id])
+        out[task.pk] = (task, request, bool(task.has_tool_grants))
     return out
 
 
-def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request):
+def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request, has_tool_grants: bool):
     from orchestrator.engine import execution
 
     limit = (limits or {}).get((task.agent.provider, task.agent.model))
-    return execution.Claim(task, attempt, worker, limit, request)
+    return execution.Claim(task, attempt, worker, limit, request, has_tool_grants=has_tool_grants)
 
 
 def enqueue_attempt(attempt_id: int) -> None:

@@ -232,3 +232,27 @@ def test_output_tokens_reserved_at_admission_are_corrected_to_the_real_count(
     taken = sum(a.reserved_output_tokens for a in Attempt.objects.filter(task_run__run=run))
     assert remaining == 3000 - taken
     assert first.reserved_output_tokens == first.output_tokens  # now what it really used
+
+
+def test_the_tasks_a_success_claims_for_its_host_are_asked_with_the_upstream_outputs(make_agent, make_plan):
+    """The step a success takes quotes that success's output from memory and reads the other
+    upstreams: each request holds every upstream's result, as saved."""
+    make_agent("researcher")
+    plan = make_plan(
+        {"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", ["a"]), "d": ("researcher", ["a", "b"])}
+    )
+    run = runs.launch(plan, cap=4)
+    first = execution.claim_attempt(queued_attempt(run, "b").pk, "w1")
+    assert execution.complete(first, "Findings of b: the queue is kill-safe.", Usage(10, 5)) == "succeeded"
+    claim = execution.claim_attempt(queued_attempt(run, "a").pk, "w1")
+    assert execution.complete(claim, "Findings of a: leases hold.", Usage(10, 5), keep=4) == "succeeded"
+    prompts = {kept.task.subtask.key: kept.request.prompt for kept in claim.kept}
+    assert set(prompts) == {"c", "d"}
+    assert "Findings of a: leases hold." in prompts["c"] and "Findings of b" not in prompts["c"]
+    assert "Findings of a: leases hold." in prompts["d"] and "Findings of b: the queue is kill-safe." in prompts["d"]
+    recorded = dict(
+        Attempt.objects.filter(task_run__run=run, number=1, task_run__subtask__key__in=["c", "d"]).values_list(
+            "task_run__subtask__key", "request__prompt"
+        )
+    )
+    assert recorded == prompts

@@ -244,6 +244,27 @@ def test_an_agent_without_grants_takes_the_plain_path(tool_setup, make_agent, ma
     assert not Event.objects.filter(run=run, type__startswith="tool.").exists()
 
 
+def test_an_attempt_claimed_for_its_host_by_a_scheduling_step_uses_its_agents_tools(tool_setup, make_agent, make_plan):
+    """Whether an agent holds grants is read with its claim, the step's claims included: the
+    next task of a chain, claimed for the host by the first one's success, still calls tools."""
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    make_agent("plain", provider="anthropic", model="claude-test", provider_options={})
+    run = launch(make_plan, {"a": ("plain", []), "b": ("alpha", ["a"])})
+    first, worker = queued(run).pk, execution.worker_name()
+
+    async def chain():
+        outcome, claim = await agent_runner.run_attempt(NoHost(), first, worker, keep=1)
+        assert outcome == "succeeded" and claim is not None and claim.has_tool_grants is False
+        [kept] = claim.kept
+        assert kept.has_tool_grants is True
+        return await agent_runner.run_claimed(NoHost(), kept)
+
+    assert db_threads.run_sync(chain) == "succeeded"
+    b = run.tasks.get(subtask__key="b")
+    assert [e.payload["tool"] for e in steps_of(b, "tool.result")] == ["echo"]
+    assert "echo →" in b.output
+
+
 # --- Approvals -----------------------------------------------------------------------------------
 
 
