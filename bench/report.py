@@ -636,7 +636,7 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             "through `events.record` (one transaction each, like a worker), daphne serves the real `RunConsumer`, and "
             "a client process holds the viewers' connections (`bench/liveview.py`). Latency is the arrival of the "
             "frame whose `#live-seq` covers the event minus the moment its transaction committed, for every viewer "
-            "and event. The run's broadcaster sends at most one frame per 0.1 s (and no faster than twice its render "
+            "and event. The run's broadcaster sends at most one frame per 0.05 s (and no faster than twice its render "
             "time; dashboard/broadcast.py), so at 20 events/s an event waits for the "
             "next frame by design."
         )

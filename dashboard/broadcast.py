@@ -19,6 +19,12 @@ Pacing is per run, as it was per viewer: a round that took long spaces the next 
 its render time, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S). The broadcaster starts
 with the run's first viewer and stops with its last.
 
+The broadcasters of an event loop read the database on threads of their own (`LiveDatabase`),
+whose connections stay open while anyone watches: `database_sync_to_async` closes the connection
+after every call when connections are not persistent (the advice under ASGI), and reopening a
+PostgreSQL connection three times a round was most of a round's time (5 of 7 ms hops, 29 ms in
+all for a 7 ms render). A round is one database job: the latest event and the frames.
+
 Running tasks' progress and streamed output are not events (orchestrator/engine/live.py). They
 reach the broadcaster two ways: the agent hosts' live messages on the channel layer (progress and
 output pieces with their offsets, a few times a second, when the layer is shared), and the poll of
@@ -35,9 +41,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
+from orchestrator.db_threads import DatabaseThreads
 from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
 
@@ -46,7 +52,9 @@ from . import fragments
 log = logging.getLogger(__name__)
 
 POLL_S = 0.1
-MIN_FRAME_INTERVAL_S = 0.1
+# At 20 events a second an event waited up to a whole interval for its frame: 0.1 s made the p95
+# event-to-screen 135 ms on Redis (docs/benchmarks.md); rounds are a few ms, so 20 frames a second.
+MIN_FRAME_INTERVAL_S = 0.05
 # A round that took long to render (a large run, many viewers far behind) spaces the next ones
 # out: at least twice the render time apart, at most this much, so that the live view cannot
 # keep the server busy.
@@ -317,18 +325,17 @@ class RunBroadcaster:
 
     async def _round(self) -> bool:
         """Bring every viewer that is behind up to the latest event; whether anything was sent."""
-        latest = await database_sync_to_async(fragments.latest_seq)(self.run_id)
-        self._check_stop()
-        if latest is None:
+        viewers = {s: (s.cursor, s.watched) for s in self.subscribers if s.cursor is not None}
+        if not viewers:
             return False
-        behind = {s: (s.cursor, s.watched) for s in self.subscribers if s.cursor is not None and s.cursor < latest}
-        if not behind:
-            return False
-        wanted: dict[int, set] = defaultdict(set)
-        for subscriber, (cursor, watched) in behind.items():
-            wanted[cursor].add((subscriber.viewer.shared(), watched))
-        result = await database_sync_to_async(render_round)(self.run_id, latest, dict(wanted))
+        found = await LiveDatabase.of_loop().run(
+            catch_up, self.run_id, [(cursor, s.viewer.shared(), watched) for s, (cursor, watched) in viewers.items()]
+        )
         self._check_stop()
+        if found is None:
+            return False
+        latest, result = found
+        behind = {s: (cursor, watched) for s, (cursor, watched) in viewers.items() if cursor < latest}
         sent = False
         for subscriber, (cursor, watched) in behind.items():
             if subscriber not in self.subscribers or subscriber.cursor != cursor:
@@ -356,8 +363,8 @@ class RunBroadcaster:
         """Send running tasks' progress, and the streamed output to their panels' viewers."""
         watched = self.watched()
         seed = watched - self._seeded
-        saved = await database_sync_to_async(fragments.saved_progress)(
-            self.run_id, self._saved_since, watched, seed=seed
+        saved = await LiveDatabase.of_loop().run(
+            fragments.saved_progress, self.run_id, self._saved_since, watched, seed=seed
         )
         self._check_stop()
         self._seeded = (self._seeded & watched) | seed
@@ -368,7 +375,7 @@ class RunBroadcaster:
             return False
         shared = fragments.render_live_progress(progress)
         panels = {
-            task_id: await database_sync_to_async(fragments.render_live_output)(self.run_id, task_id, text)
+            task_id: await LiveDatabase.of_loop().run(fragments.render_live_output, self.run_id, task_id, text)
             for task_id, text in outputs.items()
         }
         self._check_stop()
@@ -385,6 +392,52 @@ class RunBroadcaster:
             except Exception:
                 log.debug("run %s: could not send a live frame to a viewer", self.run_id, exc_info=True)
         return sent
+
+
+def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None]]) -> tuple[int, Round] | None:
+    """One round's database work: the run's latest event and the frames of the viewers (their
+    cursors, permission classes and watched tasks) that are behind it; None when nobody is."""
+    latest = fragments.latest_seq(run_id)
+    if latest is None:
+        return None
+    wanted: dict[int, set] = defaultdict(set)
+    for cursor, shared, watched in viewers:
+        if cursor < latest:
+            wanted[cursor].add((shared, watched))
+    if not wanted:
+        return None
+    return latest, render_round(run_id, latest, dict(wanted))
+
+
+class LiveDatabase:
+    """The database threads of one event loop's broadcasters: started with its first broadcaster,
+    shut down (their connections closed) with its last."""
+
+    THREADS = 2  # one run's long render does not hold up another's round
+    _of_loop: dict[asyncio.AbstractEventLoop, LiveDatabase] = {}
+
+    def __init__(self) -> None:
+        self.threads = DatabaseThreads(self.THREADS, name="glassbox-live-db")
+
+    @classmethod
+    def of_loop(cls) -> LiveDatabase:
+        loop = asyncio.get_running_loop()
+        found = cls._of_loop.get(loop)
+        if found is None:
+            found = cls._of_loop[loop] = cls()
+        return found
+
+    async def run(self, fn, /, *args, **kwargs):
+        return await asyncio.wrap_future(self.threads.submit(fn, *args, **kwargs))
+
+    @classmethod
+    async def close_if_unused(cls) -> None:
+        loop = asyncio.get_running_loop()
+        if any(key[0] is loop for key in _broadcasters):
+            return
+        found = cls._of_loop.pop(loop, None)
+        if found is not None:
+            await asyncio.to_thread(found.threads.shutdown)
 
 
 # One broadcaster per (event loop, run): daphne has one loop; tests run each scenario in a new one.
@@ -412,6 +465,7 @@ async def unsubscribe(run_id: int, subscriber: Subscriber) -> None:
     if not broadcaster.subscribers:
         del _broadcasters[key]  # before awaiting: a viewer arriving meanwhile starts a new one
         await broadcaster.stop()
+        await LiveDatabase.close_if_unused()
 
 
 def broadcaster_for(run_id: int) -> RunBroadcaster | None:

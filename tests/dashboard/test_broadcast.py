@@ -110,6 +110,43 @@ def test_two_viewers_in_step_get_one_render_per_batch(run, personas, renders):
     async_to_sync(scenario)()
 
 
+def test_rounds_read_the_database_on_connections_kept_open_while_anyone_watches(run, personas, monkeypatch):
+    """database_sync_to_async closes a non-persistent connection after every call: reopening it
+    for each query of each round was most of a round's time on PostgreSQL."""
+    import threading
+
+    from django.db import connection
+
+    seen_by: list[tuple[str, int]] = []
+    real = fragments.latest_seq
+
+    def spy(run_id):
+        latest = real(run_id)
+        seen_by.append((threading.current_thread().name, id(connection.connection)))
+        return latest
+
+    monkeypatch.setattr(fragments, "latest_seq", spy)
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        viewer = await connect_and_resume(cookie, run.pk, seen)
+        for change in (runs.pause, runs.resume):
+            await database_sync_to_async(change)(run)
+            await receive_until(viewer, await database_sync_to_async(last_seq)(run))
+        threads = broadcast.LiveDatabase.of_loop().threads._workers
+        await viewer.disconnect()
+        return threads
+
+    threads = async_to_sync(scenario)()
+    assert len(seen_by) >= 2 and {name.rsplit("-", 1)[0] for name, _ in seen_by} == {"glassbox-live-db"}
+    per_thread: dict[str, set[int]] = {}
+    for name, raw in seen_by:
+        per_thread.setdefault(name, set()).add(raw)
+    assert all(len(raws) == 1 for raws in per_thread.values()), per_thread  # never reopened
+    assert not any(thread.is_alive() for thread in threads)  # closed with the last viewer
+
+
 def test_a_viewer_behind_gets_its_own_catch_up_and_then_shares_the_next_frames(run, personas, renders):
     cookie = cookies_for(personas["viewer"])
 
