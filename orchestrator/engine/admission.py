@@ -115,6 +115,8 @@ def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None
 # A throttled task is looked at again after at most this long (the tick's pace), even if the
 # whole budget frees later: one request's worth usually frees sooner.
 THROTTLE_RECHECK_S = 1.0
+# A tool-using attempt's next model call held by a budget is tried again after at least this long.
+MIN_CALL_WAIT_S = 0.05
 
 
 def admission_key(provider: str, model: str, suffix: str) -> str:

@@ -398,6 +398,36 @@ def reserve_call(claim: Claim, input_tokens: int, used: Usage) -> bool:
     return True
 
 
+def take_call_rate(claim: Claim, input_tokens: int) -> tuple[float, admission.TokenReservation]:
+    """Before another model call of an agent that uses tools: take that call's share of the
+    provider's per-minute budgets (requests, input tokens, its max_tokens of output), as admission
+    took the first call's — every call is a request to the provider. Returns (0, what was taken),
+    or (seconds to wait, nothing taken) when a budget or the provider's backoff holds it."""
+    limit = ProviderLimit.objects.filter(provider=claim.task.agent.provider, model=claim.task.agent.model).first()
+    wait, wait_s, taken = admission.rate_limit_wait(claim.task.agent, limit, timezone.now(), input_tokens)
+    return (max(wait_s, admission.MIN_CALL_WAIT_S) if wait is not None else 0.0), taken
+
+
+def settle_call_rate(claim: Claim, taken: admission.TokenReservation, used: Usage) -> None:
+    """After such a call: correct what it took to what it used, in the window it was taken from,
+    and count its use as reserved on the attempt, so that the attempt's settlement corrects only
+    what admission took for the first call (`apply_settlement`: used minus reserved)."""
+    if taken.window is None:
+        return
+    limit = ProviderLimit.objects.filter(provider=claim.task.agent.provider, model=claim.task.agent.model).first()
+    if limit is not None:
+        correct_token_budgets(
+            limit,
+            taken.window,
+            input_delta=used.input_tokens - taken.input_tokens,
+            output_delta=used.output_tokens - taken.output_tokens,
+        )
+    Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
+        reserved_input_tokens=F("reserved_input_tokens") + used.input_tokens,
+        reserved_output_tokens=F("reserved_output_tokens") + used.output_tokens,
+    )
+
+
 # --- How an attempt ends ------------------------------------------------------------------------
 
 

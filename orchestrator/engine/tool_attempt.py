@@ -14,7 +14,10 @@ loop's hooks:
 * ``on_usage``: every model call's usage is added to the attempt's, which the heartbeat saves and
   every end records, so nothing is dropped on failure, timeout or cancellation.
 * ``reserve``: before every model call after the first, the run's budget must cover another
-  call's worst case (``execution.reserve_call``); admission reserved the first.
+  call's worst case (``execution.reserve_call``), and the call takes its share of the provider's
+  per-minute budgets (``execution.take_call_rate``), waiting while they are used up; admission
+  reserved both for the first. What a call took is corrected to what it used when its usage
+  arrives (``execution.settle_call_rate``).
 * ``approve``: a call of a tool granted with approval opens a tool checkpoint and waits for a
   person's decision (engine/tool_approvals.py), polling it on the database threads; the task's
   cancellation (seen by the host's heartbeat, or by the poll itself) ends the wait.
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, cast
 from orchestrator import events
 from orchestrator.db_threads import run as db
 from orchestrator.engine import execution, feedback, tool_approvals
+from orchestrator.engine.admission import THROTTLE_RECHECK_S, TokenReservation
 from orchestrator.engine.agent_loop import (
     Decision,
     LoopHooks,
@@ -128,13 +132,17 @@ def input_tokens_bound(request: AgentRequest) -> int:
 class Hooks:
     """The loop's hooks for one attempt (see the module docstring)."""
 
-    def __init__(self, current: AttemptRun) -> None:
+    def __init__(self, current: AttemptRun, deadline: float = float("inf")) -> None:
         self.current = current
         self.claim = current.claim
         self.steps = StepLog(current.claim)
         self.calls: list[Usage] = []
         self.model_calls = 0
         self.text_step = 0
+        # The loop's deadline (monotonic), later by the time spent waiting for people (summed, so
+        # never earlier than the loop's own): a call held by a rate budget waits no longer.
+        self.deadline = deadline
+        self.call_rate: TokenReservation | None = None  # what the call under way took (after the first)
 
     def loop_hooks(self) -> LoopHooks:
         return LoopHooks(
@@ -159,12 +167,26 @@ class Hooks:
     async def on_usage(self, call: ModelCallUsage) -> None:
         self.calls.append(call.usage)
         self.current.set_usage(total(self.calls))
+        taken, self.call_rate = self.call_rate, None
+        if taken is not None and call.complete:  # cut short: what it took stays taken (never under)
+            await db(execution.settle_call_rate, self.claim, taken, call.usage)
 
     async def reserve(self, request: AgentRequest) -> bool:
         self.model_calls += 1
         if self.model_calls == 1:
             return True  # admission reserved the first call
-        return await db(execution.reserve_call, self.claim, input_tokens_bound(request), self.current.progress.usage)
+        input_tokens = input_tokens_bound(request)
+        if not await db(execution.reserve_call, self.claim, input_tokens, self.current.progress.usage):
+            return False
+        while True:
+            wait_s, taken = await db(execution.take_call_rate, self.claim, input_tokens)
+            if not wait_s:
+                self.call_rate = taken
+                return True
+            left = self.deadline - time.monotonic()
+            if left <= 0:  # the loop's clock has run out too: it ends the attempt (timed out), no call
+                return True
+            await asyncio.sleep(min(wait_s, THROTTLE_RECHECK_S, left))
 
     async def on_feedback(self, report: ProviderFeedback) -> None:
         await db(feedback.apply, report)
@@ -182,6 +204,7 @@ class Hooks:
         await self.steps.flush()  # the call is in the audit log before anyone is asked about it
         checkpoint_id = await db(tool_approvals.open_checkpoint, self.claim, asked)
         decided = False
+        asked_at = time.monotonic()
         try:
             while True:
                 answer = await db(tool_approvals.read, checkpoint_id)
@@ -192,6 +215,7 @@ class Hooks:
                     return Decision(answer.status == Checkpoint.Status.APPROVED, answer.comment, answer.decided_by)
                 await asyncio.sleep(APPROVAL_POLL_S)
         finally:
+            self.deadline += time.monotonic() - asked_at
             if not decided:
                 why = f"the attempt ended while waiting ({self.current.stop_reason or 'stopped'})"
                 closing = asyncio.ensure_future(db(tool_approvals.close, checkpoint_id, why))
@@ -224,8 +248,8 @@ def total(usages: list[Usage]) -> Usage:
 async def run_loop(current: AttemptRun, request: AgentRequest, grants: list[ServerGrant]) -> LoopOutcome:
     """Run the agent loop for this attempt; every step written before it returns or raises."""
     claim = current.claim
-    hooks = Hooks(current)
     deadline = time.monotonic() + request.timeout_s
+    hooks = Hooks(current, deadline)
     try:
         async with Toolbox(grants, cwd=run_directory(claim.task.run_id)) as toolbox:
             # Every provider's stream is an async generator (closed with aclose), as the loop needs.

@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
-from orchestrator import db_threads
-from orchestrator.engine import agent_runner, execution, runs, tool_attempt
+from orchestrator import db_threads, ratelimit
+from orchestrator.engine import admission, agent_runner, execution, runs, tool_attempt
 from orchestrator.governance import tool_registry
 from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, TaskRun
 from orchestrator.providers.fake_anthropic import Reply
+from orchestrator.providers.fake_anthropic.ratelimits import RateLimits
 from orchestrator.readmodels import steps
 from tests.conftest import NoHost, run_attempt, run_here, wait_until
 from tests.orchestrator.tools.conftest import TEST_SERVER, process_gone
@@ -233,6 +236,52 @@ def test_budget_stop_when_the_run_cannot_cover_another_model_call(tool_setup, ma
     assert attempt.output_tokens > 0 and attempt.cost_usd > 0  # the call made is counted
     run.refresh_from_db()
     assert run.reserved_usd == 0 and run.cost_usd == attempt.cost_usd
+
+
+def test_every_model_call_of_a_tool_using_attempt_is_metered_and_the_budgets_end_at_what_was_used(
+    tool_setup, make_agent, make_plan
+):
+    """Each model call is a request to the provider: admission takes the first call's share of the
+    per-minute budgets, each later call takes its own, and every taking is corrected to the call's
+    real use — so after the attempt the budgets hold exactly its requests and tokens."""
+    budgets = {"rpm": 50, "itpm": 30_000, "otpm": 8_000}
+    # The account's own limits are ten times ours: its reports (feedback) then take nothing from ours.
+    tool_setup.limits = RateLimits(500, 300_000, 80_000)
+    tool_setup.reset()
+    ProviderLimit.objects.create(
+        provider="anthropic",
+        model="claude-test",
+        requests_per_minute=budgets["rpm"],
+        input_tokens_per_minute=budgets["itpm"],
+        output_tokens_per_minute=budgets["otpm"],
+    )
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}), Reply.tool_call("echo", {"text": "two"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    assert len(message_requests(tool_setup)) == 3
+    attempt = run.tasks.get().attempts.get()
+    used = {"rpm": 3, "itpm": attempt.input_tokens, "otpm": attempt.output_tokens}
+    assert used["itpm"] > 0 and used["otpm"] > 0
+    for unit, per_minute in budgets.items():
+        remaining, _ = ratelimit.peek(admission.admission_key("anthropic", "claude-test", unit), per_minute)
+        assert remaining == per_minute - used[unit], unit
+
+
+def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_agent, make_plan):
+    """Admission let the attempt's first call through; the provider then asks everyone to back off.
+    The next call waits for it — here past the task's timeout, so the attempt times out having
+    sent nothing more."""
+    limit = ProviderLimit.objects.create(provider="anthropic", model="claude-test", requests_per_minute=100)
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
+    run = launch(make_plan, {"a": ("alpha", [], {"timeout_s": 2})})
+    limit.backoff_until = timezone.now() + timedelta(minutes=5)
+    limit.save(update_fields=["backoff_until"])
+    run_here(run)
+    attempt = run.tasks.get().attempts.get()
+    assert attempt.state == Attempt.State.TIMED_OUT
+    assert len(message_requests(tool_setup)) == 1
 
 
 def test_an_agent_without_grants_takes_the_plain_path(tool_setup, make_agent, make_plan):
