@@ -7,12 +7,17 @@ and kept (it is in .gitignore); `make bench` makes it on first use, from PyPI.
 
 `PrefectPeer` starts bench/prefect_peer.py in that environment once per profile runner and asks it
 for one run at a time, right after the engine's run of the same DAG and cap, so both are measured
-on the same machine state and never at the same time.
+on the same machine state and never at the same time. Between its runs the peer's processes (the
+driver and Prefect's API server, whose background services keep polling while idle: ~15 % of a
+core, measured 2026-11-24) are stopped with SIGSTOP and continued for its next run, so the
+engine's runs do not share the machine with them.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -64,10 +69,12 @@ class PrefectPeer:
             stdout=subprocess.PIPE,
             stderr=self.log_file,
             text=True,
+            start_new_session=True,  # its own process group: Prefect's server is paused with it
         )
         ready = self._read()
         if not ready.get("ready"):
             raise BenchError(f"the Prefect peer did not start: {ready}")
+        self._signal(signal.SIGSTOP)
 
     def run(self, spec: DagSpec, cap: int) -> dict:
         request = {
@@ -81,9 +88,21 @@ class PrefectPeer:
             "cap": cap,
         }
         assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return self._read()
+        self._signal(signal.SIGCONT)
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            return self._read()
+        finally:
+            self._signal(signal.SIGSTOP)
+
+    def _signal(self, signum: int) -> None:
+        """Stop or continue the peer's whole process group (its driver and Prefect's server)."""
+        assert self.proc is not None
+        try:
+            os.killpg(self.proc.pid, signum)
+        except ProcessLookupError:
+            pass  # gone: the next read reports it with its log
 
     def _read(self) -> dict:
         assert self.proc is not None and self.proc.stdout is not None
@@ -96,6 +115,7 @@ class PrefectPeer:
     def stop(self) -> None:
         if self.proc is None:
             return
+        self._signal(signal.SIGCONT)
         if self.proc.stdin:
             self.proc.stdin.close()
         try:
