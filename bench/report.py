@@ -365,7 +365,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
         "DAG with the same per-node durations (it imports `bench/dags.py`) in its in-process thread pool "
         "(`ThreadPoolTaskRunner(max_workers=cap)`) with its ephemeral local server, in a process of its own "
         "started once per profile, *right after* the engine's run of the same DAG and cap (not at the same "
-        "time: each would take the other's CPU). Its makespan runs from the flow's start to its last task's "
+        "time: each would take the other's CPU; between its runs its processes, Prefect's server included, "
+        "are stopped with SIGSTOP, as its idle server kept polling). Its makespan runs from the flow's start to its last task's "
         "result. ours / Prefect is taken within each repeat, then medianed.",
         "- **Repeats**: every repeat runs every DAG at every cap (the *n* column).",
         "- **Statements**: the SQL statements each `advance`, `claim_attempt` and `complete` ran (counted by "
@@ -685,57 +686,63 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-This run was made on a quiet machine (load average 0.8 at the start, nothing else running); the
-previous report's run (2026-11-23) had load 2.6–4 from other sessions' test suites, which is why
-its numbers were 10–70 % worse on the same code. Compare only runs made under like load.
+Read these numbers with the machine's state in mind. This run (2026-11-24, 07:47, 2 repeats) was
+made on a machine that had slowed since the morning: the same old code (4e2f678) measured in one
+process, chain links on PostgreSQL, took 11.7–12.4 ms per link at 08:08 against 10.1–11.0 ms at
+06:40; the current code took 11.0–12.1 ms (9.2–10.4 ms in the morning), so it is still the
+faster of the two, but the production rows below are 5–15 % slower than the previous report's for
+that reason. A quick run at 07:45 on the same code gave production chain 50 at 12.98 s and random
+300 at cap 64 at 5.83 s (both ahead of Prefect). Compare runs made under like conditions only.
 
-- **Against Prefect** (same DAGs, same durations): ahead on 12 of 16 shapes × caps × profiles, by
-  1–18 %; random 300 at cap 8 is 16–18 % faster (Prefect's thread pool runs ready tasks in
-  submission order, ours by longest remaining path). Behind on four: **fan 1-100-1 at cap 64** on
-  both profiles (3.11 s embedded, 3.22 s production, against 3.00 s) and **chain 50 on
-  production** at both caps (13.05–13.07 s against 13.00–13.01 s, 0.4 %). Prefect's makespans come in whole seconds plus ~10 ms on every
-  shape here, which suggests its flow reports in steps of about a second; its real makespan may be
-  shorter than shown, so read "ahead" by less than a second with that in mind.
-- **Chain on PostgreSQL: ~17 ms per link** (0.85 s over 50 links). Of it, recording the success
-  (`complete`: settle the attempt, move the task, the run's totals, events, then the step that
-  admits and claims the next task and builds its request) takes ~13.5 ms of wall time for ~9.5 ms
-  of CPU and 17 statements; handing the end from the event loop to a database thread and the next
-  request's start take ~1.5 ms each. Prefect's in-process hand-off is ~16 ms per link. *Next*:
-  fewer statements in `complete` (the run's totals and the step's run update as one UPDATE;
-  the attempt's settlement folded into its end), and the tool-grant lookup (one query per
-  attempt, before its first model call) read with the claim.
-- **Fan-out at cap 64**: when the root succeeds, its transaction admits 64 tasks and claims all of
-  them for its host (their requests built from one read of the root's output), and they start
-  only when it commits: ~40 ms on SQLite, more on PostgreSQL. Dispatch p95 is 105–175 ms for the
-  same reason. *Next*: claim in the step only what the host can start at once and hand the rest
-  to a second step right after commit, so the first dozen start sooner.
-- **Many successes of one run at once** (random 300 at cap 64) used to queue on the run's row, each
-  waiting for the others' scheduling steps: efficiency was 0.75–0.78 on PostgreSQL. Successes that
-  end together in a host now record only their ends and share one step (`AgentHost.ending`):
-  5.95 s (0.86, goal 0.85 met) against Prefect's 6.01 s; SQLite 5.68 s (0.90).
-- **Efficiency at cap 8** on production (goal ≥ 0.95): layered 0.936, chain 0.934, random 0.898;
-  embedded (goal ≥ 0.92) layered 0.947 and chain 0.946 meet it, random 0.911 does not. The
-  engine's own cost per task (engine CPU 7–11 ms, cluster CPU 10–16 ms per task) is what is left; random 300 at cap 8 is also below its policy bound's 0.986 because the tasks' durations
-  are unknown to admission. Engine CPU per task is under 10 ms everywhere but random 300 at cap 8
-  on production (10.9 ms): a scheduling step there reads all 300 task rows.
-- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.3 s on both profiles, 500 in
-  flight, 692 / 737 MiB. It took 41 s until this run: a worker whose host was full still took
-  the next task from the cluster's queue and held it until one of its own 20 s calls ended,
-  although the other worker had a free slot. A full worker now leaves tasks in the queue.
-- **Storm on production: every strategy, naive included, took ~49 s against a 29.5 s bound**
-  (embedded: 30.4–31.7 s). As naive is also slow, the bottleneck is the simulated *server's* own
-  per-minute limiter on Redis, not the engine (see the caveat in section 5): a benchmark artefact
-  still to fix. Ours with the limit configured sent no 429 on either profile; adaptive without it
-  still gets 7 after its first back-off (no slow start yet).
-- **Live view**: with frames every 0.1 s at least (was 0.25 s), event-to-screen p95 is 97–116 ms
-  embedded (goal 250 ms: met) and 134–137 ms on Redis at 20 events/s (goal 100 ms: missed; 24 ms at
-  2 events/s). At 20 events/s an event waits for the next frame, then the frame's render
-  (30–40 ms for a 300-task run, most of it the task views behind the totals and the lanes, read
-  whole at every frame). On a real 200-task run with 50 viewers (`make bench-live`,
-  bench/results-live.json) p50 is 142 ms / 205 ms and p95 588 / 624 ms: the p95 is the one frame
-  that carries the fan-out of 198 tasks, which re-renders every part and the last 200 log rows
-  (~350 KB per viewer). *Next*: totals and lanes from counts rather than every task's view, and a
-  burst frame that sends rows, not the whole page.
+- **The peer no longer runs beside us.** Until this run Prefect's driver and its API server stayed
+  up during the engine's runs, polling while idle (~15–20 % of a core on this 2-core machine);
+  they are now stopped (SIGSTOP) between Prefect's own runs (bench/peer.py). Prefect's own
+  numbers are unchanged; ours no longer share the machine with it.
+- **Against Prefect**: ahead on 11 of 16 shapes × caps × profiles. Behind: **fan 1-100-1 at cap
+  64** (3.03 s embedded, 3.18 s production, against 3.01 s), **chain 50 on production** (13.08 /
+  13.14 s against 13.00 / 13.01 s) and **random 300 at cap 64 on production** (6.47 s against
+  6.01 s; 5.83–5.95 s in calmer runs). Prefect's makespans are whole seconds plus ~10 ms on every
+  shape, so its real makespan may be shorter than shown.
+- **Chain, per link**: a success's transaction (settle the attempt, move the task, the run's
+  totals, its events, then the step that admits and claims the next task and builds its request)
+  is 18 statements on PostgreSQL; in one process it takes ~10 ms of wall time for ~7.5 ms of
+  CPU, almost all of it Django building and reading the statements (each statement is well under
+  a millisecond in the database). This session took two look-ups off each link: the step quotes
+  the ending task's output from memory instead of reading its upstreams again, and whether the
+  next agent holds tool grants is read with its claim (an EXISTS column) instead of a database
+  hop from the event loop before its first call. *Next*: statements the step writes twice (a task
+  promoted to ready and admitted in the same step is updated twice), and the capacity read
+  (agents, provider limits, running counts: three queries per step) cached per host between
+  admissions.
+- **Fan-out at cap 64**: the root's success admits 64 tasks, claims 50 for its host and queues 14
+  for the other worker; that transaction writes ~250 events and takes ~57 ms of CPU in one
+  process (~140 ms in the worker, sharing 2 cores with the other worker, the databases and the
+  simulated server), and the first wave starts 80–190 ms after the root's end. Dispatch p95 is
+  100–200 ms for that reason. *Next*: fewer model instances per event (task stubs, Event rows),
+  one rate-limit taking for many admissions of one provider (64 Redis round trips now), and
+  a step that claims first what starts at once.
+- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.948 and
+  chain 0.955 meet it, random 0.907 does not; production layered 0.933, chain 0.932, random 0.891
+  do not. What is left is the engine's own CPU per task (8–12 ms; the goal of < 10 ms is met on
+  most embedded rows, not on production at cap 8) and, for random 300, durations that admission
+  cannot know (its policy bound is 0.986).
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 25.2 s embedded, 24.4 s production,
+  500 in flight, 694 / 736 MiB.
+- **Storm on production: ~46 s against a 29.4 s bound for every strategy**, naive included: the
+  simulated *server's* own per-minute limiter on Redis, not the engine (section 5's caveat), a
+  benchmark artefact still to fix. Ours with the limit configured sent no 429; adaptive without
+  it still gets 7 after its first back-off (no slow start yet).
+- **Live view: met on both profiles.** A round of the broadcaster read the database three times
+  through `database_sync_to_async`, which closes a non-persistent connection after every call:
+  on PostgreSQL each round reopened its connection three times (~29 ms a round for a ~7 ms
+  render), and frames were at least 0.1 s apart. Rounds are now one job on database threads
+  whose connections stay open while anyone watches, and frames may come every 0.05 s: p95 at 20
+  events/s is 72–76 ms on Redis (goal 100 ms; was 136–145) and 107–113 ms embedded (goal 250 ms;
+  the embedded profile's 0.1 s poll of the event table dominates). On a real 200-task run with
+  50 viewers (`make bench-live`, bench/results-live.json) p50 is 136 / 158 ms and p95 628 /
+  646 ms: the p95 is the one frame that carries the fan-out's ~400 events, which re-renders the
+  task table and the log's last 200 rows (~70 ms) and sends ~250 KB to each of the 50 viewers.
+  *Next*: a burst frame that sends only the rows that changed, and slimmer rows.
 """
 
 
