@@ -238,8 +238,20 @@ def test_budget_stop_when_the_run_cannot_cover_another_model_call(tool_setup, ma
     assert run.reserved_usd == 0 and run.cost_usd == attempt.cost_usd
 
 
+@pytest.fixture
+def fresh_budgets():
+    """The per-minute budgets of the fake's model, empty before the test and after it (on Redis
+    they outlive the test database, and other tests of the session take from them)."""
+    keys = [admission.admission_key("anthropic", "claude-test", unit) for unit in ("rpm", "itpm", "otpm")]
+    for key in keys:
+        ratelimit.reset(key)
+    yield
+    for key in keys:
+        ratelimit.reset(key)
+
+
 def test_every_model_call_of_a_tool_using_attempt_is_metered_and_the_budgets_end_at_what_was_used(
-    tool_setup, make_agent, make_plan
+    tool_setup, make_agent, make_plan, fresh_budgets
 ):
     """Each model call is a request to the provider: admission takes the first call's share of the
     per-minute budgets, each later call takes its own, and every taking is corrected to the call's
@@ -268,7 +280,7 @@ def test_every_model_call_of_a_tool_using_attempt_is_metered_and_the_budgets_end
         assert remaining == per_minute - used[unit], unit
 
 
-def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_agent, make_plan):
+def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_agent, make_plan, fresh_budgets):
     """Admission let the attempt's first call through; the provider then asks everyone to back off.
     The next call waits for it — here past the task's timeout, so the attempt times out having
     sent nothing more."""
