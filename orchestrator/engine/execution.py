@@ -403,7 +403,7 @@ def take_call_rate(claim: Claim, input_tokens: int) -> tuple[float, admission.To
     provider's per-minute budgets (requests, input tokens, its max_tokens of output), as admission
     took the first call's — every call is a request to the provider. Returns (0, what was taken),
     or (seconds to wait, nothing taken) when a budget or the provider's backoff holds it."""
-    limit = ProviderLimit.objects.filter(provider=claim.task.agent.provider, model=claim.task.agent.model).first()
+    limit = provider_limit(claim.task)  # as it is now (a backoff may have started since the claim)
     wait, wait_s, taken = admission.rate_limit_wait(claim.task.agent, limit, timezone.now(), input_tokens)
     return (max(wait_s, admission.MIN_CALL_WAIT_S) if wait is not None else 0.0), taken
 
@@ -414,7 +414,7 @@ def settle_call_rate(claim: Claim, taken: admission.TokenReservation, used: Usag
     what admission took for the first call (`apply_settlement`: used minus reserved)."""
     if taken.window is None:
         return
-    limit = ProviderLimit.objects.filter(provider=claim.task.agent.provider, model=claim.task.agent.model).first()
+    limit = provider_limit(claim.task)
     if limit is not None:
         correct_token_budgets(
             limit,
