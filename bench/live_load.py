@@ -13,8 +13,10 @@ run after that happens while they watch.
 Reported (a measurement, never a pass/fail threshold):
 
 * whether every viewer ended with every event: its frames cover 1..last_event_seq without a
-  gap (and how many also got a log row for each event: a frame bringing more events than the
-  log shows re-renders the page's parts and the log's last rows instead);
+  gap (and how many also got a log row for each event: a frame bringing more events than a page
+  of the log sends that page instead of a row per event);
+* the frames: how many, their bytes per viewer, the largest (the fan-out's burst), and how many
+  were full refreshes (only a viewer that resumed far behind gets one, never one in step);
 * the latency of each (viewer, event): the frame's arrival minus the event's ``created_at``
   (taken inside the event's transaction, so commit time is included), p50 / p95 / p99 / max;
 * daphne's resident memory before the viewers connect, at its peak, and at the end.
@@ -92,6 +94,7 @@ async def _viewer(
                     record["frames"].append([start, end, full, arrived])
                     record["rows"].update(int(seq) for seq in EVENT_ROW.findall(text))
                     record["bytes"] += len(text)
+                    record["largest"] = max(record["largest"], len(text))
                     record["last_seq"] = max(record["last_seq"], end)
         except (ConnectionClosed, OSError, TimeoutError) as exc:
             record["errors"].append(f"{type(exc).__name__}: {exc}")
@@ -102,7 +105,16 @@ async def _viewer(
 async def _viewers(args) -> dict:
     headers = {"Cookie": args.cookie, "Origin": args.origin}
     state = {
-        i: {"connections": 0, "last_seq": 0, "frames": [], "rows": set(), "gaps": [], "errors": [], "bytes": 0}
+        i: {
+            "connections": 0,
+            "last_seq": 0,
+            "frames": [],
+            "rows": set(),
+            "gaps": [],
+            "errors": [],
+            "bytes": 0,
+            "largest": 0,
+        }
         for i in range(args.viewers)
     }
     until = {"seq": 0}
@@ -397,9 +409,9 @@ def summarise(args, run, run_s, state, created, watched_from, baseline_kb, sampl
         },
         "viewers": args.viewers,
         "viewers_with_every_event": complete,
-        # A frame that brings more events than the log shows (200) re-renders every part and the
-        # log's last 200 rows instead of one row per event (data-full="1"), by design: a fan-out
-        # of 198 tasks becoming ready at once is such a frame. So not every event has a row.
+        # A frame that brings more events than a page of the log (30) sends that page instead of
+        # one row per event, by design: a fan-out of 198 tasks becoming ready at once is such a
+        # frame. So not every event has a row.
         "viewers_with_a_log_row_for_every_event": rows_complete,
         "full_frames_per_viewer_median": statistics.median(
             sum(1 for frame in record["frames"] if frame[2]) for record in state.values()
@@ -408,6 +420,7 @@ def summarise(args, run, run_s, state, created, watched_from, baseline_kb, sampl
         "gaps_seen": sum(len(record["gaps"]) for record in state.values()),
         "frames_per_viewer": {"median": statistics.median(frames), "max": max(frames)},
         "bytes_per_viewer_median": statistics.median(record["bytes"] for record in state.values()),
+        "largest_frame_bytes_median": statistics.median(record["largest"] for record in state.values()),
         "event_latency_ms": {
             "samples": len(latencies_ms),
             "p50": round(percentile(latencies_ms, 50), 1),

@@ -9,6 +9,10 @@ latest event in one round:
   cursor, a viewer that is behind (it just connected, reconnected or asked again after a gap)
   has its own and gets its own catch-up render. After a round every viewer is at the latest
   event, so viewers that diverged are in step again;
+* a viewer in step (its cursor is the last frame this feed sent it) gets a live batch however
+  many events the round brings: a fan-out's hundreds of events in one transaction are sent as
+  the rows and parts they changed. Only a viewer that resumed far behind (more events than the
+  log holds) gets the full refresh (fragments.render_run_batch says why);
 * for each cursor, the run's parts and log rows are rendered once per permission class
   (`Viewer.shared()`: which controls the viewer may see, and whether its forms carry a CSRF
   token at all), and the panel of a watched task once per (class, task);
@@ -46,6 +50,7 @@ from channels.layers import get_channel_layer
 from orchestrator.db_threads import DatabaseThreads
 from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
+from orchestrator.readmodels import log as run_log
 
 from . import fragments
 
@@ -77,8 +82,19 @@ class Subscriber(Protocol):
     viewer: fragments.Viewer
     cursor: int | None  # the last event sent (None until the client's first resume)
     watched: int | None  # the task whose panel is open
+    in_step: bool  # the cursor is the last frame the broadcaster sent (False after a resume)
 
     async def send_frame(self, html: str) -> None: ...
+
+
+# Where a viewer's frame starts: (its cursor, whether it is in step). Viewers that would get the
+# same frame share a start: `in_step` is True also for a viewer that resumed close enough behind
+# for a live batch (fragments.render_run_batch), so that it shares its cursor's render.
+Start = tuple[int, bool]
+
+
+def start_of(cursor: int, in_step: bool, latest: int) -> Start:
+    return cursor, in_step or latest - cursor <= run_log.LOG_LIMIT
 
 
 @dataclass
@@ -86,49 +102,48 @@ class Round:
     """The frames of one round, each rendered once: what to send to whom."""
 
     latest: int
-    # cursor -> permission class -> the run's parts and log after that cursor (None: nothing new)
-    runs: dict[int, dict[fragments.Viewer, fragments.Batch | None]] = field(default_factory=dict)
-    # (cursor, permission class, task) -> that task's panel parts
-    panels: dict[tuple[int, fragments.Viewer, int], str] = field(default_factory=dict)
+    # start -> permission class -> the run's parts and log after that start (None: nothing new)
+    runs: dict[Start, dict[fragments.Viewer, fragments.Batch | None]] = field(default_factory=dict)
+    # (start, permission class, task) -> that task's panel parts
+    panels: dict[tuple[Start, fragments.Viewer, int], str] = field(default_factory=dict)
     renders: int = 0
 
-    def frame_for(self, viewer: fragments.Viewer, cursor: int, watched: int | None) -> tuple[str, int] | None:
-        """(HTML, last event) for a viewer that was at `cursor` watching `watched` (None: nothing)."""
+    def frame_for(self, viewer: fragments.Viewer, start: Start, watched: int | None) -> tuple[str, int] | None:
+        """(HTML, last event) for a viewer at `start` watching `watched` (None: nothing)."""
         shared = viewer.shared()
-        batch = self.runs.get(cursor, {}).get(shared)
+        batch = self.runs.get(start, {}).get(shared)
         if batch is None:
             return None
-        panel = self.panels[(cursor, shared, watched)] if watched else ""
+        panel = self.panels[(start, shared, watched)] if watched else ""
         return viewer.personalise(batch.html + panel), batch.to_seq
 
 
-def render_round(run_id: int, latest: int, wanted: dict[int, set[tuple[fragments.Viewer, int | None]]]) -> Round:
-    """Render, once each, the frames that bring viewers at these cursors up to event `latest`.
+def render_round(run_id: int, latest: int, wanted: dict[Start, set[tuple[fragments.Viewer, int | None]]]) -> Round:
+    """Render, once each, the frames that bring viewers at these starts up to event `latest`.
 
-    `wanted`: cursor -> {(permission class, watched task or None), ...} of the viewers there.
-    A render that fails is logged and leaves its viewers out of this round (they are served by
-    the next one); the others still get theirs.
+    `wanted`: (cursor, in step) -> {(permission class, watched task or None), ...} of the viewers
+    there. A render that fails is logged and leaves its viewers out of this round (they are served
+    by the next one); the others still get theirs.
     """
     result = Round(latest)
-    for cursor, keys in wanted.items():
-        per_class = result.runs.setdefault(cursor, {})
+    for start, keys in wanted.items():
+        cursor, in_step = start
+        per_class = result.runs.setdefault(start, {})
         for shared, watched in sorted(
             keys, key=lambda k: (k[0].can_control, k[0].can_decide, k[0].csrf_token, k[1] or 0)
         ):
             if shared not in per_class:
                 try:
-                    per_class[shared] = fragments.render_run_batch(run_id, cursor, shared, upto=latest)
+                    per_class[shared] = fragments.render_run_batch(run_id, cursor, shared, upto=latest, in_step=in_step)
                     result.renders += 1
                 except Exception:  # a bad render must not end the live view: log it, try again later
                     log.exception("run %s: could not render the events after %s", run_id, cursor)
                     per_class[shared] = None
             batch = per_class[shared]
-            if batch is None or not watched or (cursor, shared, watched) in result.panels:
+            if batch is None or not watched or (start, shared, watched) in result.panels:
                 continue
             try:
-                result.panels[(cursor, shared, watched)] = fragments.render_watched_panel(
-                    run_id, batch, shared, watched
-                )
+                result.panels[(start, shared, watched)] = fragments.render_watched_panel(run_id, batch, shared, watched)
             except Exception:
                 log.exception("run %s: could not render the panel of task %s", run_id, watched)
                 per_class[shared] = None  # no frame without its panel: the next round tries again
@@ -325,22 +340,24 @@ class RunBroadcaster:
 
     async def _round(self) -> bool:
         """Bring every viewer that is behind up to the latest event; whether anything was sent."""
-        viewers = {s: (s.cursor, s.watched) for s in self.subscribers if s.cursor is not None}
+        viewers = {s: (s.cursor, s.in_step, s.watched) for s in self.subscribers if s.cursor is not None}
         if not viewers:
             return False
         found = await LiveDatabase.of_loop().run(
-            catch_up, self.run_id, [(cursor, s.viewer.shared(), watched) for s, (cursor, watched) in viewers.items()]
+            catch_up,
+            self.run_id,
+            [(cursor, s.viewer.shared(), watched, in_step) for s, (cursor, in_step, watched) in viewers.items()],
         )
         self._check_stop()
         if found is None:
             return False
         latest, result = found
-        behind = {s: (cursor, watched) for s, (cursor, watched) in viewers.items() if cursor < latest}
+        behind = {s: v for s, v in viewers.items() if v[0] < latest}
         sent = False
-        for subscriber, (cursor, watched) in behind.items():
+        for subscriber, (cursor, in_step, watched) in behind.items():
             if subscriber not in self.subscribers or subscriber.cursor != cursor:
                 continue  # gone, or a resume arrived while rendering: the next round starts from it
-            frame = result.frame_for(subscriber.viewer, cursor, watched)
+            frame = result.frame_for(subscriber.viewer, start_of(cursor, in_step, latest), watched)
             if frame is None:
                 continue
             html, to_seq = frame
@@ -351,6 +368,7 @@ class RunBroadcaster:
                 continue
             if subscriber.cursor == cursor:
                 subscriber.cursor = to_seq
+                subscriber.in_step = True
             sent = True
         if sent:
             self.rounds += 1
@@ -394,16 +412,17 @@ class RunBroadcaster:
         return sent
 
 
-def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None]]) -> tuple[int, Round] | None:
+def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None, bool]]) -> tuple[int, Round] | None:
     """One round's database work: the run's latest event and the frames of the viewers (their
-    cursors, permission classes and watched tasks) that are behind it; None when nobody is."""
+    cursors, permission classes, watched tasks and whether they are in step) that are behind it;
+    None when nobody is."""
     latest = fragments.latest_seq(run_id)
     if latest is None:
         return None
-    wanted: dict[int, set] = defaultdict(set)
-    for cursor, shared, watched in viewers:
+    wanted: dict[Start, set] = defaultdict(set)
+    for cursor, shared, watched, in_step in viewers:
         if cursor < latest:
-            wanted[cursor].add((shared, watched))
+            wanted[start_of(cursor, in_step, latest)].add((shared, watched))
     if not wanted:
         return None
     return latest, render_round(run_id, latest, dict(wanted))

@@ -18,7 +18,11 @@ templates as the page (`#run-header`, `#run-totals`, `#run-checkpoints`, `#agent
 `#run-gantt`, `#run-result`, one `#task-<pk>` row per task touched — the row's data-*
 attributes are also what static/dashboard/run/graph.js reads to colour the DAG's nodes — `#dag-graph` when the
 plan's structure changed), and the log rows of the events themselves (prepended to
-`#event-log-rows`). A client far behind gets every part and the log afresh (`data-full="1"`).
+`#event-log-rows`), or, when they are more than a page of the log, that page in place of the
+rows with `#event-log-more` from there, as a reload shows it. However many events a frame brings
+to a viewer in step (a fan-out readies hundreds of tasks in one transaction), it carries only the
+rows and parts they changed. A client that resumes farther behind than the log holds gets every
+part and the log's page afresh (`data-full="1"`).
 
 Delivery: events are numbered per run and the Event table is the record. The consumer keeps
 the number of the last event it sent and sends everything after it, so it never skips one.
@@ -93,6 +97,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def connect(self):
         self.run_id = int(self.scope["url_route"]["kwargs"]["run_id"])
         self.cursor: int | None = None
+        self.in_step = False  # the broadcaster sets it once it has sent a frame from the cursor
         self.watched: int | None = None
         self.broadcaster: broadcast.RunBroadcaster | None = None
         user = self.scope.get("user")
@@ -125,6 +130,7 @@ class RunConsumer(AsyncWebsocketConsumer):
                 self.cursor = max(0, int(message.get("last_seq") or 0))
             except (TypeError, ValueError):
                 return
+            self.in_step = False  # the page says where it is: it may have missed more than events
             if self.broadcaster is not None:
                 self.broadcaster.wake.set()
         elif kind == "watch":

@@ -85,6 +85,8 @@ GANTT_TYPES = {
 RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
 # Events after which the run's workspace may hold new files (a tool wrote one; an attempt ended).
 ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost"}
+# Run events that change no task row (the others, a run's start and end, may change every task).
+RUN_TYPES_SPARING_TASKS = {"run.created", "run.paused", "run.resumed"}
 # Events of a task that change only its path and its head (the panel sends those alone).
 PATH_TYPES = set(run_steps.STEP_EVENT_TYPES) | {"task.progress"}
 
@@ -385,7 +387,9 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
             html.append(render(part, {**ctx, **builders[part]()}))
     task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
-        for view in run_tasks.task_views(run, task_ids):
+        wanted = set(task_ids)
+        rows = [v for v in views if v.pk in wanted] if views is not None else run_tasks.task_views(run, task_ids)
+        for view in rows:
             html.append(render("task_row", {**ctx, "view": view}))
     if task_ids and "gantt_bars" in parts:
         # The bars of these tasks' attempts, each replacing its old self or joining its lane.
@@ -449,7 +453,9 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
 
     Streamed progress changes only the rows and the lanes; the timeline gets the bars of the
     attempts concerned (`gantt_bars`) unless the run itself changed; the result gets its final
-    outputs again only when a final task changed (`touches_final`).
+    outputs again only when a final task changed (`touches_final`). A run's start and end change
+    tasks with no event of their own (the plan's approval clears every task's wait for it, its
+    rejection cancels them all): those frames carry the whole task table.
     """
     parts: set[str] = set()
     families = {t.split(".", 1)[0] for t in types}
@@ -457,6 +463,8 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
         parts.add("totals")
     if "run" in families or "checkpoint" in families:
         parts |= {"header", "checkpoints", "result_final"}
+    if {t for t in types if t.startswith("run.")} - RUN_TYPES_SPARING_TASKS:
+        parts.add("task_table")
     if "plan" in families:
         parts |= {"checkpoints", "graph", "task_table", "lanes", "header", "gantt", "result"}
     if families & {"task", "attempt", "provider", "run"}:
@@ -477,14 +485,16 @@ def latest_seq(run_id: int) -> int | None:
     return events.latest_seq(run_id)
 
 
-def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int | None = None) -> Batch | None:
+def render_batch(
+    run_id: int, after_seq: int, viewer: Viewer, watched_task: int | None = None, *, in_step: bool = False
+) -> Batch | None:
     """One websocket message with everything after event `after_seq`, or None when nothing is new.
 
     The run's parts and the log (render_run_batch) followed by the watched task's panel parts
     (render_watched_panel). The live view renders the two separately, once for all the viewers
     that share them (dashboard/broadcast.py); this is what each viewer receives.
     """
-    batch = render_run_batch(run_id, after_seq, viewer)
+    batch = render_run_batch(run_id, after_seq, viewer, in_step=in_step)
     if batch is None:
         return None
     panel = render_watched_panel(run_id, batch, viewer, watched_task)
@@ -493,11 +503,25 @@ def render_batch(run_id: int, after_seq: int, viewer: Viewer, watched_task: int 
     )
 
 
-def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | None = None) -> Batch | None:
+def render_run_batch(
+    run_id: int, after_seq: int, viewer: Viewer, upto: int | None = None, *, in_step: bool = False
+) -> Batch | None:
     """The events after `after_seq` (up to `upto`, else the latest) and the parts they changed.
 
-    None when nothing is new. A client far behind (more events missed than the log shows) gets
-    every part and the log afresh instead of a row per event.
+    None when nothing is new. Two kinds of frame:
+
+    * a live batch: the parts the events changed (parts_for), the row of every task they concern
+      and the log's new rows, prepended; when there are more of those than a page of the log
+      (PAGE_LOG_ROWS), the log's page instead, as a reload shows it (render_log_page). However
+      many events it brings (a fan-out admits hundreds of tasks in one transaction), it carries
+      only what they changed, so it is what a page that had every earlier event needs;
+    * a full refresh (`data-full="1"`): every part and the log's page afresh, for a viewer that
+      resumed (connected, reconnected, saw a gap) more events behind than the log holds
+      (LOG_LIMIT). Such a page has been away a while and may be stale beyond the events: the
+      running tasks' live progress is not an event, and frames it missed do not come again.
+
+    `in_step`: the viewer has applied every frame of this live feed up to `after_seq` (the
+    broadcaster sent them), so it gets a live batch however far the events reach.
     """
     latest = latest_seq(run_id) if upto is None else upto
     if latest is None or latest <= after_seq:
@@ -510,20 +534,25 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
     )
     types = {t for _, t, _ in meta}
     task_ids = list(dict.fromkeys(task for _, _, task in meta if task))
-    full = len(meta) > run_log.LOG_LIMIT
+    full = not in_step and len(meta) > run_log.LOG_LIMIT
+    log_page = full or len(meta) > run_log.PAGE_LOG_ROWS  # the log gets its page, not a row per event
     ctx = base_context(run, viewer, oob=True)
     seq = {"from_seq": after_seq + 1, "to_seq": latest, "full": full, "task_ids": task_ids, "oob": True}
+    if log_page:
+        seq["types"] = sorted(types)  # the filter lists them, though not every event has a row
     html = [render("seq", seq)]
     if full:
         parts = {"header", "totals", "checkpoints", "lanes", "gantt", "result", "task_table", "artifacts"}
         if "plan" in {t.split(".", 1)[0] for t in types}:
             parts.add("graph")
         html.append(render_parts(run, viewer, parts))
-        html.append(render("event_rows", {**ctx, "events": run_log.event_log(run, type_filter="all"), "replace": True}))
     else:
         finals = run_graph.final_task_ids(run)
         parts = parts_for(types, touches_final=bool(finals & set(task_ids)))
         html.append(render_parts(run, viewer, parts, tasks=task_ids))
+    if log_page:
+        html.append(render_log_page(run, ctx, upto=latest))
+    else:
         events = list(
             Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
             .select_related("task_run__subtask", "agent")
@@ -532,6 +561,25 @@ def render_run_batch(run_id: int, after_seq: int, viewer: Viewer, upto: int | No
         html.append(render("event_rows", {**ctx, "events": events, "replace": False}))
     beyond_progress = frozenset(tid for _, t, tid in meta if tid and t != "task.progress")
     return Batch("".join(html), after_seq + 1, latest, tuple(task_ids), full, beyond_progress)
+
+
+def render_log_page(run: Run, ctx: dict, *, upto: int) -> str:
+    """The log's rows replaced by its newest page up to event `upto`, and "Show older events"
+    from there: what a reload shows, whatever rows the viewer had loaded before.
+
+    Every type is sent (the live rows are filtered in the browser, log.js), so that the rows
+    cover their range whatever the viewer's filter, and the button loads what comes before it
+    in the filter's terms. The streamed-progress heartbeat is no longer written as an event, so
+    for today's runs these are exactly the rows of a reload.
+    """
+    events = run_log.event_log(run, type_filter="all", before_seq=upto + 1, limit=run_log.PAGE_LOG_ROWS)
+    page = {
+        "events": events,
+        "replace": True,
+        "more_oob": True,
+        "older_before": run_log.older_than(events, run_log.PAGE_LOG_ROWS),
+    }
+    return render("event_rows", {**ctx, **page})
 
 
 def render_watched_panel(run_id: int, batch: Batch, viewer: Viewer, watched_task: int | None) -> str:

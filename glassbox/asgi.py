@@ -1,6 +1,7 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (dashboard routing)."""
 
 import os
+from importlib import import_module
 
 from django.core.asgi import get_asgi_application
 
@@ -11,6 +12,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from csp.middleware import CSPMiddleware  # noqa: E402
+from django.conf import settings  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.core.handlers.exception import response_for_exception  # noqa: E402
@@ -19,6 +21,12 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware  # noqa: E402
 from django.middleware.security import SecurityMiddleware  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+
+# The URL configuration (every view, the admin, the API) is imported now, not by the first
+# `{% url %}` a live frame renders: a websocket reaches the run's broadcaster with no HTTP request
+# before it (a browser reconnecting after a restart), and that import (~350 ms, the interpreter's
+# lock held) made the first round slow, which the broadcaster's pacing then doubled for the next.
+import_module(settings.ROOT_URLCONF)
 
 
 class StaticFiles(ASGIStaticFilesHandler):

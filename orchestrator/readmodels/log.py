@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from orchestrator.models import Event, Run
 
-# Rows the event log shows at once.
+# The most rows one query of the log returns; also how far behind (in events) a viewer that
+# resumes may be and still get a live batch rather than a full refresh (dashboard/fragments.py).
 LOG_LIMIT = 200
-# The run page shows this many newest events at first; older ones load on demand.
+# The run page shows this many newest events at first; older ones load on demand. A live frame
+# never carries more log rows than this: more new events replace the rows with this page.
 PAGE_LOG_ROWS = 30
 # Event families the log can be filtered by (the part of the type before the dot).
 EVENT_FAMILIES = ("run", "task", "checkpoint", "plan", "provider", "attempt", "agent", "tool", "access")

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from orchestrator import events
 from orchestrator.engine import runs
-from orchestrator.engine.agent_loop import Decision
+from orchestrator.engine.agent_loop import Decision, Step
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.tools import workspace
 from tests.agent_steps import loop_steps, record_step
@@ -108,6 +108,21 @@ def test_a_tasks_path_appears_live_and_its_artifact_downloads(
     assert search_row.locator(".path-args").evaluate("details => details.open") is False
 
     for step in steps[3:]:
+        if step.step == 2 and not path.locator(".path-wait").count():
+            # The answer's call is held by the provider's request budget, then sent.
+            record_step(task, Step(kind="rate_wait", step=2, wait="rate_limit_requests"))
+            expect(page.locator(f"#task-{task.pk}")).to_have_attribute(
+                "data-activity", "step 2 · waiting for the provider's request budget"
+            )
+            wait_row = path.locator(".path-wait.is-open")
+            expect(wait_row).to_contain_text("waiting for the provider's request budget")
+            wait_row.scroll_into_view_if_needed()  # in the panel's own scroll, below the long result
+            element_shot(page.locator(".panel-card"), screenshot(page, "rate-wait").with_name("panel-rate-wait.png"))
+            record_step(task, Step(kind="rate_waited", step=2, wait="rate_limit_requests", duration_s=12.2))
+            expect(path.locator(".path-wait")).to_contain_text("Waited 12 s for the provider's request budget")
+            element_shot(
+                page.locator(".panel-card"), screenshot(page, "rate-waited").with_name("panel-rate-waited.png")
+            )
         record_step(task, step)
         if step.kind == "tool_result" and step.tool == "search":
             expect(search_row).to_contain_text("Approved by alice")
@@ -122,7 +137,7 @@ def test_a_tasks_path_appears_live_and_its_artifact_downloads(
     expect(failed.locator(".path-result.is-error")).to_contain_text("division by zero")
     expect(path.locator(".path-refused")).to_contain_text("delete_everything")
     expect(path.locator(".path-model").last).to_contain_text("ended its turn")
-    assert path.locator(".path-row").count() == len(
+    assert path.locator(".path-row").count() == 1 + len(  # the wait's row
         {s.call_id or id(s) for s in steps if s.kind not in ("approval", "tool_result")}
     )
     assert "finishing" in node_label(page, task.pk)

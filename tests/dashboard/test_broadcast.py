@@ -48,9 +48,9 @@ def renders(monkeypatch):
     calls: list[tuple[int, int, fragments.Viewer]] = []
     real = fragments.render_run_batch
 
-    def spy(run_id, after_seq, viewer, upto=None):
+    def spy(run_id, after_seq, viewer, upto=None, *, in_step=False):
         calls.append((after_seq, upto, viewer))
-        return real(run_id, after_seq, viewer, upto=upto)
+        return real(run_id, after_seq, viewer, upto=upto, in_step=in_step)
 
     monkeypatch.setattr(fragments, "render_run_batch", spy)
     return calls
@@ -77,6 +77,17 @@ async def connect_and_resume(cookie: bytes, run_id: int, seq: int, *, watch: int
         await comm.send_to(text_data=json.dumps({"type": "watch", "task": watch}))
     await comm.send_to(text_data=json.dumps({"type": "resume", "last_seq": seq}))
     return comm
+
+
+async def served_a_pause(cookie: bytes, run: Run):
+    """A viewer in step: connected at the run's last event, then sent the frame of its pause.
+    Returns the websocket and the pause's event."""
+    seen = await database_sync_to_async(last_seq)(run)
+    comm = await connect_and_resume(cookie, run.pk, seen)
+    await database_sync_to_async(runs.pause)(run)
+    paused_at = await database_sync_to_async(last_seq)(run)
+    await receive_until(comm, paused_at)
+    return comm, paused_at
 
 
 def csrf_values(html: str) -> set[str]:
@@ -151,11 +162,7 @@ def test_a_viewer_behind_gets_its_own_catch_up_and_then_shares_the_next_frames(r
     cookie = cookies_for(personas["viewer"])
 
     async def scenario():
-        seen = await database_sync_to_async(last_seq)(run)
-        in_step = await connect_and_resume(cookie, run.pk, seen)
-        await database_sync_to_async(runs.pause)(run)
-        paused_at = await database_sync_to_async(last_seq)(run)
-        await receive_until(in_step, paused_at)
+        in_step, paused_at = await served_a_pause(cookie, run)
         # A second viewer (a reconnect) that has seen nothing yet.
         behind = await connect_and_resume(cookie, run.pk, 0)
         catch_up = await receive_until(behind, paused_at)
@@ -175,6 +182,50 @@ def test_a_viewer_behind_gets_its_own_catch_up_and_then_shares_the_next_frames(r
         assert len(renders) == len(frames_in_step)
         await in_step.disconnect()
         await behind.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_burst_reaches_a_viewer_in_step_as_a_live_batch_and_one_that_resumed_as_a_full_refresh(
+    run, personas, renders, monkeypatch
+):
+    """More events at once than the log holds (a fan-out): the viewer that had every frame gets
+    what they changed; one that has just said where it is (a reconnect) gets every part afresh."""
+    from orchestrator.readmodels import log
+
+    monkeypatch.setattr(log, "LOG_LIMIT", 3)
+    cookie = cookies_for(personas["viewer"])
+    scope = run.tasks.get(subtask__key="scope")
+
+    def burst(count: int) -> None:
+        with events.atomic():
+            for n in range(count):
+                events.record("task.waiting", run=run, task=scope, message=f"held back {n}")
+
+    def full(html: str) -> bool:
+        return re.search(r'id="live-seq"[^>]*data-full="(\d)"', html).group(1) == "1"
+
+    async def scenario():
+        in_step, paused_at = await served_a_pause(cookie, run)
+        resumed = await connect_and_resume(cookie, run.pk, paused_at)  # at the same event, by a resume
+        assert await resumed.receive_nothing(timeout=0.6)
+        renders.clear()
+        await database_sync_to_async(burst)(5)
+        target = await database_sync_to_async(last_seq)(run)
+        (live,) = await receive_until(in_step, target)
+        (refresh,) = await receive_until(resumed, target)
+        assert not full(live) and f'id="task-{scope.pk}"' in live and 'id="task-table"' not in live
+        assert full(refresh) and 'id="task-table"' in refresh
+        assert len(renders) == 2  # one render each: they start from the same event but not alike
+        # Once served, the resumed viewer is in step too: the next burst is one live batch for both.
+        renders.clear()
+        await database_sync_to_async(burst)(5)
+        target = await database_sync_to_async(last_seq)(run)
+        (live,) = await receive_until(in_step, target)
+        assert [live] == await receive_until(resumed, target)
+        assert not full(live) and len(renders) == 1
+        await in_step.disconnect()
+        await resumed.disconnect()
 
     async_to_sync(scenario)()
 
@@ -265,8 +316,9 @@ def test_a_shared_render_personalised_equals_a_render_for_the_viewer_alone(run, 
     ):
         for after, watched in ((0, scope.pk), (latest - 1, None), (0, None)):
             alone = fragments.render_batch(run.pk, after, viewer, watched)
-            result = broadcast.render_round(run.pk, latest, {after: {(viewer.shared(), watched)}})
-            html, to_seq = result.frame_for(viewer, after, watched)
+            start = broadcast.start_of(after, False, latest)
+            result = broadcast.render_round(run.pk, latest, {start: {(viewer.shared(), watched)}})
+            html, to_seq = result.frame_for(viewer, start, watched)
             assert html == alone.html and to_seq == alone.to_seq == latest
             assert fragments.CSRF_PLACEHOLDER not in html
 
@@ -277,15 +329,16 @@ def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_ot
     launcher = fragments.Viewer(can_control=True, can_decide=False)
     viewer = fragments.Viewer(can_control=False, can_decide=False)
 
-    def failing_for_launchers(run_id, after_seq, shared, upto=None):
+    def failing_for_launchers(run_id, after_seq, shared, upto=None, *, in_step=False):
         if shared.can_control:
             raise RuntimeError("template broke")
-        return real(run_id, after_seq, shared, upto=upto)
+        return real(run_id, after_seq, shared, upto=upto, in_step=in_step)
 
     monkeypatch.setattr(fragments, "render_run_batch", failing_for_launchers)
-    result = broadcast.render_round(run.pk, latest, {0: {(launcher.shared(), None), (viewer.shared(), None)}})
-    assert result.frame_for(launcher, 0, None) is None
-    html, to_seq = result.frame_for(viewer, 0, None)
+    start = (0, True)
+    result = broadcast.render_round(run.pk, latest, {start: {(launcher.shared(), None), (viewer.shared(), None)}})
+    assert result.frame_for(launcher, start, None) is None
+    html, to_seq = result.frame_for(viewer, start, None)
     assert to_seq == latest and 'id="event-1"' in html
 
 

@@ -18,6 +18,7 @@ from orchestrator.engine import runs, scheduler
 from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Event, TaskRun
+from orchestrator.readmodels import run_export
 from orchestrator.tools import sessions, workspace
 from orchestrator.tools.toolbox import Toolbox
 from tests.agent_steps import loop_steps, record_loop, record_step
@@ -205,6 +206,39 @@ def test_the_dag_node_reads_the_activity_from_the_task_row_while_it_runs(run):
     events.record("task.succeeded", task=task)
     row = re.search(rf'<div id="task-{task.pk}" [^>]*>', fragments.render_batch(run.pk, done, VIEWER).html).group(0)
     assert "data-activity" not in row
+
+
+def test_a_call_held_by_the_providers_budget_is_a_row_while_it_waits_and_after(viewer, run):
+    """Live: the row appears open when the wait starts and is sent again, closed, when it ends;
+    the node's activity says what holds the call meanwhile. The panel and the download keep it."""
+    task = look(run)
+    start(task)
+    before = events.latest_seq(run.pk) or 0
+    hold = {"step": 2, "wait": "rate_limit_requests", "attempt": 1}
+    events.record("agent.rate_wait", task=task, payload=hold)
+    wait_seq = events.latest_seq(run.pk)
+    batch = fragments.render_batch(run.pk, before, VIEWER, task.pk)
+    row = re.search(rf'<li id="path-{wait_seq}" class="path-row path-wait is-open".*?</li>', batch.html, re.S)
+    assert row and "waiting for the provider&#x27;s request budget…" in row.group(0)
+    node = re.search(rf'<div id="task-{task.pk}" [^>]*>', batch.html).group(0)
+    assert 'data-activity="step 2 · waiting for the provider&#x27;s request budget"' in node
+    events.record("agent.rate_waited", task=task, payload={**hold, "duration_s": 12.04})
+    ended = fragments.render_batch(run.pk, wait_seq, VIEWER, task.pk)
+    row = re.search(rf'<li id="path-{wait_seq}" class="path-row path-wait".*?</li>', ended.html, re.S)
+    assert row and "Waited 12 s for the provider&#x27;s request budget" in row.group(0)
+    assert "Waited 12 s for the provider&#x27;s request budget" in panel(viewer, run, task)
+    assert "- Step 2, model call held by the provider's request budget (12.0 s)" in run_export.run_markdown(run)
+
+
+def test_a_wait_its_lost_attempt_never_ended_reads_as_over(viewer, run):
+    task = look(run)
+    attempt = start(task)
+    events.record("agent.rate_wait", task=task, payload={"step": 2, "wait": "provider_backoff", "attempt": 1})
+    assert "waiting for the provider&#x27;s backoff…" in panel(viewer, run, task)
+    Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.LOST)
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.READY)
+    html = panel(viewer, run, task)
+    assert "Waited for the provider&#x27;s backoff until the attempt ended" in html and "backoff…" not in html
 
 
 # --- Artifacts ----------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ function matchesType(type, filter) {
   return type.indexOf(filter + ".") === 0;
 }
 
-// Types that arrived live join the filter's "Types" list, in order, as a reload would list them.
+// Types that arrived live join the filter's "Types" list, in order, as a reload would list them:
+// the types of the rows, and those a frame names on #live-seq (data-types) when it sent a page of
+// the log rather than a row per event.
 function listNewTypes(form, rows) {
   var types = form && form.querySelector("#filter-type optgroup[label='Types']");
   if (!types) {
@@ -26,8 +28,14 @@ function listNewTypes(form, rows) {
   Array.prototype.forEach.call(types.children, function (option) {
     known[option.value] = true;
   });
-  rows.forEach(function (row) {
-    var type = row.dataset.type;
+  var arrived = Array.prototype.map.call(rows, function (row) {
+    return row.dataset.type;
+  });
+  var marker = document.getElementById("live-seq");
+  if (marker && marker.dataset.types) {
+    arrived = arrived.concat(marker.dataset.types.split(","));
+  }
+  arrived.forEach(function (type) {
     if (!type || known[type]) {
       return;
     }
