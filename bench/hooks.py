@@ -56,8 +56,8 @@ def _write(record: dict) -> None:
 def _run_id_of(name: str, args, result) -> int | None:
     if name == "advance":
         return args[0] if args else None
-    if name == "claim_attempt":
-        return result.task.run_id if result is not None else None
+    if name == "claim_attempt":  # execution.claim_attempts: the claims by attempt id
+        return next(iter(result.values())).task.run_id if result else None
     if name == "complete":
         return args[0].task.run_id if args else None
     return None
@@ -126,7 +126,7 @@ def install() -> None:
     from orchestrator.providers import simulated
 
     scheduler.advance = timed("advance", scheduler.advance)
-    execution.claim_attempt = timed("claim_attempt", execution.claim_attempt)
+    execution.claim_attempts = timed("claim_attempt", execution.claim_attempts)  # claim_attempt's too
     execution.complete = timed("complete", execution.complete)
     reaper.tick = timed("tick", reaper.tick)
 

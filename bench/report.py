@@ -739,10 +739,19 @@ that reason. A quick run at 07:45 on the same code gave production chain 50 at 1
   whose connections stay open while anyone watches, and frames may come every 0.05 s: p95 at 20
   events/s is 72–76 ms on Redis (goal 100 ms; was 136–145) and 107–113 ms embedded (goal 250 ms;
   the embedded profile's 0.1 s poll of the event table dominates). On a real 200-task run with
-  50 viewers (`make bench-live`, bench/results-live.json) p50 is 136 / 158 ms and p95 628 /
-  646 ms: the p95 is the one frame that carries the fan-out's ~400 events, which re-renders the
-  task table and the log's last 200 rows (~70 ms) and sends ~250 KB to each of the 50 viewers.
-  *Next*: a burst frame that sends only the rows that changed, and slimmer rows.
+  50 viewers (`make bench-live`, bench/results-live.json) the fan-out's ~400 events (the scope's
+  success readies 198 tasks in one transaction) used to be one full re-render of every part and
+  the log's last 200 rows, ~250 KB to each viewer. They are now one live batch of what changed
+  (the rows of the tasks they name, totals, lanes and the log's newest 30 rows), ~150 KB with
+  slimmer rows, and daphne imports its URL configuration at start instead of in the first frame
+  (~350 ms, which the pacing doubled). Measured minutes apart on a machine at load ~1: p50 192 /
+  293 ms and p95 503 / 684 ms (embedded / production), against p50 192 / 470 ms and p95 956 /
+  1205 ms before (628 / 646 ms on the quieter machine of the previous session). Not the goal
+  yet: a round that took long holds the next frames twice as long, and on a 200-task run each
+  round reads every task's view for the totals and lanes (45–85 ms in daphne while the workers
+  run); the plan's approval sends the whole table (it clears every task's wait). *Next*: totals
+  and lanes from aggregates rather than every task's view, and pacing that a one-off round does
+  not stretch.
 """
 
 

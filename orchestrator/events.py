@@ -23,7 +23,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -39,11 +39,18 @@ def run_group_name(run_id: int) -> str:
     return f"run-{run_id}"
 
 
+class TaskKeys(Protocol):
+    """What an event needs of its task: a TaskRun, or a scheduling step's plain row of one."""
+
+    pk: int
+    agent_id: int
+
+
 def record(
     type: str,
     *,
     run: Run | int | None = None,
-    task: TaskRun | None = None,
+    task: TaskRun | TaskKeys | None = None,
     agent: Agent | None = None,
     user: User | None = None,
     actor_name: str = "",
@@ -57,7 +64,7 @@ def record(
     """
     run_id = run.pk if isinstance(run, Run) else run
     if run_id is None and task is not None:
-        run_id = task.run_id
+        run_id = getattr(task, "run_id", None)  # a TaskRun's (a step's plain rows come with their run)
     agent_id = agent.pk if agent is not None else (task.agent_id if task is not None else None)
     if user is not None and getattr(user, "is_authenticated", False):
         actor_kind, actor_name = Event.ActorKind.USER, actor_name or user.get_username()
@@ -69,9 +76,9 @@ def record(
         run_id=run_id,
         type=type,
         actor_kind=actor_kind,
-        actor_user=user,
+        actor_user_id=user.pk if user is not None else None,
         actor_name=actor_name[:150],
-        task_run=task,
+        task_run_id=task.pk if task is not None else None,  # by id: a fan-out's step records hundreds
         agent_id=agent_id,
         message=message[:500],
         payload=payload or {},

@@ -8,6 +8,7 @@ bottom of the stack where both may use them:
   ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
   thousands separators ($1,234.50). Zero is $0.00.
 - `counted`: "1 task", "2 tasks", "0 tasks".
+- `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
 """
 
 from __future__ import annotations
@@ -52,3 +53,18 @@ def usd(amount) -> str:
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """`count` and the noun in the right number: counted(1, "task") == "1 task"."""
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"
+
+
+# What holds a model call back, by the code of its wait (engine/waits.py; codes are data, never
+# renamed), said as the end of "waiting for …" / "waited 12 s for …".
+RATE_WAITS = {
+    "rate_limit_requests": "the provider's request budget",
+    "rate_limit_input": "the provider's input-token budget",
+    "rate_limit_output": "the provider's output-token budget",
+    "provider_backoff": "the provider's backoff",
+}
+
+
+def rate_wait(code: str) -> str:
+    """What a wait of this code waits for: rate_wait("rate_limit_requests") == "the provider's request budget"."""
+    return RATE_WAITS.get(code, "the provider's rate budget")

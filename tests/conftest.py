@@ -259,6 +259,16 @@ def wait_for_run(run: Run, timeout: float = 90, cluster: QCluster | None = None)
     pytest.fail(f"run {run.pk} still {run.status} after {timeout} s; tasks: {states}\n{logs}")
 
 
+def stand_still(monkeypatch) -> None:
+    """The rate budgets' clock stands still half-way through a minute: a minute boundary crossed
+    during a test would weigh what was taken down as "previous window" and free some of it (one
+    request taken before the boundary counts as none just after it)."""
+    from orchestrator import ratelimit
+
+    half_way = (time.time() // 60) * 60 + 30
+    monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: half_way)
+
+
 def wait_until(predicate, timeout: float = 30, message: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -105,6 +105,12 @@ def input_estimate(shape: run_shape.SubtaskShape, goal: str, agent: Agent) -> in
     return max(shape.estimated_input_tokens, bound)
 
 
+def provider_limit(agent: Agent) -> ProviderLimit | None:
+    """The agent's provider limit as it is now (prices, budgets, backoff), unlocked: a claim keeps
+    it for the attempt's prices, a later model call reads it again for its budgets."""
+    return ProviderLimit.objects.filter(provider=agent.provider, model=agent.model).first()
+
+
 def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None) -> Decimal:
     """The most one attempt can cost: reserved at admission, settled with the real usage."""
     if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
@@ -127,7 +133,7 @@ def admission_key(provider: str, model: str, suffix: str) -> str:
 @dataclass(frozen=True)
 class TokenReservation:
     """What admission took from a provider's token budgets for one attempt, and in which minute
-    window: kept on the Attempt, corrected to the real usage when it ends (execution.settle)."""
+    window: kept on the Attempt, corrected to the real usage when it ends (settlement.settle)."""
 
     input_tokens: int = 0
     output_tokens: int = 0

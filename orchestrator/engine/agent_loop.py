@@ -38,6 +38,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from orchestrator import wording
 from orchestrator.providers.base import (
     AgentRequest,
     Completed,
@@ -58,7 +59,9 @@ ARGUMENTS_CHARS = 4000
 # Why a loop can end, besides the model's own stop reasons (end_turn, max_tokens, stop_sequence…).
 MAX_STEPS, DEADLINE, BUDGET = "max_steps", "deadline", "budget"
 
-StepKind = Literal["text", "tool_call", "approval", "tool_result", "tool_refused", "model_call", "stopped"]
+StepKind = Literal[
+    "text", "tool_call", "approval", "tool_result", "tool_refused", "model_call", "stopped", "rate_wait", "rate_waited"
+]
 
 
 class StreamingProvider(Protocol):
@@ -120,7 +123,9 @@ class ModelCallUsage:
 
 @dataclass(frozen=True)
 class Step:
-    """One thing the agent did, for the glass box and the audit log."""
+    """One thing the agent did, for the glass box and the audit log. The runtime reports two of its
+    own the same way (engine/tool_attempt.py): a model call held by the provider's budget or
+    backoff (``rate_wait``, when the wait starts) and sent (``rate_waited``, with how long)."""
 
     kind: StepKind
     step: int  # the model call it belongs to, from 1
@@ -142,6 +147,7 @@ class Step:
     duration_s: float | None = None
     stop_reason: str = ""
     usage: Usage | None = None
+    wait: str = ""  # what held a model call back: the code of its wait (engine/waits.py)
 
     @property
     def event_type(self) -> str:
@@ -158,6 +164,8 @@ class Step:
             "tool_refused": f"refused {self.tool} (not granted)",
             "model_call": "thinking",
             "stopped": f"stopped ({self.stop_reason})",
+            "rate_wait": f"waiting for {wording.rate_wait(self.wait)}",
+            "rate_waited": "thinking",
         }[self.kind]
         return f"step {self.step} · {doing}"
 
@@ -182,6 +190,11 @@ class Step:
         elif self.kind == "model_call":
             tokens = f", {self.usage.input_tokens} in / {self.usage.output_tokens} out" if self.usage else ""
             said = f"model call ended: {self.stop_reason}{tokens}"
+        elif self.kind == "rate_wait":
+            said = f"model call held: waiting for {wording.rate_wait(self.wait)}"
+        elif self.kind == "rate_waited":
+            took = f" {self.duration_s:.1f} s" if self.duration_s is not None else ""
+            said = f"waited{took} for {wording.rate_wait(self.wait)}"
         else:
             said = f"stopped: {self.text}"
         return f"step {self.step} · {said}"[:500]
@@ -191,7 +204,7 @@ class Step:
         data: dict[str, Any] = {"step": self.step}
         if self.text:
             data["text"], data["text_chars"] = _preview(self.text), len(self.text)
-        for name in ("call_id", "tool", "server", "server_tool", "comment", "decided_by", "stop_reason"):
+        for name in ("call_id", "tool", "server", "server_tool", "comment", "decided_by", "stop_reason", "wait"):
             if getattr(self, name):
                 data[name] = getattr(self, name)
         if self.kind in ("tool_call", "tool_refused"):
@@ -221,6 +234,8 @@ EVENT_TYPES: dict[str, str] = {
     "tool_refused": "tool.refused",
     "model_call": "agent.model_call",
     "stopped": "agent.stopped",
+    "rate_wait": "agent.rate_wait",
+    "rate_waited": "agent.rate_waited",
 }
 
 

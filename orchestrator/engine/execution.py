@@ -11,9 +11,9 @@ orchestrator/engine/agent_runner.py decides which to take as the attempt goes.
   viewers see live travels apart (orchestrator/engine/live.py).
 - **The end** (succeeded, failed, timed out, cancelled, handed back, or a result that came too
   late): one transaction with the state change, the usage, the cost and the event. Whatever the
-  end, the attempt keeps the tokens the provider reported and their cost, and the task and the run
-  count them (`settle`), and the provider's per-minute token budgets are corrected from what
-  admission reserved to what was used.
+  end, the attempt keeps the tokens the provider reported and their cost, the task and the run
+  count them, and the provider's per-minute token budgets are corrected from what admission
+  reserved to what was used (engine/settlement.py).
 
 Every write of an attempt's outcome is conditional on still holding the lease: once the reaper has
 declared an attempt lost, whatever that attempt says later is kept on its Attempt row and never
@@ -26,17 +26,27 @@ import logging
 import os
 import random
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, F, OuterRef
+from django.db import DatabaseError, transaction
+from django.db.models import Case, Exists, JSONField, OuterRef, Q, Value, When
 from django.utils import timezone
 
-from orchestrator import events, ratelimit, wording
-from orchestrator.engine import adaptive, admission, attempt_requests, context, run_shape, scheduler, transitions, waits
+from orchestrator import events, wording
+from orchestrator.engine import (
+    adaptive,
+    admission,
+    attempt_requests,
+    context,
+    run_shape,
+    scheduler,
+    settlement,
+    transitions,
+    waits,
+)
 from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
 from orchestrator.providers.base import AgentRequest, ProviderError, Usage
 
@@ -84,11 +94,102 @@ def owned(claim: Claim):
     )
 
 
-def provider_limit(task: TaskRun) -> ProviderLimit | None:
-    return ProviderLimit.objects.filter(provider=task.agent.provider, model=task.agent.model).first()
-
-
 def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
+    """queued → running with a lease, or None if the attempt is not ours to run (`claim_attempts`)."""
+    return claim_attempts([attempt_id], worker).get(attempt_id)
+
+
+def claim_attempts(attempt_ids: list[int], worker: str) -> dict[int, Claim]:
+    """Claim every attempt of `attempt_ids` that is still ours to run; the claims by attempt id.
+
+    Many at once in one transaction: a run's first wave reaches a worker as dozens of broker
+    deliveries within milliseconds (64 at cap 64), and a transaction each kept the last of them
+    waiting most of a second for the others' (docs/benchmarks.md). The attempt rows are locked
+    first, as everywhere; should any task have moved meanwhile (a cancellation), or the batch
+    fail in the database, it is rolled back and each attempt is claimed on its own, exactly as
+    one delivery would be.
+    """
+    ids = list(dict.fromkeys(attempt_ids))
+    if len(ids) > 1:
+        try:
+            claims = _claim_many(ids, worker)
+        except DatabaseError as exc:  # e.g. a deadlock with a cancellation: not a reason to fail them all
+            log.warning("claiming %s attempts together failed (%s); claiming each alone", len(ids), exc)
+            claims = None
+        if claims is not None:
+            return claims
+    return {attempt_id: claim for attempt_id in ids if (claim := _claim_one(attempt_id, worker)) is not None}
+
+
+def _claim_many(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
+    """`claim_attempts` in one transaction: None (nothing written) when a task did not move."""
+    now = timezone.now()
+    with events.atomic():
+        attempts = list(
+            Attempt.objects.filter(pk__in=attempt_ids, state=Attempt.State.QUEUED)
+            .select_for_update(no_key=True, of=("self",))
+            .select_related("task_run__subtask", "task_run__agent", "task_run__run__plan")
+            .annotate(has_tool_grants=tool_grants_of("task_run__agent_id"))
+            .order_by("pk")
+        )
+        if not attempts:
+            return {}
+        requests = _requests_of(attempts)
+        records = {a.pk: attempt_requests.as_record(requests[a.pk]) for a in attempts}
+        Attempt.objects.filter(pk__in=list(records)).update(
+            state=Attempt.State.RUNNING,
+            worker=worker,
+            started_at=now,
+            heartbeat_at=now,
+            request=Case(
+                *(When(pk=pk, then=Value(record, output_field=JSONField())) for pk, record in records.items()),
+                output_field=JSONField(),
+            ),
+        )
+        fields = scheduler.execution_lease(worker, now)
+        which = Q(pk__in=[])
+        for attempt in attempts:
+            which |= Q(pk=attempt.task_run_id, attempt_count=attempt.number)
+        moved = transitions.move_where(
+            TaskRun.objects.filter(which), State.RUNNING, from_states=[State.QUEUED], **fields
+        )
+        if moved != len(attempts):
+            transaction.set_rollback(True)
+            return None
+        for attempt in attempts:
+            mark_started(attempt, worker, now, fields)
+    limits: dict[tuple[str, str], ProviderLimit | None] = {}
+    claims = {}
+    for attempt in attempts:
+        task = attempt.task_run
+        pair = (task.agent.provider, task.agent.model)
+        if pair not in limits:
+            limits[pair] = admission.provider_limit(task.agent)
+        claims[attempt.pk] = Claim(
+            task, attempt, worker, limits[pair], requests[attempt.pk], has_tool_grants=attempt.has_tool_grants
+        )
+    return claims
+
+
+def _requests_of(attempts: Sequence[Attempt]) -> dict[int, AgentRequest]:
+    """The requests of attempts being claimed together, by attempt id: their tasks' upstreams read
+    in one query per run (a fan-out's tasks share theirs)."""
+    by_run: dict[int, list[Attempt]] = {}
+    for attempt in attempts:
+        by_run.setdefault(attempt.task_run.run_id, []).append(attempt)
+    requests = {}
+    for run_id, of_run in by_run.items():
+        shape = run_shape.of(of_run[0].task_run.run)
+        upstreams = context.upstream_tasks_of(
+            run_id, {a.task_run.subtask_id: shape.subtasks[a.task_run.subtask_id].upstreams for a in of_run}
+        )
+        for attempt in of_run:
+            task = attempt.task_run
+            requests[attempt.pk] = build_request(task, attempt.number, upstreams[task.subtask_id])
+    return requests
+
+
+def _claim_one(attempt_id: int, worker: str) -> Claim | None:
     """queued → running with a lease, or None if the attempt is not ours to run.
 
     The request is built here, from the task's upstream results, and kept on the attempt in the
@@ -124,18 +225,26 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
         if not moved:
             transaction.set_rollback(True)
             return None
-        task.state = State.RUNNING
-        for name, value in fields.items():
-            setattr(task, name, value)
-        attempt.state, attempt.worker, attempt.started_at = Attempt.State.RUNNING, worker, now
-        events.record(
-            "task.started",
-            run=task.run_id,
-            task=task,
-            actor_name=f"agent:{task.agent.name}",
-            payload={"attempt": attempt.number, "worker": worker},
-        )
-    return Claim(task, attempt, worker, provider_limit(task), request, has_tool_grants=attempt.has_tool_grants)
+        mark_started(attempt, worker, now, fields)
+    return Claim(
+        task, attempt, worker, admission.provider_limit(task.agent), request, has_tool_grants=attempt.has_tool_grants
+    )
+
+
+def mark_started(attempt: Attempt, worker: str, now, fields: dict) -> None:
+    """A claim just written: the attempt and its task as now saved, and its `task.started` event."""
+    task = attempt.task_run
+    task.state = State.RUNNING
+    for name, value in fields.items():
+        setattr(task, name, value)
+    attempt.state, attempt.worker, attempt.started_at = Attempt.State.RUNNING, worker, now
+    events.record(
+        "task.started",
+        run=task.run_id,
+        task=task,
+        actor_name=f"agent:{task.agent.name}",
+        payload={"attempt": attempt.number, "worker": worker},
+    )
 
 
 def tool_grants_of(agent_field: str) -> Exists:
@@ -205,7 +314,7 @@ def still_ours(claims: list[Claim]) -> dict[int, str]:
 def save_progress(items: list[tuple[Claim, Progress]]) -> None:
     """Save the output, progress and usage so far of running attempts, in one transaction, each
     only while its attempt holds the lease. A reconnecting viewer reads the output from the row;
-    a lost attempt's usage so far is kept (see `settle`). No event, no run row."""
+    a lost attempt's usage so far is kept (see `settlement.settle`). No event, no run row."""
     if not items:
         return
     now = timezone.now()
@@ -218,214 +327,6 @@ def save_progress(items: list[tuple[Claim, Progress]]) -> None:
                 cache_creation_tokens=progress.usage.cache_creation_tokens,
             ):
                 owned(claim).update(output=progress.output, progress=progress.progress, progress_at=now)
-
-
-# --- Usage, cost and the provider's budgets ---------------------------------------------------------
-
-
-@dataclass
-class Settlement:
-    """What settling an attempt adds: its usage and cost beyond what was already counted, and the
-    reservations it gives back (see `settle`)."""
-
-    attempt_id: int
-    usage: Usage
-    limit: ProviderLimit | None
-    cost: Decimal
-    more_input: int
-    more_output: int
-    more_cost: Decimal
-    reserved_usd: Decimal
-    reserved_input_tokens: int
-    reserved_output_tokens: int
-    rate_window: int | None
-
-    @property
-    def counts(self) -> bool:
-        return bool(self.more_input or self.more_output or self.more_cost)
-
-    def task_totals(self) -> dict:
-        """The task's totals, as fields of an UPDATE of the task row."""
-        return {
-            "input_tokens": F("input_tokens") + self.more_input,
-            "output_tokens": F("output_tokens") + self.more_output,
-            "cost_usd": F("cost_usd") + self.more_cost,
-        }
-
-
-def settlement(attempt_id: int, usage: Usage, limit: ProviderLimit | None, *, lock: bool = False) -> Settlement:
-    """What settling `attempt_id` with `usage` will add (one read of the attempt row; with `lock`,
-    the row is locked: a transaction that changes the task next must hold its attempt first, as
-    every transaction changing both does, or it deadlocks with the host's lease renewal)."""
-    rows = Attempt.objects.filter(pk=attempt_id)
-    if lock:
-        rows = rows.select_for_update(no_key=True)
-    row = rows.values(
-        "finished_at",
-        "input_tokens",
-        "output_tokens",
-        "cost_usd",
-        "reserved_usd",
-        "reserved_input_tokens",
-        "reserved_output_tokens",
-        "rate_window",
-    )[0]
-    cost = (
-        limit.cost(
-            usage.input_tokens,
-            usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_creation_tokens=usage.cache_creation_tokens,
-        )
-        if limit
-        else Decimal("0")
-    )
-    first = row["finished_at"] is None
-    return Settlement(
-        attempt_id=attempt_id,
-        usage=usage,
-        limit=limit,
-        cost=cost,
-        more_input=usage.input_tokens - (0 if first else row["input_tokens"]),
-        more_output=usage.output_tokens - (0 if first else row["output_tokens"]),
-        more_cost=cost - (Decimal("0") if first else row["cost_usd"]),
-        reserved_usd=row["reserved_usd"],
-        reserved_input_tokens=row["reserved_input_tokens"],
-        reserved_output_tokens=row["reserved_output_tokens"],
-        rate_window=row["rate_window"],
-    )
-
-
-def apply_settlement(s: Settlement, *, run_id: int, **attempt_fields) -> None:
-    """Write a settlement on the attempt (with `attempt_fields`, e.g. its end state, in the same
-    statement) and the run, and correct the provider's token budgets. The task's totals are the
-    caller's: `s.task_totals()` folds them into the caller's own update of the task row."""
-    usage = s.usage
-    Attempt.objects.filter(pk=s.attempt_id).update(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_creation_tokens=usage.cache_creation_tokens,
-        cost_usd=s.cost,
-        reserved_usd=0,
-        reserved_input_tokens=usage.input_tokens if s.rate_window is not None else 0,
-        reserved_output_tokens=usage.output_tokens if s.rate_window is not None else 0,
-        **attempt_fields,
-    )
-    if s.counts or s.reserved_usd:
-        Run.objects.filter(pk=run_id).update(
-            input_tokens=F("input_tokens") + s.more_input,
-            output_tokens=F("output_tokens") + s.more_output,
-            cost_usd=F("cost_usd") + s.more_cost,
-            reserved_usd=F("reserved_usd") - s.reserved_usd,
-        )
-    if s.rate_window is not None and s.limit is not None:
-        input_delta = usage.input_tokens - s.reserved_input_tokens
-        output_delta = usage.output_tokens - s.reserved_output_tokens
-        correct_token_budgets(s.limit, s.rate_window, input_delta=input_delta, output_delta=output_delta)
-        if input_delta < 0 or output_delta < 0:
-            # Budget came back: the run's tasks throttled on it are looked at by the next step at
-            # once, not at their next recheck (other runs' at theirs, within THROTTLE_RECHECK_S).
-            TaskRun.objects.filter(run_id=run_id, state=State.THROTTLED).update(not_before=None)
-
-
-def settle(
-    attempt_id: int, usage: Usage, limit: ProviderLimit | None, *, run_id: int, task_id: int, **attempt_fields
-) -> Decimal:
-    """Record what an attempt used, however it ended; returns its cost.
-
-    The first settlement of an attempt adds its whole usage and cost to the task's and the run's
-    totals and releases the run's reservation; a later one (a result arriving after the attempt
-    was declared lost) adds only what it reports beyond that. The provider's per-minute token
-    budgets get back what admission reserved beyond the real use (or are charged the excess).
-    """
-    s = settlement(attempt_id, usage, limit)
-    apply_settlement(s, run_id=run_id, **attempt_fields)
-    if s.counts:
-        TaskRun.objects.filter(pk=task_id).update(**s.task_totals())
-    return s.cost
-
-
-def correct_token_budgets(limit: ProviderLimit, window: int, *, input_delta: int, output_delta: int) -> None:
-    """Anthropic's accounting (DESIGN §9): what admission reserved from the input and output token
-    budgets is corrected to what the call used, in the minute window it was taken from."""
-    for suffix, delta, per_minute in (
-        ("itpm", input_delta, limit.input_tokens_per_minute),
-        ("otpm", output_delta, limit.output_tokens_per_minute),
-    ):
-        if delta and per_minute:
-            ratelimit.correct(admission.admission_key(limit.provider, limit.model, suffix), window, delta)
-
-
-def reserve_call(claim: Claim, input_tokens: int, used: Usage) -> bool:
-    """Before another model call of an agent that uses tools: make the run hold enough for it.
-
-    Admission reserved one call's worst case (`admission.worst_case_cost`) on the attempt and the
-    run. Before each further call the attempt's reservation is raised to what it has used so far
-    plus the next call's worst case (its conversation's `input_tokens`, the agent's max output),
-    taking the difference from the run's budget in one conditional statement; settling the
-    attempt gives it all back, as for any attempt. False when the budget cannot cover it (or
-    the run ended): the loop then stops (``budget``). No price, nothing to reserve.
-    """
-    limit, agent = claim.limit, claim.task.agent
-    worst = admission.worst_case_cost(input_tokens, agent, limit)
-    if limit is None or not worst:
-        return True
-    spent = limit.cost(
-        used.input_tokens,
-        used.output_tokens,
-        cache_read_tokens=used.cache_read_tokens,
-        cache_creation_tokens=used.cache_creation_tokens,
-    )
-    with transaction.atomic():
-        held = Attempt.objects.filter(pk=claim.attempt.pk).values_list("reserved_usd", flat=True).first()
-        if held is None:
-            return False
-        more = spent + worst - held
-        if more <= 0:
-            return True
-        # The run first, then the attempt, as an attempt's end locks them (`complete`).
-        took = Run.objects.filter(
-            pk=claim.task.run_id,
-            status__in=[Run.Status.RUNNING, Run.Status.PAUSED],
-            budget_usd__gte=F("cost_usd") + F("reserved_usd") + more,
-        ).update(reserved_usd=F("reserved_usd") + more)
-        if not took or not Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
-            reserved_usd=F("reserved_usd") + more
-        ):
-            transaction.set_rollback(True)
-            return False
-    return True
-
-
-def take_call_rate(claim: Claim, input_tokens: int) -> tuple[float, admission.TokenReservation]:
-    """Before another model call of an agent that uses tools: take that call's share of the
-    provider's per-minute budgets (requests, input tokens, its max_tokens of output), as admission
-    took the first call's — every call is a request to the provider. Returns (0, what was taken),
-    or (seconds to wait, nothing taken) when a budget or the provider's backoff holds it."""
-    limit = provider_limit(claim.task)  # as it is now (a backoff may have started since the claim)
-    wait, wait_s, taken = admission.rate_limit_wait(claim.task.agent, limit, timezone.now(), input_tokens)
-    return (max(wait_s, admission.MIN_CALL_WAIT_S) if wait is not None else 0.0), taken
-
-
-def settle_call_rate(claim: Claim, taken: admission.TokenReservation, used: Usage) -> None:
-    """After such a call: correct what it took to what it used, in the window it was taken from,
-    and count its use as reserved on the attempt, so that the attempt's settlement corrects only
-    what admission took for the first call (`apply_settlement`: used minus reserved)."""
-    if taken.window is None:
-        return
-    limit = provider_limit(claim.task)
-    if limit is not None:
-        correct_token_budgets(
-            limit,
-            taken.window,
-            input_delta=used.input_tokens - taken.input_tokens,
-            output_delta=used.output_tokens - taken.output_tokens,
-        )
-    Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
-        reserved_input_tokens=F("reserved_input_tokens") + used.input_tokens,
-        reserved_output_tokens=F("reserved_output_tokens") + used.output_tokens,
-    )
 
 
 # --- How an attempt ends ------------------------------------------------------------------------
@@ -444,7 +345,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
     now = timezone.now()
     with events.atomic():
         run = scheduler.lock_run(task.run_id)
-        s = settlement(claim.attempt.pk, usage, claim.limit, lock=True)
+        s = settlement.settlement(claim.attempt.pk, usage, claim.limit, lock=True)
         # The task's end, its output and its totals in one statement, on condition of the lease.
         moved = transitions.move_where(
             owned(claim),
@@ -461,7 +362,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
             **s.task_totals(),
         )
         if moved:
-            apply_settlement(s, run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
+            settlement.apply_settlement(s, run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
             task.state = State.AWAITING_REVIEW if review else State.SUCCEEDED
             task.output, task.summary = output, summary  # as saved: the step quotes them downstream
             events.record(
@@ -515,7 +416,7 @@ def fail(
             late = True
         else:
             late = False
-            settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=task.pk)
+            settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=task.pk)
             Attempt.objects.filter(pk=claim.attempt.pk).update(
                 state=attempt_state, finished_at=timezone.now(), error=message[:2000]
             )
@@ -631,7 +532,7 @@ def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
     """The task was cancelled while this attempt ran (a person, the run's end, fail_fast)."""
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
-        settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
+        settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.CANCELLED, finished_at=timezone.now(), error="run cancelled"
         )
@@ -653,7 +554,7 @@ def hand_back(claim: Claim, usage: Usage | None = None, why: str = "the worker i
         run = scheduler.lock_run(claim.task.run_id)
         if not owned(claim).exists():
             return discard_late(claim, usage or Usage(), f"handed back after the lease expired ({why})")
-        settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
+        settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
         now = timezone.now()
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.HANDED_BACK, finished_at=now, error=f"handed back: {why}"
@@ -691,7 +592,7 @@ def discard_late(claim: Claim, usage: Usage, why: str) -> str:
     """Keep what a dead attempt says on its own row (and count what it used); never apply it."""
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
-        settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
+        settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
         Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
             state=Attempt.State.LOST, finished_at=timezone.now(), error=why[:2000]
         )

@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 1.0
 # How long draining waits for the loop to stop, then for its thread to end.
 STOP_S = 10.0
+# The most deliveries one claim transaction takes (a cap of 64 delivers its first wave in one).
+CLAIM_BATCH = 64
 
 
 @dataclass
@@ -75,6 +77,8 @@ class AgentHost:
         self.outcomes: dict[str, int] = {}
         self._advances: dict[int, _Advance] = {}
         self._ending: dict[int, int] = {}  # by run: successes being recorded now (see `ending`)
+        self._to_claim: list[tuple[int, asyncio.Future]] = []  # deliveries waiting for `_claim`
+        self._claiming = False
         self._idle = threading.Condition()
         self._draining = threading.Lock()
         self.pool = db_threads.DatabaseThreads(db_threads_count or settings.GLASSBOX_HOST_DB_THREADS)
@@ -179,12 +183,15 @@ class AgentHost:
                 # What a success may keep: this slot's next attempt, and more while slots are free.
                 keep = 1 + self.free_slots() if settings.GLASSBOX_CLAIM_NEXT and self.accepting else 0
                 running = next_claim.attempt.pk if next_claim is not None else next_id
+                if next_claim is None:
+                    assert next_id is not None
+                    next_claim = await self._claim(next_id)
+                claim: execution.Claim | None = next_claim
                 if next_claim is not None:
-                    claim: execution.Claim | None = next_claim
                     outcome = await agent_runner.run_claimed(self, next_claim, keep=keep)
                 else:
-                    assert next_id is not None
-                    outcome, claim = await agent_runner.run_attempt(self, next_id, self.worker, keep=keep)
+                    log.info("attempt %s is not ours to run (already claimed, finished or cancelled)", next_id)
+                    outcome = "not claimed"
                 next_id = next_claim = None
                 self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
                 if claim is None:
@@ -206,6 +213,34 @@ class AgentHost:
             with self._idle:
                 self.in_flight -= 1
                 self._idle.notify_all()
+
+    async def _claim(self, attempt_id: int) -> execution.Claim | None:
+        """Claim an attempt the broker delivered, together with those delivered meanwhile
+        (execution.claim_attempts): a run's first wave arrives as dozens of deliveries at once,
+        and one transaction claims them all, not one each. One batch at a time per host."""
+        waiter: asyncio.Future = self.loop.create_future()
+        self._to_claim.append((attempt_id, waiter))
+        if not self._claiming:
+            self._claiming = True
+            asyncio.create_task(self._claim_delivered())
+        return await waiter
+
+    async def _claim_delivered(self) -> None:
+        try:
+            while self._to_claim:
+                batch, self._to_claim = self._to_claim[:CLAIM_BATCH], self._to_claim[CLAIM_BATCH:]
+                try:
+                    claims = await db(execution.claim_attempts, [attempt_id for attempt_id, _ in batch], self.worker)
+                except Exception as exc:
+                    for _, waiter in batch:
+                        if not waiter.done():
+                            waiter.set_exception(exc)
+                    continue
+                for attempt_id, waiter in batch:
+                    if not waiter.done():
+                        waiter.set_result(claims.get(attempt_id))
+        finally:
+            self._claiming = False
 
     def _run_kept(self, claim: execution.Claim) -> None:
         """Run an attempt a scheduling step claimed for this host, in a slot of its own. It was

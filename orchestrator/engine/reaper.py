@@ -22,8 +22,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import scheduler, tool_approvals
-from orchestrator.engine.execution import provider_limit, schedule_retry_or_fail, settle
+from orchestrator.engine import admission, scheduler, tool_approvals
+from orchestrator.engine.execution import schedule_retry_or_fail
+from orchestrator.engine.settlement import settle
 from orchestrator.models import Attempt, Run, TaskRun
 from orchestrator.providers.base import Usage
 
@@ -56,7 +57,7 @@ def reap_expired() -> int:
             saved = Usage(
                 attempt.input_tokens, attempt.output_tokens, attempt.cache_read_tokens, attempt.cache_creation_tokens
             )
-            settle(attempt.pk, saved, provider_limit(task), run_id=run.pk, task_id=task.pk)
+            settle(attempt.pk, saved, admission.provider_limit(task.agent), run_id=run.pk, task_id=task.pk)
             Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.LOST, finished_at=now, error=message)
             events.record(
                 "attempt.lost",

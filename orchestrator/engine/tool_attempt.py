@@ -14,10 +14,12 @@ loop's hooks:
 * ``on_usage``: every model call's usage is added to the attempt's, which the heartbeat saves and
   every end records, so nothing is dropped on failure, timeout or cancellation.
 * ``reserve``: before every model call after the first, the run's budget must cover another
-  call's worst case (``execution.reserve_call``), and the call takes its share of the provider's
-  per-minute budgets (``execution.take_call_rate``), waiting while they are used up; admission
+  call's worst case (``settlement.reserve_call``), and the call takes its share of the provider's
+  per-minute budgets (``settlement.take_call_rate``), waiting while they are used up; admission
   reserved both for the first. What a call took is corrected to what it used when its usage
-  arrives (``execution.settle_call_rate``).
+  arrives (``settlement.settle_call_rate``). A call that waits is a step of the path: a
+  ``rate_wait`` step when the wait starts (which budget holds it), a ``rate_waited`` step when it
+  ends, however it ends (with how long); a call that does not wait writes nothing.
 * ``approve``: a call of a tool granted with approval opens a tool checkpoint and waits for a
   person's decision (engine/tool_approvals.py), polling it on the database threads; the task's
   cancellation (seen by the host's heartbeat, or by the poll itself) ends the wait.
@@ -32,11 +34,12 @@ import asyncio
 import json
 import logging
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, cast
 
 from orchestrator import events
 from orchestrator.db_threads import run as db
-from orchestrator.engine import execution, feedback, tool_approvals
+from orchestrator.engine import execution, feedback, settlement, tool_approvals
 from orchestrator.engine.admission import THROTTLE_RECHECK_S, TokenReservation
 from orchestrator.engine.agent_loop import (
     Decision,
@@ -169,24 +172,33 @@ class Hooks:
         self.current.set_usage(total(self.calls))
         taken, self.call_rate = self.call_rate, None
         if taken is not None and call.complete:  # cut short: what it took stays taken (never under)
-            await db(execution.settle_call_rate, self.claim, taken, call.usage)
+            await db(settlement.settle_call_rate, self.claim, taken, call.usage)
 
     async def reserve(self, request: AgentRequest) -> bool:
         self.model_calls += 1
         if self.model_calls == 1:
             return True  # admission reserved the first call
         input_tokens = input_tokens_bound(request)
-        if not await db(execution.reserve_call, self.claim, input_tokens, self.current.progress.usage):
+        if not await db(settlement.reserve_call, self.claim, input_tokens, self.current.progress.usage):
             return False
-        while True:
-            wait_s, taken = await db(execution.take_call_rate, self.claim, input_tokens)
-            if not wait_s:
-                self.call_rate = taken
-                return True
-            left = self.deadline - time.monotonic()
-            if left <= 0:  # the loop's clock has run out too: it ends the attempt (timed out), no call
-                return True
-            await asyncio.sleep(min(wait_s, THROTTLE_RECHECK_S, left))
+        held: Step | None = None  # the wait's first step, once a budget holds the call
+        held_at = 0.0
+        try:
+            while True:
+                why, wait_s, taken = await db(settlement.take_call_rate, self.claim, input_tokens)
+                if why is None:
+                    self.call_rate = taken
+                    return True
+                if held is None:  # one step when the wait starts, not one per recheck
+                    held, held_at = Step(kind="rate_wait", step=self.model_calls, wait=why.code), time.monotonic()
+                    self.steps.add(held)
+                left = self.deadline - time.monotonic()
+                if left <= 0:  # the loop's clock has run out too: it ends the attempt (timed out), no call
+                    return True
+                await asyncio.sleep(min(wait_s, THROTTLE_RECHECK_S, left))
+        finally:
+            if held is not None:  # however the wait ended: the call went out, time ran out, or cancelled
+                self.steps.add(replace(held, kind="rate_waited", duration_s=time.monotonic() - held_at))
 
     async def on_feedback(self, report: ProviderFeedback) -> None:
         await db(feedback.apply, report)

@@ -115,11 +115,17 @@ def move(obj: TaskRun | Run, new: str, **fields) -> None:
     obj.save(update_fields=[attribute, *fields])
 
 
-def move_where(queryset, new: str, *, from_states: Iterable[str] | None = None, **fields) -> int:
+def move_where(
+    queryset, new: str, *, from_states: Iterable[str] | None = None, via: str | None = None, **fields
+) -> int:
     """Conditionally move the tasks of ``queryset`` that are in ``from_states`` (by default, every
-    state the table lets move to ``new``) to ``new``, updating ``fields``. Returns the count moved."""
+    state the table lets move to ``new``) to ``new``, updating ``fields``. Returns the count moved.
+
+    ``via``: a state some of them pass through on the way, written as one move (a task the
+    scheduler finds ready and admits in the same step goes from pending via ready to queued):
+    each of ``from_states`` must reach ``new`` directly or through ``via``, as the table says."""
     states = list(from_states) if from_states is not None else sources(new)
     for old in states:
-        if not allowed(old, new):
+        if not (allowed(old, new) or (via is not None and allowed(old, via) and allowed(via, new))):
             raise IllegalTransition("tasks", old, new)
     return queryset.filter(state__in=states).update(state=new, **_without_stale_wait(new, fields))

@@ -19,7 +19,7 @@ from orchestrator import wording
 from orchestrator.models import Event, Run, TaskRun
 
 from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
-from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, rows_of
+from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
 
 EXPORT_FORMAT = "glassbox.run/1"
 
@@ -52,11 +52,13 @@ def final_task_keys(run: Run) -> list[str]:
 class PathStepRecord(Record):
     """One row of an agent's path: a text, a model call, a tool call with its approval and result
     (the result as its audit event keeps it: a long one is cut, `result_chars` says how long it
-    was), a refused call or a stop."""
+    was), a refused call, a stop, or a model call's wait for the provider's budget (`wait`: the
+    wait's code, e.g. rate_limit_requests; `duration_s`: how long, null while it lasts or when
+    the attempt's end cut it off)."""
 
     attempt: int | None
     step: int
-    kind: Literal["text", "model", "call", "refused", "stopped"]
+    kind: Literal["text", "model", "call", "refused", "stopped", "wait"]
     text: str
     tool: str  # the name the model used
     server: str
@@ -74,6 +76,7 @@ class PathStepRecord(Record):
     stop_reason: str
     input_tokens: int | None
     output_tokens: int | None
+    wait: str
 
     @classmethod
     def of(cls, row: PathRow) -> Self:
@@ -81,12 +84,15 @@ class PathStepRecord(Record):
 
 
 def run_paths(run: Run, tasks: Iterable[TaskRun]) -> dict[str, list[PathStepRecord]]:
-    """The path of each task whose agent took steps, by task key (one query for the whole run)."""
+    """The path of each task whose agent took steps, by task key (one query for the whole run;
+    the tasks' attempts prefetched, as `run_tasks` reads them)."""
     by_task: dict[int, list[Event]] = defaultdict(list)
     for event in Event.objects.filter(run=run, type__in=STEP_EVENT_TYPES).order_by("seq", "id"):
         by_task[event.task_run_id].append(event)
     return {
-        task.subtask.key: [PathStepRecord.of(row) for row in rows_of(by_task[task.pk])]
+        task.subtask.key: [
+            PathStepRecord.of(row) for row in rows_of(by_task[task.pk], ended_numbers(task.attempts.all()))
+        ]
         for task in tasks
         if by_task.get(task.pk)
     }
@@ -151,6 +157,8 @@ def path_line(step: dict[str, Any]) -> str:
         spent = f", {tokens[0]:,} in / {tokens[1]:,} out tokens" if None not in tokens else ""
         reason = STOP_WORDS.get(step["stop_reason"], step["stop_reason"].replace("_", " ")) or "no stop reason"
         return f"{head}, model call: {reason}{spent}{_seconds(step['duration_s'])}"
+    if step["kind"] == "wait":  # "held", not "waiting": a download outlives the wait
+        return f"{head}, model call held by {wording.rate_wait(step['wait'])}{_seconds(step['duration_s'])}"
     given = step["arguments"]
     cut = isinstance(given, dict) and given.get("_cut")  # the event kept the start of the JSON only
     arguments = _short(str(given.get("json", "")) if cut else json.dumps(given, ensure_ascii=False, sort_keys=True))

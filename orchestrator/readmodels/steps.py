@@ -10,11 +10,16 @@ The contract with the runtime (what it must write, per attempt ``n`` of a task):
 * one event per ``Step``: ``events.record(step.event_type, task=task, actor_name="agent:<name>",
   message=step.sentence(), payload={**step.payload(), "attempt": n})``, in the order the loop
   reports them (``agent.text``, ``tool.call``, ``tool.approval``, ``tool.result``,
-  ``tool.refused``, ``agent.model_call``, ``agent.stopped``);
+  ``tool.refused``, ``agent.model_call``, ``agent.stopped``), and the runtime's own waits before a
+  model call the same way (``agent.rate_wait`` when a provider's budget or backoff holds the call,
+  naming the wait's code; ``agent.rate_waited`` when the wait ends, with ``duration_s``): one row;
 * for a ``tool_result`` step, *before* its event: ``full_results.keep(run_id, task_id, n,
   step.call_id, step.result_full)`` (orchestrator/tools/full_results.py). It writes a file only
   when the whole result is longer than the event's preview; the attempt's detail page reads it
   back (:func:`whole_result`), and says so when a cut result was not kept.
+
+A wait whose attempt ended without its end (a lost worker writes none) is shown as over, never as
+still waiting: the rows are read with the numbers of the attempts that ended (``ended``).
 
 Each row has a stable DOM id (``path-<seq of its first event>``): the live view sends a row again
 when a later event completes it (a call's result) and appends it when it is new.
@@ -24,10 +29,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator import wording
 from orchestrator.models import Attempt, Event, TaskRun
 from orchestrator.tools import full_results
 
@@ -39,6 +45,8 @@ STEP_EVENT_TYPES = (
     "tool.refused",
     "agent.model_call",
     "agent.stopped",
+    "agent.rate_wait",
+    "agent.rate_waited",
 )
 # How much of a result the task panel shows (the event keeps more, the attempt's detail all).
 PANEL_RESULT_CHARS = 800
@@ -56,10 +64,10 @@ STOP_WORDS = {
 @dataclass
 class PathRow:
     """One row of a task's path: a text, a model call, a tool call (with its approval and
-    result), a refusal or a stop."""
+    result), a refusal, a stop, or a model call's wait for the provider's budget."""
 
     step: int
-    kind: str  # "text", "model", "call", "refused", "stopped"
+    kind: str  # "text", "model", "call", "refused", "stopped", "wait"
     attempt: int | None
     text: str = ""
     text_chars: int = 0
@@ -81,7 +89,9 @@ class PathRow:
     stop_reason: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
-    done: bool = False  # a call whose result has arrived
+    done: bool = False  # a call whose result has arrived; a wait that ended
+    wait: str = ""  # what held a model call back: its wait's code (engine/waits.py)
+    wait_cut: bool = False  # a wait its attempt's end cut off (no end of its own)
     whole: str | None = None  # the whole result, read for the attempt's detail (with_whole_results)
     seqs: list[int] = field(default_factory=list)
 
@@ -129,6 +139,16 @@ class PathRow:
         return self.kind == "call" and self.approval_required and self.approved is None
 
     @property
+    def waiting(self) -> bool:
+        """A model call still held by the provider's budget or backoff."""
+        return self.kind == "wait" and not self.done and not self.wait_cut
+
+    @property
+    def wait_words(self) -> str:
+        """What the wait waits for: "the provider's request budget"."""
+        return wording.rate_wait(self.wait)
+
+    @property
     def stop_words(self) -> str:
         return STOP_WORDS.get(self.stop_reason, self.stop_reason.replace("_", " "))
 
@@ -161,10 +181,12 @@ def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:
     return list(events.order_by("seq", "id"))
 
 
-def rows_of(events: Iterable[Event]) -> list[PathRow]:
-    """The path rows of step events given oldest first."""
+def rows_of(events: Iterable[Event], ended: Container[Any] = ()) -> list[PathRow]:
+    """The path rows of step events given oldest first; `ended`: the numbers of the attempts that
+    ended (a wait of theirs left open was cut off by that end)."""
     rows: list[PathRow] = []
     calls: dict[tuple[Any, str], PathRow] = {}
+    held: dict[tuple[Any, int], PathRow] = {}  # waits by (attempt, step)
     for event in events:
         data = event.payload or {}
         step, number, seq = int(data.get("step", 0)), data.get("attempt"), event.seq or 0
@@ -220,6 +242,18 @@ def rows_of(events: Iterable[Event]) -> list[PathRow]:
                     **base,
                 )
             )
+        elif event.type == "agent.rate_wait":
+            row = PathRow(kind="wait", wait=data.get("wait", ""), wait_cut=number in ended, **base)
+            held[(number, step)] = row
+            rows.append(row)
+        elif event.type == "agent.rate_waited":
+            started = held.pop((number, step), None)
+            if started is None:  # its start was not written: the end stands for both
+                started = PathRow(kind="wait", wait=data.get("wait", ""), **base)
+                rows.append(started)
+            else:
+                started.seqs.append(seq)
+            started.done, started.wait_cut, started.duration_s = True, False, data.get("duration_s")
         elif event.type == "agent.stopped":
             rows.append(
                 PathRow(kind="stopped", text=data.get("text", ""), stop_reason=data.get("stop_reason", ""), **base)
@@ -227,17 +261,22 @@ def rows_of(events: Iterable[Event]) -> list[PathRow]:
     return rows
 
 
-def task_path(task: TaskRun, *, attempt: int | None = None) -> list[PathRow]:
+def ended_numbers(attempts: Iterable[Attempt]) -> set[int]:
+    """The numbers of the attempts that ended (neither queued nor running), for `rows_of`."""
+    return {a.number for a in attempts if a.state not in (Attempt.State.QUEUED, Attempt.State.RUNNING)}
+
+
+def task_path(task: TaskRun, *, attempt: int | None = None, ended: Container[Any] = ()) -> list[PathRow]:
     """The task's path, oldest first (one attempt's when ``attempt`` is given)."""
-    return rows_of(step_events(task, attempt=attempt))
+    return rows_of(step_events(task, attempt=attempt), ended)
 
 
 def attempt_paths(task: TaskRun) -> list[AttemptPath]:
     """The task's path per attempt, oldest attempt first: every attempt that has a row or a step."""
-    by_number: dict[Any, list[PathRow]] = defaultdict(list)
-    for row in task_path(task):
-        by_number[row.attempt].append(row)
     attempts = {a.number: a for a in Attempt.objects.filter(task_run=task)}
+    by_number: dict[Any, list[PathRow]] = defaultdict(list)
+    for row in task_path(task, ended=ended_numbers(attempts.values())):
+        by_number[row.attempt].append(row)
     numbers = sorted(set(attempts) | {n for n in by_number if isinstance(n, int)})
     paths = [AttemptPath(n, attempts.get(n), by_number.get(n, [])) for n in numbers]
     if by_number.get(None):  # steps recorded without an attempt number: kept, not hidden
@@ -250,7 +289,9 @@ def attempt_path(task: TaskRun, number: int, *, whole_results: bool = False) -> 
     (``row.whole``: the kept file, or the event's result when it was whole; None when a cut
     result was not kept)."""
     attempt = Attempt.objects.filter(task_run=task, number=number).first()
-    path = AttemptPath(number, attempt, task_path(task, attempt=number))
+    path = AttemptPath(
+        number, attempt, task_path(task, attempt=number, ended=ended_numbers([attempt] if attempt else []))
+    )
     if whole_results:
         for row in path.rows:
             if row.kind == "call" and row.done:
@@ -287,6 +328,8 @@ def activity_of(rows: list[PathRow]) -> str:
     last = max(rows, key=lambda row: row.seqs[-1])
     if last.kind == "stopped":
         return f"step {last.step} · stopped"
+    if last.kind == "wait":  # held by the provider's budget; once it ends the call goes out
+        return f"step {last.step} · " + (f"waiting for {last.wait_words}" if last.waiting else "thinking")
     if last.kind in ("call", "refused") or (last.kind == "model" and last.stop_reason == "tool_use"):
         return f"step {last.step + 1} · thinking"
     if last.kind == "model":

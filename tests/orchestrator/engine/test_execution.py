@@ -1,16 +1,14 @@
-"""An attempt's records, run in this process: claim, stream, record, fail, time out, discard, settle."""
+"""An attempt's records, run in this process: claim, stream, record, fail, time out, discard."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from orchestrator import ratelimit
-from orchestrator.engine import admission, execution, reaper, runs
+from orchestrator.engine import execution, reaper, runs
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.base import Usage
 from tests.conftest import fast_latency, run_attempt
@@ -203,37 +201,6 @@ def test_a_queued_attempt_nobody_claimed_is_handed_to_the_broker_again(make_agen
     assert Event.objects.filter(run=run, type="attempt.requeued").count() == 1
 
 
-@pytest.mark.parametrize("storage", ["database", pytest.param("redis", marks=pytest.mark.services)])
-def test_output_tokens_reserved_at_admission_are_corrected_to_the_real_count(
-    make_agent, make_plan, settings, storage, request, monkeypatch
-):
-    """Anthropic's accounting: max_tokens reserved when a request starts, the unused part given back
-    when it ends — so an output budget of 3,000 a minute admits far more than 3 calls of 1,024."""
-    settings.GLASSBOX_RATE_LIMIT_STORAGE = storage  # "redis" runs under `make test-services` (marked)
-    # The clock stands still half-way through a minute: a minute boundary crossed during the test
-    # would weigh the reservations down as "previous window" and free a few tokens on its own.
-    half_way = (time.time() // 60) * 60 + 30
-    monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: half_way)
-    make_agent("researcher", max_output_tokens=1024, max_concurrency=10)
-    limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=3000)
-    key = admission.admission_key("simulated", "sim-1", "otpm")
-    ratelimit.reset(key)
-    request.addfinalizer(lambda: ratelimit.reset(key))
-    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(8)}), cap=8)
-    assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 reserved of 3,000
-    first = Attempt.objects.filter(task_run__run=run).order_by("pk").first()
-    assert first.reserved_output_tokens == 1024 and first.rate_window is not None
-    run_attempt(first.pk)  # succeeds with a few hundred output tokens, and advances the run
-    first.refresh_from_db()
-    assert 0 < first.output_tokens < 1024
-    remaining, _ = ratelimit.peek(key, limit.output_tokens_per_minute)
-    # The unused part came back at once: the next tasks were admitted on it.
-    assert run.tasks.filter(state__in=[State.QUEUED, State.SUCCEEDED]).count() == 3
-    taken = sum(a.reserved_output_tokens for a in Attempt.objects.filter(task_run__run=run))
-    assert remaining == 3000 - taken
-    assert first.reserved_output_tokens == first.output_tokens  # now what it really used
-
-
 def test_the_tasks_a_success_claims_for_its_host_are_asked_with_the_upstream_outputs(make_agent, make_plan):
     """The step a success takes quotes that success's output from memory and reads the other
     upstreams: each request holds every upstream's result, as saved."""
@@ -256,3 +223,62 @@ def test_the_tasks_a_success_claims_for_its_host_are_asked_with_the_upstream_out
         )
     )
     assert recorded == prompts
+
+
+def claim_statements(attempt_ids: list[int]) -> tuple[dict, int]:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as queries:
+        claims = execution.claim_attempts(attempt_ids, "w1")
+    return claims, len(queries)
+
+
+def test_attempts_delivered_together_are_claimed_in_one_transaction(make_agent, make_plan):
+    make_agent("researcher")
+    plan = make_plan({"root": ("researcher", []), **{f"c{i}": ("researcher", ["root"]) for i in range(4)}})
+    run = runs.launch(plan, cap=8)
+    assert run_attempt(queued_attempt(run, "root").pk) == "succeeded"
+    run.refresh_from_db()
+    ids = list(Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).values_list("pk", flat=True))
+    assert len(ids) == 4
+    pair, pair_statements = claim_statements(ids[:2])
+    rest, rest_statements = claim_statements(ids[2:] + ids[:2])  # the first two are not ours any more
+    assert set(pair) == set(ids[:2]) and set(rest) == set(ids[2:])
+    assert pair_statements == rest_statements  # the same transaction for two claims or more
+    for claim in {**pair, **rest}.values():
+        attempt = Attempt.objects.get(pk=claim.attempt.pk)
+        task = TaskRun.objects.get(pk=claim.task.pk)
+        assert (attempt.state, attempt.worker, task.state, task.lease_owner) == ("running", "w1", "running", "w1")
+        assert attempt.request["prompt"] == claim.request.prompt  # each attempt keeps its own request
+        assert claim.task.subtask.title in claim.request.prompt
+        root_output = TaskRun.objects.get(run=run, subtask__key="root").output
+        assert " ".join(root_output.split()[:8]) in claim.request.prompt  # the upstream's output, quoted
+    started = Event.objects.filter(run=run, type="task.started", payload__worker="w1")
+    assert sorted(started.values_list("task_run_id", flat=True)) == sorted(c.task.pk for c in {**pair, **rest}.values())
+
+
+def test_a_task_cancelled_before_its_claim_is_left_out_of_a_claim_of_many(make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "abc"}), cap=3)
+    attempts = {key: queued_attempt(run, key) for key in "abc"}
+    TaskRun.objects.filter(pk=attempts["b"].task_run_id).update(state=State.CANCELLED)
+    claims = execution.claim_attempts([a.pk for a in attempts.values()], "w1")
+    assert set(claims) == {attempts["a"].pk, attempts["c"].pk}
+    states = dict(Attempt.objects.filter(task_run__run=run).values_list("task_run__subtask__key", "state"))
+    assert states == {"a": "running", "b": "queued", "c": "running"}  # b: never claimed
+
+
+def test_a_claim_of_many_that_fails_in_the_database_claims_each_alone(make_agent, make_plan, monkeypatch):
+    from django.db import OperationalError
+
+    make_agent("researcher")
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "ab"}), cap=2)
+    ids = [queued_attempt(run, key).pk for key in "ab"]
+
+    def deadlocked(attempt_ids, worker):
+        raise OperationalError("deadlock detected")
+
+    monkeypatch.setattr(execution, "_claim_many", deadlocked)
+    assert set(execution.claim_attempts(ids, "w1")) == set(ids)
+    assert set(Attempt.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}

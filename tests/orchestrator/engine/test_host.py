@@ -211,3 +211,23 @@ def test_a_host_per_process(settings):
     finally:
         first.drain(grace_s=0)
         host._host = None
+
+
+def test_deliveries_arriving_together_are_claimed_together(make_agent, make_plan, make_host, broker, monkeypatch):
+    make_agent("researcher", max_concurrency=12, provider_options=fast_latency(0.2))
+    run = runs.launch(make_plan({f"t{i:02}": ("researcher", []) for i in range(12)}), cap=12)
+    broker.purge_queue()  # this test plays the worker that took every delivery
+    batches: list[int] = []
+    real = execution.claim_attempts
+
+    def recording(attempt_ids, worker):
+        batches.append(len(attempt_ids))
+        time.sleep(0.2)  # deliveries keep arriving while a claim is under way
+        return real(attempt_ids, worker)
+
+    monkeypatch.setattr(execution, "claim_attempts", recording)
+    submit_queued(make_host(slots=50), run)
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert sum(batches) == 12 and len(batches) < 12, batches  # the first wave: a claim for many
+    assert Event.objects.filter(run=run, type="task.started").count() == 12

@@ -251,3 +251,88 @@ def test_the_host_that_admitted_keeps_all_it_has_room_for_and_always_the_next_of
     assert scheduler.kept_share(10, at_most=3) == 3  # no more than it has room for
     assert scheduler.kept_share(1, at_most=50) == 1  # a chain's next task never goes through the broker
     assert scheduler.kept_share(3, at_most=0) == 0  # a draining host keeps nothing
+
+
+@pytest.mark.django_db
+def test_a_task_found_ready_and_admitted_in_one_step_is_written_once_with_its_ready_time(demo_agents, make_plan):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), cap=2)
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.SUCCEEDED, finished_at=timezone.now())
+    with CaptureQueriesContext(connection) as queries:
+        scheduler.advance(run.pk)
+    task_updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith('UPDATE "orchestrator_taskrun"')]
+    assert len(task_updates) == 1  # pending → queued, not pending → ready → queued
+    b = run.tasks.get(subtask__key="b")
+    assert b.state == State.QUEUED and b.ready_at is not None
+    types = list(Event.objects.filter(task_run=b).order_by("seq").values_list("type", flat=True))
+    assert types == ["task.ready", "task.queued"]  # the page still reads both moves
+
+
+@pytest.mark.django_db
+def test_tasks_found_ready_but_held_by_the_cap_are_written_ready_and_say_why(demo_agents, make_plan):
+    plan = make_plan({"root": ("researcher", []), **{f"t{i}": ("researcher", ["root"]) for i in range(3)}})
+    run = runs.launch(plan, cap=2)
+    earlier = timezone.now()
+    finish(run, "root")
+    rows = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    assert sorted(t.state for t in rows.values() if t.subtask.key != "root") == ["queued", "queued", "ready"]
+    waiting = next(t for t in rows.values() if t.state == State.READY)
+    assert waiting.wait_code == "run_cap" and waiting.ready_at >= earlier
+    # the admitted ones and the waiting one became ready at the same moment
+    assert {t.ready_at for t in rows.values() if t.subtask.key != "root"} == {waiting.ready_at}
+
+
+@pytest.mark.django_db
+def test_a_task_found_ready_in_a_paused_run_is_written_ready_and_says_the_run_is_paused(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), cap=2)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.PAUSED)
+    finish(run, "a")
+    b = run.tasks.get(subtask__key="b")
+    assert (b.state, b.wait_code) == (State.READY, "run_paused")
+    assert b.ready_at is not None
+
+
+@pytest.mark.django_db
+def test_an_admission_of_earlier_and_newly_ready_tasks_keeps_each_ones_ready_time(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "old": ("researcher", []), "new": ("researcher", ["a"])})
+    run = runs.launch(plan, cap=1)
+    old = run.tasks.get(subtask__key="old")
+    assert old.state == State.READY  # the cap held it
+    long_ago = timezone.now() - timezone.timedelta(minutes=5)
+    TaskRun.objects.filter(pk=old.pk).update(ready_at=long_ago)
+    Run.objects.filter(pk=run.pk).update(cap=3)
+    finish(run, "a")
+    rows = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    assert rows["old"].state == rows["new"].state == State.QUEUED
+    assert rows["old"].ready_at == long_ago
+    assert rows["new"].ready_at > long_ago
+
+
+def test_attempts_are_handed_to_the_broker_through_one_broker_per_process(monkeypatch):
+    import django_q.brokers
+    import django_q.tasks
+
+    built, sent = [], []
+
+    class Recording:
+        list_key = "q"
+
+        def enqueue(self, package):
+            sent.append(package)
+            return len(sent)
+
+    def get_broker(list_key=None):
+        built.append(list_key)
+        return Recording()
+
+    monkeypatch.setattr(django_q.brokers, "get_broker", get_broker)
+    monkeypatch.setattr(django_q.tasks, "get_broker", get_broker)
+    monkeypatch.setattr(scheduler, "_broker", None)
+    for attempt_id in range(10):
+        scheduler.enqueue_attempt(attempt_id)
+    assert (len(built), len(sent)) == (1, 10)  # not a broker (a Redis connection) per attempt
+    monkeypatch.setattr(scheduler.os, "getpid", lambda: -1)  # a forked worker builds its own
+    scheduler.enqueue_attempt(10)
+    assert (len(built), len(sent)) == (2, 11)

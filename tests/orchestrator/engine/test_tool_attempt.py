@@ -3,8 +3,10 @@ trips to the tests' own stdio server, Claude played by the fake Messages API."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 import urllib.request
 from datetime import timedelta
 from decimal import Decimal
@@ -19,7 +21,7 @@ from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, 
 from orchestrator.providers.fake_anthropic import Reply
 from orchestrator.providers.fake_anthropic.ratelimits import RateLimits
 from orchestrator.readmodels import steps
-from tests.conftest import NoHost, run_attempt, run_here, wait_until
+from tests.conftest import NoHost, run_attempt, run_here, stand_still, wait_until
 from tests.orchestrator.tools.conftest import TEST_SERVER, process_gone
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -239,9 +241,11 @@ def test_budget_stop_when_the_run_cannot_cover_another_model_call(tool_setup, ma
 
 
 @pytest.fixture
-def fresh_budgets():
+def fresh_budgets(monkeypatch):
     """The per-minute budgets of the fake's model, empty before the test and after it (on Redis
-    they outlive the test database, and other tests of the session take from them)."""
+    they outlive the test database, and other tests of the session take from them), on a clock
+    that stands still."""
+    stand_still(monkeypatch)
     keys = [admission.admission_key("anthropic", "claude-test", unit) for unit in ("rpm", "itpm", "otpm")]
     for key in keys:
         ratelimit.reset(key)
@@ -294,6 +298,69 @@ def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_age
     attempt = run.tasks.get().attempts.get()
     assert attempt.state == Attempt.State.TIMED_OUT
     assert len(message_requests(tool_setup)) == 1
+    wait = next(row for row in steps.task_path(attempt.task_run) if row.kind == "wait")
+    assert (wait.wait, wait.done) == ("provider_backoff", True) and wait.duration_s > 0  # until the time was up
+
+
+class Holding(NoHost):
+    """A host that keeps the attempt it runs and its event loop, so a test can stop the attempt
+    as a host's heartbeat would."""
+
+    def track(self, attempt) -> None:
+        self.attempt, self.loop = attempt, asyncio.get_running_loop()
+
+    def stop(self, reason: str) -> None:
+        self.loop.call_soon_threadsafe(self.attempt.stop, reason)
+
+
+@pytest.mark.parametrize("end", ["sent", "cancelled"])
+def test_a_later_model_call_held_by_the_providers_backoff_is_a_step_of_the_path(
+    end, tool_setup, make_agent, make_plan, fresh_budgets, personas, monkeypatch
+):
+    """One step when the wait starts (not one per recheck), saying what holds the call; one when
+    it ends, however it ends, saying how long. Meanwhile the activity says so."""
+    monkeypatch.setattr(tool_attempt, "THROTTLE_RECHECK_S", 0.05)  # many rechecks during the wait
+    limit = ProviderLimit.objects.create(provider="anthropic", model="claude-test", requests_per_minute=100)
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=timezone.now() + timedelta(minutes=5))
+    host, out = Holding(), {}
+    attempt_id = queued(run).pk
+    worker = execution.worker_name()
+    work = lambda: out.update(outcome=db_threads.run_sync(lambda: agent_runner.run_attempt(host, attempt_id, worker)))  # noqa: E731
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    task = run.tasks.get()
+    wait_until(lambda: bool(steps_of(task, "agent.rate_wait")), message="the wait's step")
+    time.sleep(0.3)  # rechecked a few times meanwhile
+    task.refresh_from_db()  # running now (read before its claim)
+    assert steps.current_activity(task) == "step 2 · waiting for the provider's backoff"
+    if end == "sent":
+        ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=None)
+    else:
+        runs.cancel(run, user=personas["launcher"])
+        host.stop(agent_runner.CANCELLED)
+    thread.join(timeout=60)
+    assert out["outcome"][0] == ("succeeded" if end == "sent" else "cancelled")
+    started, ended = steps_of(task, "agent.rate_wait"), steps_of(task, "agent.rate_waited")
+    assert len(started) == len(ended) == 1
+    assert started[0].payload == {"step": 2, "wait": "provider_backoff", "attempt": 1}
+    assert ended[0].payload["duration_s"] >= 0.3 and ended[0].seq > started[0].seq
+    wait = next(row for row in steps.task_path(task) if row.kind == "wait")
+    assert wait.done and not wait.waiting and wait.duration_s == ended[0].payload["duration_s"]
+    task.refresh_from_db()
+    assert task.state == ("succeeded" if end == "sent" else "cancelled") and steps.current_activity(task) == ""
+    assert len(message_requests(tool_setup)) == (2 if end == "sent" else 1)
+
+
+def test_a_call_that_is_not_held_writes_no_wait_step(tool_setup, make_agent, make_plan, fresh_budgets):
+    ProviderLimit.objects.create(provider="anthropic", model="claude-test", requests_per_minute=100)
+    claude_agent(make_agent, "alpha", "testsrv:echo")
+    tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
+    run = launch(make_plan, {"a": ("alpha", [])})
+    assert run_here(run).status == Run.Status.SUCCEEDED
+    assert not Event.objects.filter(run=run, type__startswith="agent.rate_wait").exists()
 
 
 def test_an_agent_without_grants_takes_the_plain_path(tool_setup, make_agent, make_plan):

@@ -92,3 +92,14 @@ def test_a_conditional_move_to_a_final_state_clears_wait_reasons_too(demo_agents
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}), cap=1)
     transitions.move_where(run.tasks.all(), State.CANCELLED, error="stopped")
     assert set(run.tasks.values_list("wait_code", "wait_reason")) == {("", "")}
+
+
+def test_a_move_via_a_state_is_checked_against_both_of_its_halves():
+    queryset = TaskRun.objects.none()
+    # pending → ready → queued: each half is declared, so the one write is allowed...
+    assert transitions.move_where(queryset, State.QUEUED, from_states=[State.PENDING], via=State.READY) == 0
+    # ... but not without `via`, and not through a state that cannot lead there
+    with pytest.raises(IllegalTransition, match="cannot move from pending to queued"):
+        transitions.move_where(queryset, State.QUEUED, from_states=[State.PENDING])
+    with pytest.raises(IllegalTransition, match="cannot move from succeeded to running"):
+        transitions.move_where(queryset, State.RUNNING, from_states=[State.SUCCEEDED], via=State.READY)

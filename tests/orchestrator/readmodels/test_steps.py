@@ -1,6 +1,7 @@
 """A task's path read back from the step events the agent loop reports: calls joined with their
-approvals and results, refusals, model calls and stops, per attempt; the whole results kept for
-the attempt's detail; and what the agent is doing now, per state transition."""
+approvals and results, refusals, model calls and stops, waits for the provider's budget, per
+attempt; the whole results kept for the attempt's detail; and what the agent is doing now, per
+state transition."""
 
 from __future__ import annotations
 
@@ -232,6 +233,66 @@ def test_the_activity_is_cleared_when_the_task_ends(launched, artifacts_dir, end
     task.refresh_from_db()
     assert task.state != TaskRun.State.RUNNING
     assert current_activity(task) == "" and [v.activity for v in task_views(run)] == [""]
+
+
+def held(task: TaskRun, kind: str, duration_s: float | None = None) -> None:
+    """Record the runtime's step for step 2's model call held by the requests budget: its wait
+    starting (``rate_wait``) or ending (``rate_waited``)."""
+    record_step(task, agent_loop.Step(kind=kind, step=2, wait="rate_limit_requests", duration_s=duration_s))
+
+
+def test_a_call_held_by_the_providers_budget_is_said_while_it_waits_and_kept_in_the_path(launched, artifacts_dir):
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    start(task)
+    task.refresh_from_db()
+    provider = ScriptedProvider(tool_turn(("lookup", {"q": "x"})), answer("Found it."))
+    steps = loop_steps(provider, FakeTools(lookup=(echo_q, False)))
+    for step in [s for s in steps if s.step == 1]:
+        record_step(task, step)
+    assert current_activity(task) == "step 2 · thinking"
+    held(task, "rate_wait")  # the wait starts
+    assert current_activity(task) == "step 2 · waiting for the provider's request budget"
+    wait = task_path(task)[-1]
+    assert (wait.kind, wait.step, wait.waiting, wait.done) == ("wait", 2, True, False)
+    assert wait.wait_words == "the provider's request budget"
+    assert task.events.get(type="agent.rate_wait").message == (
+        "step 2 · model call held: waiting for the provider's request budget"
+    )
+    held(task, "rate_waited", 12.0)  # the wait ends: the call goes out
+    assert current_activity(task) == "step 2 · thinking"
+    wait = task_path(task)[-1]
+    assert (wait.kind, wait.waiting, wait.done, wait.duration_s, len(wait.seqs)) == ("wait", False, True, 12.0, 2)
+    for step in [s for s in steps if s.step == 2]:
+        record_step(task, step)
+    assert current_activity(task) == "step 2 · finishing"
+    assert [kind for step, kind in kinds(task_path(task)) if step == 2] == ["wait", "text", "model"]
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "lost"])
+def test_a_wait_the_attempts_end_cut_off_is_not_said_to_go_on(launched, artifacts_dir, ending, personas):
+    """Cancelled: the runtime ends the wait as it stops (its end says how long). Lost: the worker
+    died and wrote nothing more, so the attempt's end closes the wait."""
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    attempt = start(task)
+    held(task, "rate_wait")
+    task.refresh_from_db()
+    assert current_activity(task) == "step 2 · waiting for the provider's request budget"
+    if ending == "cancelled":
+        runs.cancel(run, user=personas["launcher"])
+        held(task, "rate_waited", 3.0)
+    else:
+        TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.READY)
+    Attempt.objects.filter(pk=attempt.pk).update(state=ending)
+    task.refresh_from_db()
+    assert current_activity(task) == "" and [v.activity for v in task_views(run)] == [""]
+    wait = attempt_paths(task)[0].rows[-1]
+    assert wait.kind == "wait" and not wait.waiting
+    assert (wait.done, wait.wait_cut, wait.duration_s) == (
+        (True, False, 3.0) if ending == "cancelled" else (False, True, None)
+    )
+    assert attempt_path(task, 1).rows[-1].waiting is False
 
 
 def test_activities_of_many_running_tasks_take_one_query(launched, artifacts_dir, django_assert_num_queries):
