@@ -9,7 +9,8 @@ what it decided: the attempts, and why the others wait.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -151,36 +152,86 @@ def rate_limit_wait(
     """
     if limit is None:
         return None, 0.0, TokenReservation()
-    if limit.backoff_until and limit.backoff_until > now:
-        wait_for = (limit.backoff_until - now).total_seconds()
-        return waits.ProviderBackoff(str(limit), limit.backoff_until), wait_for, TokenReservation()
-    configured = [
-        ("rpm", 1, limit.requests_per_minute, waits.RateLimitRequests),
-        ("itpm", input_tokens, limit.input_tokens_per_minute, waits.RateLimitInput),
-        ("otpm", agent.max_output_tokens, limit.output_tokens_per_minute, waits.RateLimitOutput),
-    ]
+    held = provider_backoff(limit, now)
+    if held is not None:
+        return *held, TokenReservation()
     taken: dict[str, ratelimit.Reservation] = {}
-    for suffix, amount, per_minute, wait in configured:
-        if not per_minute:
-            continue
-        key = admission_key(limit.provider, limit.model, suffix)
-        reservation = ratelimit.reserve(key, amount, per_minute)
+    for suffix, amount, per_minute, wait in budgets_of(agent, limit, input_tokens):
+        reservation = ratelimit.reserve(admission_key(limit.provider, limit.model, suffix), amount, per_minute)
         if not reservation.granted:
-            for earlier, got in taken.items():
-                if got.window is not None:
-                    ratelimit.correct(admission_key(limit.provider, limit.model, earlier), got.window, -got.taken)
+            give_back(limit, taken)
             return wait(str(limit)), reservation.wait_s, TokenReservation()
         taken[suffix] = reservation
+    return None, 0.0, token_reservation(taken)
+
+
+def provider_backoff(limit: ProviderLimit, now) -> tuple[waits.Wait, float] | None:
+    """The provider's backoff after a 429/529, and the seconds it has left (None when over)."""
+    if limit.backoff_until and limit.backoff_until > now:
+        return waits.ProviderBackoff(str(limit), limit.backoff_until), (limit.backoff_until - now).total_seconds()
+    return None
+
+
+UNITS = (
+    ("rpm", "requests_per_minute", waits.RateLimitRequests),
+    ("itpm", "input_tokens_per_minute", waits.RateLimitInput),
+    ("otpm", "output_tokens_per_minute", waits.RateLimitOutput),
+)
+
+
+def budgets_of(
+    agent: Agent, limit: ProviderLimit, input_tokens: int
+) -> list[tuple[str, int, int, Callable[[str], waits.Wait]]]:
+    """(unit, amount one call takes, per-minute budget, the wait it causes) for each configured
+    budget: a request counts one, input tokens the prompt's estimate, output tokens max_tokens."""
+    amounts = {"rpm": 1, "itpm": input_tokens, "otpm": agent.max_output_tokens}
+    return [
+        (suffix, amounts[suffix], getattr(limit, field), wait) for suffix, field, wait in UNITS if getattr(limit, field)
+    ]
+
+
+def give_back(limit: ProviderLimit, taken: dict[str, ratelimit.Reservation]) -> None:
+    for suffix, got in taken.items():
+        if got.window is not None:
+            ratelimit.correct(admission_key(limit.provider, limit.model, suffix), got.window, -got.taken)
+
+
+def token_reservation(taken: dict[str, ratelimit.Reservation], share: dict[str, int] | None = None) -> TokenReservation:
+    """What one attempt holds of `taken`: all of it, or its `share` of a taking for several."""
     windows = [got.window for got in taken.values() if got.window is not None]
-    return (
-        None,
-        0.0,
-        TokenReservation(
-            input_tokens=taken["itpm"].taken if "itpm" in taken else 0,
-            output_tokens=taken["otpm"].taken if "otpm" in taken else 0,
-            window=windows[0] if windows else None,
-        ),
+    held = share if share is not None else {suffix: got.taken for suffix, got in taken.items()}
+    return TokenReservation(
+        input_tokens=held.get("itpm", 0) if "itpm" in taken else 0,
+        output_tokens=held.get("otpm", 0) if "otpm" in taken else 0,
+        window=windows[0] if windows else None,
     )
+
+
+def take_together(
+    limit: ProviderLimit, admissions: list[tuple[Agent, int]]
+) -> tuple[dict[str, ratelimit.Reservation], list[TokenReservation]] | None:
+    """Take the shares of several admissions (agent, input tokens) on one provider in one taking
+    per budget: what was taken, and each attempt's TokenReservation; None, with nothing taken,
+    when the sums do not fit.
+
+    One round trip per budget instead of one per admitted task: a launch at cap 64 made 64 Redis
+    calls in its step.
+    """
+    shares = [{suffix: amount for suffix, amount, _, _ in budgets_of(agent, limit, n)} for agent, n in admissions]
+    taken: dict[str, ratelimit.Reservation] = {}
+    for suffix, field, _ in UNITS:
+        per_minute = getattr(limit, field)
+        if not per_minute:
+            continue
+        total = sum(share[suffix] for share in shares)
+        key = admission_key(limit.provider, limit.model, suffix)
+        # Above the budget reserve() would charge the whole budget, and might grant it: never fits.
+        got = ratelimit.reserve(key, total, per_minute) if total <= per_minute else None
+        if got is None or not got.granted:
+            give_back(limit, taken)
+            return None
+        taken[suffix] = got
+    return taken, [token_reservation(taken, share) for share in shares]
 
 
 def admission_block(row: TaskRow, run: Run, cap: Capacity, cost: Decimal) -> waits.Wait | None:
@@ -227,6 +278,10 @@ def decide(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], now) -
     Once the run's cap is reached, the remaining candidates all wait for it: those already showing
     that reason are left out of `waiting`, so a run with hundreds of ready tasks writes nothing
     for them on every step.
+
+    The provider's per-minute budgets are first taken for all of a step's admissions at once (one
+    taking per provider and budget); when the sums do not fit, the step admits again, taking each
+    task's share alone, so that exactly as many start as fit.
     """
     candidates = sorted(
         (
@@ -239,7 +294,25 @@ def decide(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], now) -
     if not candidates:
         return None
     capacity = read_capacity(run, rows, [row.agent_id for row in candidates])
+    together = admit(
+        run,
+        shape,
+        candidates,
+        replace(capacity, agent_slots=dict(capacity.agent_slots), provider_slots=dict(capacity.provider_slots)),
+        now,
+        together=True,
+    )
+    return together if together is not None else admit(run, shape, candidates, capacity, now, together=False)
+
+
+def admit(
+    run: Run, shape: run_shape.RunShape, candidates: list[TaskRow], capacity: Capacity, now, *, together: bool
+) -> Decision | None:
+    """One pass over the candidates in order. `together`: the rate budgets are taken after the
+    pass, for every admission of a provider at once (None when they do not fit, nothing taken);
+    otherwise each admission takes its own share as it is admitted."""
     decision = Decision([], [], capacity, False)
+    shares: dict[tuple[str, str], list[tuple[Admission, int]]] = {}  # by provider: (admission, input tokens)
     for row in candidates:
         if capacity.run_slots <= 0 and row.state == TaskRun.State.READY and row.wait_code == waits.RunCap.code:
             if capacity.agents[row.agent_id].is_schedulable:
@@ -252,17 +325,33 @@ def decide(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow], now) -
         reason = admission_block(row, run, capacity, cost)
         wait_s = 0.0
         tokens = TokenReservation()
-        if reason is None:
+        if reason is None and limit is not None and together:
+            reason, wait_s = provider_backoff(limit, now) or (None, 0.0)
+        elif reason is None:
             reason, wait_s, tokens = rate_limit_wait(agent, limit, now, input_tokens)
         if reason is not None:
             decision.budget_blocked |= reason.code == waits.Budget.code
             decision.waiting.append((row, reason, wait_s))
             continue
-        decision.admitted.append(Admission(row, cost, tokens))
+        admission = Admission(row, cost, tokens)
+        decision.admitted.append(admission)
+        if together and limit is not None and budgets_of(agent, limit, input_tokens):
+            shares.setdefault(pair, []).append((admission, input_tokens))
         capacity.run_slots -= 1
         capacity.agent_slots[row.agent_id] -= 1
         provider_slots = capacity.provider_slots[pair]
         if provider_slots is not None:
             capacity.provider_slots[pair] = provider_slots - 1
         capacity.budget_left -= cost
+    taken: list[tuple[ProviderLimit, dict[str, ratelimit.Reservation]]] = []
+    for pair, admitted in shares.items():
+        limit = capacity.limits[pair]
+        got = take_together(limit, [(capacity.agents[a.row.agent_id], n) for a, n in admitted])
+        if got is None:
+            for earlier_limit, earlier in taken:
+                give_back(earlier_limit, earlier)
+            return None
+        taken.append((limit, got[0]))
+        for (admission, _), tokens in zip(admitted, got[1], strict=True):
+            admission.tokens = tokens
     return decision

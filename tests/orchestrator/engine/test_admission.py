@@ -8,8 +8,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from orchestrator import ratelimit
 from orchestrator.engine import runs, scheduler
-from orchestrator.models import Event, ProviderLimit, TaskRun
+from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
+from tests.orchestrator.engine.conftest import BUDGETS
 from tests.orchestrator.engine.steps import finish, states
 
 State = TaskRun.State
@@ -143,3 +145,48 @@ def test_tasks_held_by_the_run_cap_say_why_once_and_change_reason_when_their_age
     assert run.tasks.get(subtask__key="w").wait_reason == "agent writer is retired, not active"
     finish(run, "t29")
     assert states(run)["tail"] == "ready" and run.tasks.filter(state=State.QUEUED).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_step_takes_each_budget_once_for_all_it_admits_and_each_attempt_holds_its_share(
+    demo_agents, make_plan, still_budgets, monkeypatch
+):
+    """A launch at cap 64 took its budgets one Redis round trip per task: one taking per budget."""
+    ProviderLimit.objects.create(
+        provider="simulated", model="sim-1", requests_per_minute=100, output_tokens_per_minute=100_000
+    )
+    demo_agents["researcher"].max_concurrency = 10
+    demo_agents["researcher"].save()
+    takings = []
+    reserve = ratelimit.reserve
+
+    def counted(key, amount, per_minute, **kw):
+        takings.append((key, amount))
+        return reserve(key, amount, per_minute, **kw)
+
+    monkeypatch.setattr(ratelimit, "reserve", counted)
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(5)}), cap=5)
+    assert run.tasks.filter(state=State.QUEUED).count() == 5
+    assert takings == [(BUDGETS["rpm"], 5), (BUDGETS["otpm"], 5 * 1024)]
+    attempts = Attempt.objects.filter(task_run__run=run)
+    assert [a.reserved_output_tokens for a in attempts] == [1024] * 5  # settled one by one at their end
+    assert len({a.rate_window for a in attempts}) == 1 and attempts[0].rate_window is not None
+    assert ratelimit.peek(BUDGETS["rpm"], 100)[0] == 95
+
+
+@pytest.mark.django_db
+def test_when_a_step_admits_more_than_a_budget_holds_as_many_start_as_fit_and_nothing_more_is_taken(
+    demo_agents, make_plan, still_budgets
+):
+    ProviderLimit.objects.create(
+        provider="simulated", model="sim-1", requests_per_minute=10, output_tokens_per_minute=3 * 1024 + 100
+    )
+    demo_agents["researcher"].max_concurrency = 10
+    demo_agents["researcher"].save()
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(5)}), cap=5)
+    assert run.tasks.filter(state=State.QUEUED).count() == 3  # 3 × 1,024 output tokens fit
+    throttled = run.tasks.filter(state=State.THROTTLED)
+    assert {t.wait_code for t in throttled} == {"rate_limit_output"} and throttled.count() == 2
+    # The requests taken for all five together were given back when their output tokens did not fit.
+    assert ratelimit.peek(BUDGETS["rpm"], 10)[0] == 10 - 3
+    assert ratelimit.peek(BUDGETS["otpm"], 3 * 1024 + 100)[0] == 100

@@ -13,23 +13,10 @@ from orchestrator.engine.execution import Claim
 from orchestrator.models import Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 from tests.conftest import run_attempt, stand_still
+from tests.orchestrator.engine.conftest import BUDGETS
 
 State = TaskRun.State
 pytestmark = pytest.mark.django_db(transaction=True)
-
-BUDGETS = {unit: admission.admission_key("simulated", "sim-1", unit) for unit in ("rpm", "itpm", "otpm")}
-
-
-@pytest.fixture
-def still_budgets(monkeypatch):
-    """The simulated model's budgets empty before the test and after it (on Redis they outlive
-    the test database), on a clock that stands still."""
-    stand_still(monkeypatch)
-    for key in BUDGETS.values():
-        ratelimit.reset(key)
-    yield
-    for key in BUDGETS.values():
-        ratelimit.reset(key)
 
 
 def claimed(make_agent, make_plan, **agent_fields) -> Claim:
