@@ -9,6 +9,7 @@ from decimal import Decimal
 
 from django.db.models import Count
 
+from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
 from .tasks import State, TaskView, outcome_text, task_views
@@ -33,6 +34,31 @@ class Lane:
     @property
     def slots_free(self) -> int:
         return max(0, self.cap - self.slots_used)
+
+    @property
+    def slots_elsewhere(self) -> int:
+        """This agent's slots that other runs' tasks (queued or running) hold."""
+        return max(0, self.slots_used - self.queued - len(self.running))
+
+    @property
+    def idle_text(self) -> str:
+        """What the lane says when none of this run's tasks of the agent runs: why, as counted.
+
+        "2 queued, waiting for a worker" when this run's own tasks hold the slots (handed to the
+        broker, no worker has claimed them); "its slots are busy in other runs" only when other
+        runs hold them all ("1 of 4 slots busy in other runs" when they hold some).
+        """
+        if self.done == self.total:
+            return "finished" if self.succeeded == self.total else "ended"
+        parts = []
+        if self.queued:
+            parts.append(f"{self.queued} queued, waiting for a worker")
+        if elsewhere := self.slots_elsewhere:
+            if elsewhere >= self.cap:
+                parts.append("its slots are busy in other runs")
+            else:
+                parts.append(f"{elsewhere} of {wording.counted(self.cap, 'slot')} busy in other runs")
+        return "; ".join(parts) or "idle"
 
     @property
     def slot_marks(self) -> list[bool]:

@@ -89,7 +89,9 @@ def test_while_running_waiting_tasks_say_the_run_cap_holds_them(viewer, wide_run
     waiting = wide_run.tasks.filter(state=State.READY)
     assert waiting.count() == 4
     for task in waiting:
-        assert "run cap reached (2 running)" in task_row(page, task)
+        assert "run cap reached (2 queued)" in task_row(page, task)  # no worker has claimed them
+    lane = lane_feet(page)["researcher"]
+    assert "2 queued, waiting for a worker" in lane and "busy in other runs" not in lane
     assert "reserved in flight" in text_of(page)  # two attempts are queued: their worst case is held
     assert tasks_card(page) == "0 of 6 succeeded"
 

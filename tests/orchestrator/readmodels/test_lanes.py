@@ -35,3 +35,27 @@ def test_lanes_show_running_work_slots_across_runs_queue_tokens_and_cost(launche
     assert writer.done == 1 and writer.total == 1
     assert writer.tokens == 30 and writer.cost_usd == Decimal("0.002")
     assert list(by_agent) == ["researcher", "writer"]
+
+
+def test_a_lane_whose_slots_this_runs_queued_tasks_hold_says_they_wait_for_a_worker(launched, demo_agents):
+    demo_agents["researcher"].max_concurrency = 4
+    demo_agents["researcher"].save()
+    run = launched({f"t{i}": ("researcher", []) for i in range(6)}, cap=4)
+    (lane,) = lanes(run)
+    assert (lane.running, lane.queued, lane.slots_used) == ([], 4, 4)
+    assert lane.idle_text == "4 queued, waiting for a worker"
+
+
+def test_a_lane_says_its_slots_are_busy_in_other_runs_only_when_other_runs_hold_them(launched, demo_agents):
+    demo_agents["researcher"].max_concurrency = 2
+    demo_agents["researcher"].save()
+    first = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    second = launched({"x": ("researcher", [])})
+    (lane,) = lanes(second)
+    assert (lane.queued, lane.slots_used) == (0, 2)
+    assert lane.idle_text == "its slots are busy in other runs"
+
+    TaskRun.objects.filter(pk=first.tasks.get(subtask__key="b").pk).update(state=State.CANCELLED)
+    TaskRun.objects.filter(pk=second.tasks.get().pk).update(state=State.QUEUED)
+    (lane,) = lanes(second)
+    assert lane.idle_text == "1 queued, waiting for a worker; 1 of 2 slots busy in other runs"
