@@ -54,7 +54,8 @@ class PathStepRecord(Record):
     (the result as its audit event keeps it: a long one is cut, `result_chars` says how long it
     was), a refused call, a stop, or a model call's wait for the provider's budget (`wait`: the
     wait's code, e.g. rate_limit_requests; `duration_s`: how long, null while it lasts or when
-    the attempt's end cut it off)."""
+    the attempt's end cut it off). `cut_off`: a call or a wait that the attempt's end cut off (it
+    was cancelled or lost): no result, no end of its own, and not going on."""
 
     attempt: int | None
     step: int
@@ -77,6 +78,7 @@ class PathStepRecord(Record):
     input_tokens: int | None
     output_tokens: int | None
     wait: str
+    cut_off: bool
 
     @classmethod
     def of(cls, row: PathRow) -> Self:
@@ -158,7 +160,8 @@ def path_line(step: dict[str, Any]) -> str:
         reason = STOP_WORDS.get(step["stop_reason"], step["stop_reason"].replace("_", " ")) or "no stop reason"
         return f"{head}, model call: {reason}{spent}{_seconds(step['duration_s'])}"
     if step["kind"] == "wait":  # "held", not "waiting": a download outlives the wait
-        return f"{head}, model call held by {wording.rate_wait(step['wait'])}{_seconds(step['duration_s'])}"
+        until = " until the attempt ended" if step["cut_off"] else ""
+        return f"{head}, model call held by {wording.rate_wait(step['wait'])}{until}{_seconds(step['duration_s'])}"
     given = step["arguments"]
     cut = isinstance(given, dict) and given.get("_cut")  # the event kept the start of the JSON only
     arguments = _short(str(given.get("json", "")) if cut else json.dumps(given, ensure_ascii=False, sort_keys=True))
@@ -169,7 +172,8 @@ def path_line(step: dict[str, Any]) -> str:
     name = f"{step['server']}:{step['server_tool'] or step['tool']}" if step["server"] else step["tool"]
     line = f"{head}, called `{name}` `{arguments}`"  # named as the page names it
     if step["approval_required"]:
-        decision = {True: "approved", False: "rejected", None: "awaiting approval"}[step["approved"]]
+        undecided = "not decided" if step["cut_off"] else "awaiting approval"
+        decision = {True: "approved", False: "rejected", None: undecided}[step["approved"]]
         line += f", {decision}" + (f" by {step['decided_by']}" if step["decided_by"] else "")
         line += f" ({_short(step['comment'])})" if step["comment"] else ""
     if step["result"] or step["result_chars"]:
@@ -180,6 +184,8 @@ def path_line(step: dict[str, Any]) -> str:
             else ""
         )
         line += f" → {outcome}{more}: `{_short(step['result'])}`"
+    elif step["cut_off"]:
+        line += ", cut off: the attempt ended with no result"
     return line + _seconds(step["duration_s"])
 
 

@@ -92,6 +92,7 @@ class PathRow:
     done: bool = False  # a call whose result has arrived; a wait that ended
     wait: str = ""  # what held a model call back: its wait's code (engine/waits.py)
     wait_cut: bool = False  # a wait its attempt's end cut off (no end of its own)
+    call_cut: bool = False  # a call its attempt's end cut off (cancelled, lost: no result recorded)
     whole: str | None = None  # the whole result, read for the attempt's detail (with_whole_results)
     seqs: list[int] = field(default_factory=list)
 
@@ -135,8 +136,18 @@ class PathRow:
         return None
 
     @property
+    def cut_off(self) -> bool:
+        """A call or a wait that its attempt's end cut off: it neither goes on nor ended itself."""
+        return self.wait_cut or self.call_cut
+
+    @property
+    def calling(self) -> bool:
+        """A call still under way: no result yet and its attempt has not ended."""
+        return self.kind == "call" and not self.done and not self.call_cut
+
+    @property
     def waiting_for_approval(self) -> bool:
-        return self.kind == "call" and self.approval_required and self.approved is None
+        return self.calling and self.approval_required and self.approved is None
 
     @property
     def waiting(self) -> bool:
@@ -183,7 +194,8 @@ def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:
 
 def rows_of(events: Iterable[Event], ended: Container[Any] = ()) -> list[PathRow]:
     """The path rows of step events given oldest first; `ended`: the numbers of the attempts that
-    ended (a wait of theirs left open was cut off by that end)."""
+    ended (a wait or a call of theirs left open was cut off by that end: a call whose attempt was
+    cancelled or lost has no result, and is not still calling)."""
     rows: list[PathRow] = []
     calls: dict[tuple[Any, str], PathRow] = {}
     held: dict[tuple[Any, int], PathRow] = {}  # waits by (attempt, step)
@@ -215,6 +227,7 @@ def rows_of(events: Iterable[Event], ended: Container[Any] = ()) -> list[PathRow
                 server_tool=data.get("server_tool", ""),
                 arguments=data.get("arguments"),
                 approval_required=bool(data.get("approval_required")),
+                call_cut=number in ended,
                 **base,
             )
             calls[key] = row
@@ -228,6 +241,7 @@ def rows_of(events: Iterable[Event], ended: Container[Any] = ()) -> list[PathRow
             else:
                 row.result, row.result_chars = data.get("result", ""), int(data.get("result_chars", 0))
                 row.truncated, row.is_error, row.done = bool(data.get("truncated")), bool(data.get("error")), True
+                row.call_cut = False
                 row.duration_s = data.get("duration_s")
         elif event.type == "tool.refused":
             rows.append(

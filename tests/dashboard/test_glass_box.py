@@ -241,6 +241,31 @@ def test_a_wait_its_lost_attempt_never_ended_reads_as_over(viewer, run):
     assert "Waited for the provider&#x27;s backoff until the attempt ended" in html and "backoff…" not in html
 
 
+@pytest.mark.parametrize("ending", [Attempt.State.CANCELLED, Attempt.State.LOST])
+def test_a_call_its_attempts_end_cut_off_is_not_said_to_be_calling(viewer, run, ending):
+    """The run was cancelled, or the worker was lost, while a tool ran: no result was ever
+    recorded. Once the attempt has ended, neither the panel nor the download says it still runs."""
+    task = look(run)
+    attempt = start(task)
+    call = {"step": 1, "call_id": "c1", "tool": "lookup", "arguments": {"text": "wal"}, "attempt": 1}
+    events.record("tool.call", task=task, payload=call)
+    asked = {**call, "call_id": "c2", "tool": "deploy", "approval_required": True}
+    events.record("tool.call", task=task, payload=asked)
+    html = panel(viewer, run, task)
+    assert "calling…" in html and "waiting for approval" in html  # true while the attempt runs
+    Attempt.objects.filter(pk=attempt.pk).update(state=ending)
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.READY)
+    html = panel(viewer, run, task)
+    assert "calling…" not in html and "waiting for approval" not in html and "is-open" not in html
+    assert html.count("cut off: the attempt ended") == 2
+    markdown = run_export.run_markdown(run)
+    assert '- Step 1, called `lookup` `{"text": "wal"}`, cut off: the attempt ended with no result' in markdown
+    assert "awaiting approval" not in markdown
+    assert 'called `deploy` `{"text": "wal"}`, not decided, cut off: the attempt ended with no result' in markdown
+    exported = run_export.run_export(run)["paths"]["look"]
+    assert [(step["tool"], step["cut_off"]) for step in exported] == [("lookup", True), ("deploy", True)]
+
+
 # --- Artifacts ----------------------------------------------------------------------------------
 
 

@@ -305,3 +305,18 @@ def test_activities_of_many_running_tasks_take_one_query(launched, artifacts_dir
     with django_assert_num_queries(1):
         doing = activities(fresh)
     assert doing == {tasks[0].pk: "step 1 · thinking", tasks[1].pk: "step 1 · calling search"}
+
+
+def test_a_call_its_attempts_end_cut_off_is_not_still_calling_unless_its_result_came(launched, artifacts_dir):
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    attempt = start(task)
+    call = {"step": 1, "call_id": "c1", "tool": "lookup", "arguments": {}, "attempt": 1}
+    events.record("tool.call", task=task, payload=call)
+    events.record("tool.call", task=task, payload={**call, "call_id": "c2"})
+    events.record("tool.result", task=task, payload={**call, "call_id": "c2", "result": "ok", "result_chars": 2})
+    assert [(r.calling, r.cut_off) for r in attempt_paths(task)[0].rows] == [(True, False), (False, False)]
+    Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.LOST)
+    cut, answered = attempt_paths(task)[0].rows
+    assert (cut.calling, cut.cut_off, cut.done, cut.waiting_for_approval) == (False, True, False, False)
+    assert (answered.calling, answered.cut_off, answered.done) == (False, False, True)
