@@ -47,7 +47,7 @@ class RunCap(Wait):
     """The run already has as many tasks queued or running as its cap allows."""
 
     code = "run_cap"
-    template = "run cap reached ({cap} running)"
+    template = "run cap reached ({cap} queued or running)"
     cap: int
 
 
@@ -69,10 +69,10 @@ class PlanApproval(Wait):
 
 @dataclass(frozen=True)
 class AgentLimit(Wait):
-    """The agent runs its ``max_concurrency`` tasks already, counted across all runs."""
+    """The agent has its ``max_concurrency`` tasks queued or running already, counted across all runs."""
 
     code = "agent_limit"
-    template = "agent {agent} at its limit ({max_concurrency} running across runs)"
+    template = "agent {agent} at its limit ({max_concurrency} queued or running across runs)"
     agent: str
     max_concurrency: int
 

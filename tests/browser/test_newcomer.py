@@ -144,7 +144,7 @@ def test_cancel_leaves_nothing_stale_on_the_live_page(
     totals = page.locator("#run-totals")
     expect(totals).to_contain_text("reserved in flight")
     held = run.tasks.filter(state="ready").first()
-    expect(page.locator(f"#task-{held.pk}")).to_contain_text("run cap reached (2 running)")
+    expect(page.locator(f"#task-{held.pk}")).to_contain_text("run cap reached (2 queued or running)")
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(f"#task-{held.pk}")).to_contain_text("run paused: starts when the run is resumed")
     page.once("dialog", lambda dialog: dialog.accept())

@@ -27,7 +27,7 @@ def test_run_cap_holds_and_waiting_tasks_say_why(demo_agents, make_plan):
     assert sorted(counts).count("queued") == 3
     waiting = run.tasks.filter(state=State.READY)
     assert waiting.count() == 7
-    assert all(t.wait_reason == "run cap reached (3 running)" and t.wait_code == "run_cap" for t in waiting)
+    assert all(t.wait_reason == "run cap reached (3 queued or running)" and t.wait_code == "run_cap" for t in waiting)
 
 
 @pytest.mark.django_db
@@ -133,7 +133,7 @@ def test_tasks_held_by_the_run_cap_say_why_once_and_change_reason_when_their_age
     assert {k for k, s in states(run).items() if s == "queued"} == {"t29", "t00"}
     held = run.tasks.filter(state=State.READY)
     assert held.count() == 29
-    assert set(held.values_list("wait_reason", flat=True)) == {"run cap reached (2 running)"}
+    assert set(held.values_list("wait_reason", flat=True)) == {"run cap reached (2 queued or running)"}
     waiting_events = Event.objects.filter(run=run, type="task.waiting").count()
     assert waiting_events == 29
     scheduler.advance(run.pk)
