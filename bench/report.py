@@ -686,72 +686,50 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-Read these numbers with the machine's state in mind. This run (2026-11-24, 07:47, 2 repeats) was
-made on a machine that had slowed since the morning: the same old code (4e2f678) measured in one
-process, chain links on PostgreSQL, took 11.7–12.4 ms per link at 08:08 against 10.1–11.0 ms at
-06:40; the current code took 11.0–12.1 ms (9.2–10.4 ms in the morning), so it is still the
-faster of the two, but the production rows below are 5–15 % slower than the previous report's for
-that reason. A quick run at 07:45 on the same code gave production chain 50 at 12.98 s and random
-300 at cap 64 at 5.83 s (both ahead of Prefect). Compare runs made under like conditions only.
+This run (2026-11-24, 15:06, 2 repeats) was made on a quiet machine (load 0.38) with nothing else
+running. 43 of the 58 goals are met; the previous report (07:47, on a machine that had slowed)
+met 39. Since then a scheduling step writes a task that is found ready and admitted at once in
+one UPDATE, hands attempts to the broker on one Redis connection per process instead of one per
+hand-off, takes each rate budget once for all it admits on a provider instead of once per task,
+and a worker claims the deliveries that arrive together in one transaction; PostgreSQL prepares
+the statements the engine repeats. Compare runs made under like conditions only.
 
-- **The peer no longer runs beside us.** Until this run Prefect's driver and its API server stayed
-  up during the engine's runs, polling while idle (~15–20 % of a core on this 2-core machine);
-  they are now stopped (SIGSTOP) between Prefect's own runs (bench/peer.py). Prefect's own
-  numbers are unchanged; ours no longer share the machine with it.
-- **Against Prefect**: ahead on 11 of 16 shapes × caps × profiles. Behind: **fan 1-100-1 at cap
-  64** (3.03 s embedded, 3.18 s production, against 3.01 s), **chain 50 on production** (13.08 /
-  13.14 s against 13.00 / 13.01 s) and **random 300 at cap 64 on production** (6.47 s against
-  6.01 s; 5.83–5.95 s in calmer runs). Prefect's makespans are whole seconds plus ~10 ms on every
-  shape, so its real makespan may be shorter than shown.
-- **Chain, per link**: a success's transaction (settle the attempt, move the task, the run's
-  totals, its events, then the step that admits and claims the next task and builds its request)
-  is 18 statements on PostgreSQL; in one process it takes ~10 ms of wall time for ~7.5 ms of
-  CPU, almost all of it Django building and reading the statements (each statement is well under
-  a millisecond in the database). This session took two look-ups off each link: the step quotes
-  the ending task's output from memory instead of reading its upstreams again, and whether the
-  next agent holds tool grants is read with its claim (an EXISTS column) instead of a database
-  hop from the event loop before its first call. *Next*: statements the step writes twice (a task
-  promoted to ready and admitted in the same step is updated twice), and the capacity read
-  (agents, provider limits, running counts: three queries per step) cached per host between
-  admissions.
-- **Fan-out at cap 64**: the root's success admits 64 tasks, claims 50 for its host and queues 14
-  for the other worker; that transaction writes ~250 events and takes ~57 ms of CPU in one
-  process (~140 ms in the worker, sharing 2 cores with the other worker, the databases and the
-  simulated server), and the first wave starts 80–190 ms after the root's end. Dispatch p95 is
-  100–200 ms for that reason. *Next*: fewer model instances per event (task stubs, Event rows),
-  one rate-limit taking for many admissions of one provider (64 Redis round trips now), and
-  a step that claims first what starts at once.
-- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.948 and
-  chain 0.955 meet it, random 0.907 does not; production layered 0.933, chain 0.932, random 0.891
-  do not. What is left is the engine's own CPU per task (8–12 ms; the goal of < 10 ms is met on
-  most embedded rows, not on production at cap 8) and, for random 300, durations that admission
-  cannot know (its policy bound is 0.986).
-- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 25.2 s embedded, 24.4 s production,
-  500 in flight, 694 / 736 MiB.
-- **Storm on production: ~46 s against a 29.4 s bound for every strategy**, naive included: the
-  simulated *server's* own per-minute limiter on Redis, not the engine (section 5's caveat), a
-  benchmark artefact still to fix. Ours with the limit configured sent no 429; adaptive without
-  it still gets 7 after its first back-off (no slow start yet).
-- **Live view: met on both profiles.** A round of the broadcaster read the database three times
-  through `database_sync_to_async`, which closes a non-persistent connection after every call:
-  on PostgreSQL each round reopened its connection three times (~29 ms a round for a ~7 ms
-  render), and frames were at least 0.1 s apart. Rounds are now one job on database threads
-  whose connections stay open while anyone watches, and frames may come every 0.05 s: p95 at 20
-  events/s is 72–76 ms on Redis (goal 100 ms; was 136–145) and 107–113 ms embedded (goal 250 ms;
-  the embedded profile's 0.1 s poll of the event table dominates). On a real 200-task run with
-  50 viewers (`make bench-live`, bench/results-live.json) the fan-out's ~400 events (the scope's
-  success readies 198 tasks in one transaction) used to be one full re-render of every part and
-  the log's last 200 rows, ~250 KB to each viewer. They are now one live batch of what changed
-  (the rows of the tasks they name, totals, lanes and the log's newest 30 rows), ~150 KB with
-  slimmer rows, and daphne imports its URL configuration at start instead of in the first frame
-  (~350 ms, which the pacing doubled). Measured minutes apart on a machine at load ~1: p50 192 /
-  293 ms and p95 503 / 684 ms (embedded / production), against p50 192 / 470 ms and p95 956 /
-  1205 ms before (628 / 646 ms on the quieter machine of the previous session). Not the goal
-  yet: a round that took long holds the next frames twice as long, and on a 200-task run each
-  round reads every task's view for the totals and lanes (45–85 ms in daphne while the workers
-  run); the plan's approval sends the whole table (it clears every task's wait). *Next*: totals
-  and lanes from aggregates rather than every task's view, and pacing that a one-off round does
-  not stretch.
+- **Against Prefect: ahead on 14 of 16 shapes × caps × profiles.** Behind: **chain 50 on
+  production** (13.09 / 13.17 s at cap 8 / 64 against 13.01 s: 0.7 % and 1.3 %). **Random 300 at
+  cap 64 on production** is level (6.00 s against 6.01 s; it was 6.47 s). Fan 1-100-1 at cap 64 is
+  ahead in the medians (3.19 / 3.08 s) but Prefect's two repeats were 3.01 and 4.01 s: against
+  its 3.01 s run ours was behind once (embedded r1, 3.33 s). Prefect's makespans are whole
+  seconds plus ~10 ms on every shape, so its real makespan may be shorter than shown.
+- **Chain, per link, on production**: a success's transaction (settle the attempt, move the task,
+  the run's totals, its events, the step that admits and claims the next task, its request) is 15
+  statements and ~11–12 ms of engine CPU per task, almost all of it Django building statements
+  and model instances; each statement is well under a millisecond in the database. Efficiency
+  0.93 against Prefect's 0.94. *Next*: the capacity read (agents, provider limits, running
+  counts) cached per host between admissions, and the events of a link written in the same
+  statement as the task's move.
+- **Fan-out and random at cap 64**: the first wave's dispatch p95 on production went from
+  460–1236 ms (the previous session's A/B of the old code) to 84 ms (fan) and 171 ms (random);
+  embedded it is 201 / 495 ms (not analysed yet: SQLite takes one writer at a time). Random 300
+  at cap 64 meets its efficiency goal on both profiles (0.898 / 0.854, goal 0.85).
+- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.947 and
+  chain 0.949 meet it, random 0.916 misses by a hair (its policy bound is 0.986: admission cannot
+  know the durations); production layered 0.932, chain 0.931, random 0.894 miss. What is left is
+  the engine's own CPU per task: 8.8–9.5 ms embedded (goal < 10 ms met except random, 10.9),
+  10.6–12.4 ms on production at cap 8 (not met).
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.3 s embedded, 23.1 s
+  production, 500 in flight, 695 / 737 MiB.
+- **Storm on production: ~1.53 × the bound for every strategy**, naive included: the simulated
+  *server's* own per-minute limiter on Redis, not the engine (section 5's caveat), a benchmark
+  artefact still to fix. Ours with the limit configured sent no 429; adaptive without it still
+  gets 7 after its first back-off (no slow start yet).
+- **Live view: the goals of section 6 are met on both profiles** (p95 at 20 events/s and 50
+  viewers: 114 ms embedded, 73 ms on Redis). On a real 200-task run with 50 viewers
+  (`make bench-live`, bench/results-live.json, measured in the previous session) they are not:
+  p95 503 / 684 ms (embedded / production), against 956 / 1205 ms before burst frames carried
+  only what changed. A round that took long holds the next frames twice as long, and each round
+  reads every task's view for the totals and lanes (45–85 ms in daphne while the workers run).
+  *Next*: totals and lanes from aggregates rather than every task's view, and pacing that a
+  one-off round does not stretch.
 """
 
 
