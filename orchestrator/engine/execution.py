@@ -172,21 +172,28 @@ def _claim_many(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
 
 
 def _requests_of(attempts: Sequence[Attempt]) -> dict[int, AgentRequest]:
-    """The requests of attempts being claimed together, by attempt id: their tasks' upstreams read
-    in one query per run (a fan-out's tasks share theirs)."""
+    """The requests of attempts being claimed together, by attempt id (one upstream read per run)."""
     by_run: dict[int, list[Attempt]] = {}
     for attempt in attempts:
         by_run.setdefault(attempt.task_run.run_id, []).append(attempt)
-    requests = {}
-    for run_id, of_run in by_run.items():
-        shape = run_shape.of(of_run[0].task_run.run)
-        upstreams = context.upstream_tasks_of(
-            run_id, {a.task_run.subtask_id: shape.subtasks[a.task_run.subtask_id].upstreams for a in of_run}
-        )
-        for attempt in of_run:
-            task = attempt.task_run
-            requests[attempt.pk] = build_request(task, attempt.number, upstreams[task.subtask_id])
+    requests: dict[int, AgentRequest] = {}
+    for of_run in by_run.values():
+        of_tasks = requests_for(of_run[0].task_run.run, [(a.task_run, a.number) for a in of_run])
+        requests.update((a.pk, of_tasks[a.task_run_id]) for a in of_run)
     return requests
+
+
+def requests_for(
+    run: Run, claimed: Sequence[tuple[TaskRun, int]], known: Sequence[TaskRun] = ()
+) -> dict[int, AgentRequest]:
+    """The requests of tasks of one run claimed together, (task, attempt number) each, by task id:
+    their upstreams read in one query (a fan-out's tasks share theirs). `known`: tasks held as they
+    now are, not read again (the one whose success takes the step)."""
+    shape = run_shape.of(run)
+    upstreams = context.upstream_tasks_of(
+        run.pk, {task.subtask_id: shape.subtasks[task.subtask_id].upstreams for task, _ in claimed}, known=known
+    )
+    return {task.pk: build_request(task, number, upstreams[task.subtask_id]) for task, number in claimed}
 
 
 def _claim_one(attempt_id: int, worker: str) -> Claim | None:

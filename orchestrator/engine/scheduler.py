@@ -37,7 +37,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from orchestrator import events, wording
-from orchestrator.engine import admission, attempt_requests, context, run_shape, transitions, waits
+from orchestrator.engine import admission, attempt_requests, run_shape, transitions, waits
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun
 from orchestrator.providers.base import AgentRequest
 
@@ -552,15 +552,8 @@ def claimed_requests(
     from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
 
     known = agents if agents and all(a.row.agent_id in agents for a in claimed) else None
-    shape = run_shape.of(run)
-    upstreams_of = context.upstream_tasks_of(
-        run.pk,
-        {a.row.subtask_id: shape.subtasks[a.row.subtask_id].upstreams for a in claimed},
-        known=[ended] if ended is not None else [],
-    )
     numbers = {a.row.pk: a.row.attempt_count + 1 for a in claimed}
-    out: dict[int, tuple[TaskRun, AgentRequest, bool]] = {}
-    tasks = (
+    tasks = list(
         TaskRun.objects.select_related(*(("subtask",) if known else ("subtask", "agent")))
         .filter(pk__in=[a.row.pk for a in claimed])
         .annotate(has_tool_grants=execution.tool_grants_of("agent_id"))
@@ -570,9 +563,10 @@ def claimed_requests(
         if known:
             task.agent = known[task.agent_id]
         task.state = State.RUNNING
-        request = execution.build_request(task, numbers[task.pk], upstreams_of[task.subtask_id])
-        out[task.pk] = (task, request, bool(task.has_tool_grants))
-    return out
+    requests = execution.requests_for(
+        run, [(task, numbers[task.pk]) for task in tasks], known=[ended] if ended is not None else []
+    )
+    return {task.pk: (task, requests[task.pk], bool(task.has_tool_grants)) for task in tasks}
 
 
 def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request, has_tool_grants: bool):
