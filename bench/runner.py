@@ -576,25 +576,15 @@ class ProfileRunner:
     def align_window(self, spec: StormSpec, models: list[str]) -> float:
         """Start the storm at ``spec.phase_s`` into the server limit's current minute window.
 
-        The database limiter's windows are aligned on the wall clock (each minute): wait for
-        the phase. Redis (`limits`' Lua script) starts a key's window at its first request and
-        shifts it when the key's TTL falls below one window: creating every budget key with a
-        count of 0 and a TTL of (window + time left) puts it at the same phase at once.
-        Returns the Unix time at which the current window ends.
+        Both limiters' windows are aligned on the wall clock, each minute (the database's and
+        ratelimit.AlignedRedisStorage): wait for the phase. Returns the Unix time at which the
+        current window ends. `models`: the storm's models, whose budgets start empty.
         """
-        from django.conf import settings
-
         from orchestrator import ratelimit
 
-        left = 60.0 - spec.phase_s
-        if settings.GLASSBOX_RATE_LIMIT_STORAGE == "redis":
-            storage = ratelimit.get_storage()
-            client = storage.get_connection()
-            now = time.time()
-            for model in models:
-                for key in (f"sim-server:{model}:rpm", f"admit:simulated:{model}:rpm"):
-                    client.set(storage.prefixed_key(storage._current_window_key(key)), 0, px=int((60 + left) * 1000))
-            return now + left
+        for model in models:
+            for key in (f"sim-server:{model}:rpm", f"admit:simulated:{model}:rpm"):
+                ratelimit.reset(key)
         now = time.time()
         wait = (spec.phase_s - now % 60) % 60
         log(f"{self.name} storm: waiting {wait:.0f} s for second {spec.phase_s:.0f} of the minute window")

@@ -296,6 +296,46 @@ def test_redis_budget_is_shared_by_threads(redis_prefix):
     assert sum(granted) == 50
 
 
+# --- both storages: one rule ---------------------------------------------------------------------
+
+
+def burst_accept_times(monkeypatch, count: int, per_minute: int, start: float, step_s: float) -> list[float]:
+    """When each of `count` requests, each retried every `step_s` until taken, is taken."""
+    fake = FakeClock(start)
+    monkeypatch.setattr(ratelimit.get_storage(), "clock", fake)
+    key, taken = new_key(), []
+    while len(taken) < count:
+        if acquire(key, 1, per_minute) == 0.0:
+            taken.append(round(fake.now - start, 3))
+        else:
+            fake.advance(step_s)
+    return taken
+
+
+@pytest.mark.parametrize(
+    "storage_kind", ["database", pytest.param("redis", marks=pytest.mark.services)], ids=["database", "redis"]
+)
+@pytest.mark.django_db
+def test_both_storages_take_a_burst_by_the_rule_the_storm_benchmark_bounds_it_by(
+    storage_kind, settings, request, monkeypatch
+):
+    """The storm benchmark's bound (bench/strategies.py) is computed by one sliding-window rule:
+    22 requests at 16 per minute from 10 s before a window ends. A storage that took them at other
+    times would make its "bound" no bound (the Redis storage once did: `limits`' own script starts
+    a key's window at its first taking)."""
+    from bench import strategies
+
+    if storage_kind == "redis":
+        request.getfixturevalue("redis_prefix")
+    else:
+        settings.GLASSBOX_RATE_LIMIT_STORAGE = "database"
+    start = WINDOW_START + 50
+    taken = burst_accept_times(monkeypatch, 22, 16, start, step_s=0.05)
+    bound = strategies.sliding_window_accept_times(start, 22, 16, WINDOW_START + 60, step_s=0.05)
+    assert taken == pytest.approx([round(t - start, 3) for t in bound], abs=0.051)
+    assert taken[15] == 0.0 and 9.9 < taken[16] < 10.1 and 28.7 < taken[21] < 28.9
+
+
 # --- across real processes ---------------------------------------------------------------------
 
 CHILD_SCRIPT = textwrap.dedent(
