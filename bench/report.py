@@ -635,8 +635,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             "through `events.record` (one transaction each, like a worker), daphne serves the real `RunConsumer`, and "
             "a client process holds the viewers' connections (`bench/liveview.py`). Latency is the arrival of the "
             "frame whose `#live-seq` covers the event minus the moment its transaction committed, for every viewer "
-            "and event. The run's broadcaster sends at most one frame per 0.05 s (and no faster than twice its render "
-            "time; dashboard/broadcast.py), so at 20 events/s an event waits for the "
+            "and event. The run's broadcaster sends at most one frame per 0.05 s (after a long round, a pause as long "
+            "as the round; dashboard/broadcast.py), so at 20 events/s an event waits for the "
             "next frame by design."
         )
         out.append("")
@@ -728,12 +728,13 @@ the statements the engine repeats. Compare runs made under like conditions only.
   start yet).
 - **Live view: the goals of section 6 are met on both profiles** (p95 at 20 events/s and 50
   viewers: 114 ms embedded, 73 ms on Redis). On a real 200-task run with 50 viewers
-  (`make bench-live`, bench/results-live.json, measured in the previous session) they are not:
-  p95 503 / 684 ms (embedded / production), against 956 / 1205 ms before burst frames carried
-  only what changed. A round that took long holds the next frames twice as long, and each round
-  reads every task's view for the totals and lanes (45–85 ms in daphne while the workers run).
-  *Next*: totals and lanes from aggregates rather than every task's view, and pacing that a
-  one-off round does not stretch.
+  (`make bench-live`, bench/results-live.json, re-measured at 19:27 after this run) the embedded
+  goal is met and the production one is not: p95 205 / 117 ms (embedded / production; goals 250 /
+  100), against 262 / 313 ms on the same machine just before (a long round paused the next ones
+  for twice its time, and the poll counted from a round's end, every 0.1 s) and 956 / 1205 ms
+  before burst frames carried only what changed. What is left on Redis is the fan-out's burst
+  (~400 events, one ~150 KB frame per viewer) and each round reading every task's view for the
+  totals and lanes. *Next*: totals and lanes from aggregates rather than every task's view.
 """
 
 

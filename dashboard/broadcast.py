@@ -19,9 +19,11 @@ latest event in one round:
 * each viewer gets that HTML with its own CSRF token put in (`Viewer.personalise`, a string
   replace) — byte for byte what `fragments.render_batch` renders for it alone.
 
-Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (twice
-its render time, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S). The broadcaster starts
-with the run's first viewer and stops with its last.
+Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (as
+long a pause as the round took, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S: at most
+half of the broadcaster's time goes to rounds). The poll counts from the last round's start, so
+a long round does not also delay the next poll. The broadcaster starts with the run's first
+viewer and stops with its last.
 
 The broadcasters of an event loop read the database on threads of their own (`LiveDatabase`),
 whose connections stay open while anyone watches: `database_sync_to_async` closes the connection
@@ -56,13 +58,17 @@ from . import fragments
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.1
+# The embedded default's only news of the workers' events (its channel layer does not reach
+# across processes): an event waited for the poll ~60 ms on average at 0.1 s (make bench-live).
+# An idle poll is two small indexed reads (the latest event, the saved progress).
+POLL_S = 0.05
 # At 20 events a second an event waited up to a whole interval for its frame: 0.1 s made the p95
 # event-to-screen 135 ms on Redis (docs/benchmarks.md); rounds are a few ms, so 20 frames a second.
 MIN_FRAME_INTERVAL_S = 0.05
 # A round that took long to render (a large run, many viewers far behind) spaces the next ones
-# out: at least twice the render time apart, at most this much, so that the live view cannot
-# keep the server busy.
+# out: a pause as long as the round, at most this much, so that the live view takes at most
+# half of the server's time. (Twice the round held a fan-out's burst ~250 ms behind the plan's
+# approval frame on a 200-task run: bench-live p95 313 -> 124 ms on Redis.)
 MAX_FRAME_INTERVAL_S = 2.0
 # After a render failed: how long to wait before trying again.
 RETRY_AFTER_ERROR_S = 1.0
@@ -312,16 +318,17 @@ class RunBroadcaster:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        last_frame = 0.0
+        last_frame = began = 0.0
         interval = MIN_FRAME_INTERVAL_S
         while True:
             self._check_stop()
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=POLL_S)
+            try:  # the poll counts from the last round's start: a long round does not delay it
+                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, began + POLL_S - loop.time()))
             except TimeoutError:
                 pass
             self.wake.clear()
             if not any(s.cursor is not None for s in self.subscribers):
+                began = loop.time()
                 continue
             pause = interval - (loop.time() - last_frame)
             if pause > 0:
@@ -335,7 +342,7 @@ class RunBroadcaster:
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 continue
             if sent:
-                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, 2 * (loop.time() - began)))
+                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, loop.time() - began))
                 last_frame = loop.time()
 
     async def _round(self) -> bool:
