@@ -12,12 +12,12 @@ latest event in one round:
 * a viewer in step (its cursor is the last frame this feed sent it) gets a live batch however
   many events the round brings: a fan-out's hundreds of events in one transaction are sent as
   the rows and parts they changed. Only a viewer that resumed far behind (more events than the
-  log holds) gets the full refresh (fragments.render_run_batch says why);
+  log holds) gets the full refresh (frames.render_run_batch says why);
 * for each cursor, the run's parts and log rows are rendered once per permission class
   (`Viewer.shared()`: which controls the viewer may see, and whether its forms carry a CSRF
   token at all), and the panel of a watched task once per (class, task);
 * each viewer gets that HTML with its own CSRF token put in (`Viewer.personalise`, a string
-  replace) — byte for byte what `fragments.render_batch` renders for it alone.
+  replace) — byte for byte what `frames.render_batch` renders for it alone.
 
 Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (as
 long a pause as the round took, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S: at most
@@ -54,7 +54,7 @@ from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
 from orchestrator.readmodels import log as run_log
 
-from . import fragments
+from . import fragments, frames
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class Subscriber(Protocol):
 
 # Where a viewer's frame starts: (its cursor, whether it is in step). Viewers that would get the
 # same frame share a start: `in_step` is True also for a viewer that resumed close enough behind
-# for a live batch (fragments.render_run_batch), so that it shares its cursor's render.
+# for a live batch (frames.render_run_batch), so that it shares its cursor's render.
 Start = tuple[int, bool]
 
 
@@ -109,7 +109,7 @@ class Round:
 
     latest: int
     # start -> permission class -> the run's parts and log after that start (None: nothing new)
-    runs: dict[Start, dict[fragments.Viewer, fragments.Batch | None]] = field(default_factory=dict)
+    runs: dict[Start, dict[fragments.Viewer, frames.Batch | None]] = field(default_factory=dict)
     # (start, permission class, task) -> that task's panel parts
     panels: dict[tuple[Start, fragments.Viewer, int], str] = field(default_factory=dict)
     renders: int = 0
@@ -140,7 +140,7 @@ def render_round(run_id: int, latest: int, wanted: dict[Start, set[tuple[fragmen
         ):
             if shared not in per_class:
                 try:
-                    per_class[shared] = fragments.render_run_batch(run_id, cursor, shared, upto=latest, in_step=in_step)
+                    per_class[shared] = frames.render_run_batch(run_id, cursor, shared, upto=latest, in_step=in_step)
                     result.renders += 1
                 except Exception:  # a bad render must not end the live view: log it, try again later
                     log.exception("run %s: could not render the events after %s", run_id, cursor)
@@ -149,7 +149,7 @@ def render_round(run_id: int, latest: int, wanted: dict[Start, set[tuple[fragmen
             if batch is None or not watched or (start, shared, watched) in result.panels:
                 continue
             try:
-                result.panels[(start, shared, watched)] = fragments.render_watched_panel(run_id, batch, shared, watched)
+                result.panels[(start, shared, watched)] = frames.render_watched_panel(run_id, batch, shared, watched)
             except Exception:
                 log.exception("run %s: could not render the panel of task %s", run_id, watched)
                 per_class[shared] = None  # no frame without its panel: the next round tries again
@@ -179,7 +179,7 @@ class LiveOutputs:
                 self.text[task_id] = piece
                 self.changed.add(task_id)
 
-    def add_saved(self, saved: fragments.SavedProgress) -> None:
+    def add_saved(self, saved: frames.SavedProgress) -> None:
         for task_id, percent in saved.progress.items():
             self.progress[task_id] = max(percent, self.progress.get(task_id, 0))
         for task_id, output in saved.outputs.items():
@@ -389,7 +389,7 @@ class RunBroadcaster:
         watched = self.watched()
         seed = watched - self._seeded
         saved = await LiveDatabase.of_loop().run(
-            fragments.saved_progress, self.run_id, self._saved_since, watched, seed=seed
+            frames.saved_progress, self.run_id, self._saved_since, watched, seed=seed
         )
         self._check_stop()
         self._seeded = (self._seeded & watched) | seed
@@ -398,9 +398,9 @@ class RunBroadcaster:
         progress, outputs = self.live.take(watched)
         if not progress and not outputs:
             return False
-        shared = fragments.render_live_progress(progress)
+        shared = frames.render_live_progress(progress)
         panels = {
-            task_id: await LiveDatabase.of_loop().run(fragments.render_live_output, self.run_id, task_id, text)
+            task_id: await LiveDatabase.of_loop().run(frames.render_live_output, self.run_id, task_id, text)
             for task_id, text in outputs.items()
         }
         self._check_stop()
@@ -423,7 +423,7 @@ def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None,
     """One round's database work: the run's latest event and the frames of the viewers (their
     cursors, permission classes, watched tasks and whether they are in step) that are behind it;
     None when nobody is."""
-    latest = fragments.latest_seq(run_id)
+    latest = frames.latest_seq(run_id)
     if latest is None:
         return None
     wanted: dict[Start, set] = defaultdict(set)

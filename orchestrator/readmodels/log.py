@@ -5,7 +5,7 @@ from __future__ import annotations
 from orchestrator.models import Event, Run
 
 # The most rows one query of the log returns; also how far behind (in events) a viewer that
-# resumes may be and still get a live batch rather than a full refresh (dashboard/fragments.py).
+# resumes may be and still get a live batch rather than a full refresh (dashboard/frames.py).
 LOG_LIMIT = 200
 # The run page shows this many newest events at first; older ones load on demand. A live frame
 # never carries more log rows than this: more new events replace the rows with this page.

@@ -1,7 +1,7 @@
 """The run's broadcaster: each frame rendered once per (events, permission class) and shared.
 
 Through the real ASGI application like tests/dashboard/test_consumers.py; a spy on
-`fragments.render_run_batch` / `render_watched_panel` counts the renders.
+`frames.render_run_batch` / `render_watched_panel` counts the renders.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.db import transaction
 from django.middleware.csrf import _unmask_cipher_token
 from django.utils import timezone
 
-from dashboard import broadcast, fragments
+from dashboard import broadcast, fragments, frames
 from orchestrator import events
 from orchestrator.engine import runs, scheduler
 from orchestrator.models import Run, TaskRun
@@ -46,26 +46,26 @@ def run(transactional_db, make_plan, demo_agents, priced_limit, monkeypatch):
 def renders(monkeypatch):
     """Every run render the broadcaster asks for: (after_seq, upto, permission class)."""
     calls: list[tuple[int, int, fragments.Viewer]] = []
-    real = fragments.render_run_batch
+    real = frames.render_run_batch
 
     def spy(run_id, after_seq, viewer, upto=None, *, in_step=False):
         calls.append((after_seq, upto, viewer))
         return real(run_id, after_seq, viewer, upto=upto, in_step=in_step)
 
-    monkeypatch.setattr(fragments, "render_run_batch", spy)
+    monkeypatch.setattr(frames, "render_run_batch", spy)
     return calls
 
 
 @pytest.fixture
 def panel_renders(monkeypatch):
     calls: list[tuple[int, int, fragments.Viewer, int | None]] = []
-    real = fragments.render_watched_panel
+    real = frames.render_watched_panel
 
     def spy(run_id, batch, viewer, watched_task):
         calls.append((batch.from_seq, batch.to_seq, viewer, watched_task))
         return real(run_id, batch, viewer, watched_task)
 
-    monkeypatch.setattr(fragments, "render_watched_panel", spy)
+    monkeypatch.setattr(frames, "render_watched_panel", spy)
     return calls
 
 
@@ -129,14 +129,14 @@ def test_rounds_read_the_database_on_connections_kept_open_while_anyone_watches(
     from django.db import connection
 
     seen_by: list[tuple[str, int]] = []
-    real = fragments.latest_seq
+    real = frames.latest_seq
 
     def spy(run_id):
         latest = real(run_id)
         seen_by.append((threading.current_thread().name, id(connection.connection)))
         return latest
 
-    monkeypatch.setattr(fragments, "latest_seq", spy)
+    monkeypatch.setattr(frames, "latest_seq", spy)
     cookie = cookies_for(personas["viewer"])
 
     async def scenario():
@@ -315,7 +315,7 @@ def test_a_shared_render_personalised_equals_a_render_for_the_viewer_alone(run, 
         fragments.Viewer(can_control=False, can_decide=False, csrf_token=token),
     ):
         for after, watched in ((0, scope.pk), (latest - 1, None), (0, None)):
-            alone = fragments.render_batch(run.pk, after, viewer, watched)
+            alone = frames.render_batch(run.pk, after, viewer, watched)
             start = broadcast.start_of(after, False, latest)
             result = broadcast.render_round(run.pk, latest, {start: {(viewer.shared(), watched)}})
             html, to_seq = result.frame_for(viewer, start, watched)
@@ -325,7 +325,7 @@ def test_a_shared_render_personalised_equals_a_render_for_the_viewer_alone(run, 
 
 def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_others(run, monkeypatch):
     latest = Run.objects.get(pk=run.pk).last_event_seq
-    real = fragments.render_run_batch
+    real = frames.render_run_batch
     launcher = fragments.Viewer(can_control=True, can_decide=False)
     viewer = fragments.Viewer(can_control=False, can_decide=False)
 
@@ -334,7 +334,7 @@ def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_ot
             raise RuntimeError("template broke")
         return real(run_id, after_seq, shared, upto=upto, in_step=in_step)
 
-    monkeypatch.setattr(fragments, "render_run_batch", failing_for_launchers)
+    monkeypatch.setattr(frames, "render_run_batch", failing_for_launchers)
     start = (0, True)
     result = broadcast.render_round(run.pk, latest, {start: {(launcher.shared(), None), (viewer.shared(), None)}})
     assert result.frame_for(launcher, start, None) is None
@@ -424,7 +424,7 @@ def test_live_outputs_place_pieces_at_their_offsets_and_catch_up_from_the_saved_
     assert live.take({1}) == ({1: 20, 2: 5}, {1: "abcdef"})
     live.add_pieces([[1, 30, 9, "jkl"]], watched={1})  # a piece was lost (at-most-once): it waits
     assert live.take({1}) == ({1: 30}, {})
-    saved = fragments.SavedProgress(progress={1: 25}, outputs={1: "abcdefghi"}, latest=timezone.now())
+    saved = frames.SavedProgress(progress={1: 25}, outputs={1: "abcdefghi"}, latest=timezone.now())
     live.add_saved(saved)  # the host saved what the lost piece carried
     live.add_pieces([[1, 40, 9, "jkl"]], watched={1})
     assert live.take({1}) == ({1: 40}, {1: "abcdefghijkl"})

@@ -21,6 +21,7 @@ from django.test import Client
 from django.utils import timezone
 
 from dashboard import broadcast, consumers, fragments
+from dashboard import frames as live_frames
 from glassbox.asgi import application
 from orchestrator import events
 from orchestrator.engine import plan_edits, runs, scheduler
@@ -345,8 +346,8 @@ def test_the_viewers_of_a_run_share_one_doorbell_and_one_poll(run, personas, mon
 
     cookie = cookies_for(personas["viewer"])
     polls = []
-    real_latest = fragments.latest_seq
-    monkeypatch.setattr(fragments, "latest_seq", lambda run_id: polls.append(run_id) or real_latest(run_id))
+    real_latest = live_frames.latest_seq
+    monkeypatch.setattr(live_frames, "latest_seq", lambda run_id: polls.append(run_id) or real_latest(run_id))
 
     async def scenario():
         layer = get_channel_layer()
@@ -379,7 +380,7 @@ VIEWER = fragments.Viewer(can_control=True, can_decide=True)
 
 
 def batch_after(run: Run, seq: int, watched: int | None = None) -> str:
-    batch = fragments.render_batch(run.pk, seq, VIEWER, watched)
+    batch = live_frames.render_batch(run.pk, seq, VIEWER, watched)
     assert batch is not None
     return batch.html
 
@@ -389,7 +390,7 @@ def oob_ids(html: str) -> set[str]:
 
 
 def test_no_batch_when_nothing_is_new(run):
-    assert fragments.render_batch(run.pk, last_seq(run), VIEWER) is None
+    assert live_frames.render_batch(run.pk, last_seq(run), VIEWER) is None
 
 
 def test_task_events_bring_the_row_lanes_totals_bars_and_log(run):

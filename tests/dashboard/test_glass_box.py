@@ -12,7 +12,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from dashboard import fragments
+from dashboard import fragments, frames
 from orchestrator import events
 from orchestrator.engine import runs, scheduler
 from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
@@ -165,14 +165,14 @@ def test_step_events_send_the_panel_head_and_their_rows_not_the_whole_panel(run)
     )
     record_step(task, steps[0])  # the first step of the attempt: the attempt is sent whole
     after_first = events.latest_seq(run.pk)
-    first = fragments.render_batch(run.pk, after_first - 1, VIEWER, task.pk)
+    first = frames.render_batch(run.pk, after_first - 1, VIEWER, task.pk)
     assert (
         f'id="path-attempt-{task.pk}-1"' in first.html and f'data-upsert="#task-path-{task.pk}-attempts"' in first.html
     )
     for step in steps[1:3]:  # model call, tool call
         record_step(task, step)
     call_seq = events.latest_seq(run.pk)
-    batch = fragments.render_batch(run.pk, after_first, VIEWER, task.pk)
+    batch = frames.render_batch(run.pk, after_first, VIEWER, task.pk)
     assert f'id="task-head-{task.pk}"' in batch.html
     assert f'id="task-output-{task.pk}"' not in batch.html and f'id="task-attempts-{task.pk}"' not in batch.html
     assert f'id="path-attempt-{task.pk}-1"' not in batch.html
@@ -180,7 +180,7 @@ def test_step_events_send_the_panel_head_and_their_rows_not_the_whole_panel(run)
     assert call_row in batch.html and f'data-upsert="#path-attempt-{task.pk}-1-rows"' in batch.html
     assert "calling…" in batch.html and "step 1 · calling lookup" in batch.html  # the head says it too
     record_step(task, steps[3])  # its result: the same row again, complete
-    result = fragments.render_batch(run.pk, call_seq, VIEWER, task.pk)
+    result = frames.render_batch(run.pk, call_seq, VIEWER, task.pk)
     assert f'<li id="path-{call_seq}" class="path-row path-call"' in result.html and "found: q" in result.html
 
 
@@ -189,7 +189,7 @@ def test_a_task_event_sends_the_whole_panel_with_its_path(run):
     a_path(task)
     before = events.latest_seq(run.pk)
     events.record("task.started", task=task, payload={"attempt": 1})
-    batch = fragments.render_batch(run.pk, before, VIEWER, task.pk)
+    batch = frames.render_batch(run.pk, before, VIEWER, task.pk)
     assert f'id="task-attempts-{task.pk}"' in batch.html and f'id="task-path-{task.pk}"' in batch.html
 
 
@@ -198,13 +198,13 @@ def test_the_dag_node_reads_the_activity_from_the_task_row_while_it_runs(run):
     start(task)
     before = events.latest_seq(run.pk) or 0
     events.record("tool.call", task=task, payload={"step": 3, "call_id": "c", "tool": "lookup", "attempt": 1})
-    batch = fragments.render_batch(run.pk, before, VIEWER)
+    batch = frames.render_batch(run.pk, before, VIEWER)
     row = re.search(rf'<div id="task-{task.pk}" [^>]*>', batch.html).group(0)
     assert 'data-activity="step 3 · calling lookup"' in row
     TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.SUCCEEDED)
     done = events.latest_seq(run.pk)
     events.record("task.succeeded", task=task)
-    row = re.search(rf'<div id="task-{task.pk}" [^>]*>', fragments.render_batch(run.pk, done, VIEWER).html).group(0)
+    row = re.search(rf'<div id="task-{task.pk}" [^>]*>', frames.render_batch(run.pk, done, VIEWER).html).group(0)
     assert "data-activity" not in row
 
 
@@ -217,13 +217,13 @@ def test_a_call_held_by_the_providers_budget_is_a_row_while_it_waits_and_after(v
     hold = {"step": 2, "wait": "rate_limit_requests", "attempt": 1}
     events.record("agent.rate_wait", task=task, payload=hold)
     wait_seq = events.latest_seq(run.pk)
-    batch = fragments.render_batch(run.pk, before, VIEWER, task.pk)
+    batch = frames.render_batch(run.pk, before, VIEWER, task.pk)
     row = re.search(rf'<li id="path-{wait_seq}" class="path-row path-wait is-open".*?</li>', batch.html, re.S)
     assert row and "waiting for the provider&#x27;s request budget…" in row.group(0)
     node = re.search(rf'<div id="task-{task.pk}" [^>]*>', batch.html).group(0)
     assert 'data-activity="step 2 · waiting for the provider&#x27;s request budget"' in node
     events.record("agent.rate_waited", task=task, payload={**hold, "duration_s": 12.04})
-    ended = fragments.render_batch(run.pk, wait_seq, VIEWER, task.pk)
+    ended = frames.render_batch(run.pk, wait_seq, VIEWER, task.pk)
     row = re.search(rf'<li id="path-{wait_seq}" class="path-row path-wait".*?</li>', ended.html, re.S)
     assert row and "Waited 12 s for the provider&#x27;s request budget" in row.group(0)
     assert "Waited 12 s for the provider&#x27;s request budget" in panel(viewer, run, task)
@@ -347,17 +347,17 @@ def test_the_artifacts_are_sent_again_after_a_tool_result_and_when_the_run_ends(
     record_loop(
         task, ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("ok")), FakeTools(lookup=(lookup, False))
     )
-    batch = fragments.render_batch(run.pk, before, VIEWER)
+    batch = frames.render_batch(run.pk, before, VIEWER)
     assert (
         'id="run-artifacts" class="card artifacts" aria-labelledby="artifacts-title" hx-swap-oob="true"' in batch.html
     )
     assert "figures.csv" in batch.html
     before = events.latest_seq(run.pk)
     runs.cancel(run, user=personas["launcher"])
-    assert 'id="run-artifacts"' in fragments.render_batch(run.pk, before, VIEWER).html
+    assert 'id="run-artifacts"' in frames.render_batch(run.pk, before, VIEWER).html
     before = events.latest_seq(run.pk)
     events.record("task.progress", task=task, payload={"progress": 5})
-    assert 'id="run-artifacts"' not in fragments.render_batch(run.pk, before, VIEWER).html
+    assert 'id="run-artifacts"' not in frames.render_batch(run.pk, before, VIEWER).html
 
 
 # --- The audit export ---------------------------------------------------------------------------
@@ -401,7 +401,7 @@ def test_a_steps_payload_is_rendered_escaped_everywhere(viewer, run):
         panel(viewer, run, task),
         viewer.get(reverse("run_detail", args=[run.pk]) + f"?task={task.pk}").content.decode(),
         viewer.get(reverse("run_attempt", args=[run.pk, task.pk, 1])).content.decode(),
-        fragments.render_batch(run.pk, 0, VIEWER, task.pk).html,
+        frames.render_batch(run.pk, 0, VIEWER, task.pk).html,
     ]
     for html in pages:
         assert "<script>alert" not in html and "<img src=x" not in html

@@ -20,7 +20,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from dashboard import fragments
+from dashboard import fragments, frames
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Checkpoint, Event, Run
 from orchestrator.readmodels import log as run_log
@@ -75,7 +75,7 @@ def page_after(client, personas, monkeypatch):
         change()
         monkeypatch.setattr(timezone, "now", lambda: moment)
         try:
-            batch = fragments.render_batch(run.pk, seen, VIEWER, in_step=in_step)
+            batch = frames.render_batch(run.pk, seen, VIEWER, in_step=in_step)
         finally:
             monkeypatch.setattr(timezone, "now", real_now)
         apply_frame(page, batch.html)
@@ -118,7 +118,7 @@ def listed_types(live_root: Element) -> set[str]:
     return {option.attrs["value"] for option in types.elements() if option.tag == "option"}
 
 
-def assert_same_page(page: Element, reloaded: Element, batch: fragments.Batch, listed_before: set[str]) -> None:
+def assert_same_page(page: Element, reloaded: Element, batch: frames.Batch, listed_before: set[str]) -> None:
     # The filter lists the types a reload lists: those it had, and those of the rows and of the
     # frame's data-types (its rows may be only the log's newest page), which log.js adds.
     arrived = {e.attrs["data-type"] for e in page.find("event-log-rows").elements() if "data-type" in e.attrs}
@@ -136,7 +136,7 @@ def test_a_burst_is_one_live_batch_of_what_changed(fan_out):
     latest = last_seq(fan_out)
     assert latest - seen > run_log.LOG_LIMIT
 
-    batch = fragments.render_batch(fan_out.pk, seen, VIEWER, in_step=True)
+    batch = frames.render_batch(fan_out.pk, seen, VIEWER, in_step=True)
     assert not batch.full and 'data-full="0"' in batch.html
     touched = set(fan_out.tasks.exclude(subtask__key="synthesis").values_list("pk", flat=True))
     rows = {int(pk) for pk in re.findall(r'<div id="task-(\d+)"[^>]*hx-swap-oob="true"', batch.html)}
@@ -150,7 +150,7 @@ def test_a_burst_is_one_live_batch_of_what_changed(fan_out):
     assert f"?before={log_rows[-1]}" in batch.html
 
     # A viewer that resumes this far behind gets the full refresh instead, the log's page too.
-    full = fragments.render_batch(fan_out.pk, seen, VIEWER)
+    full = frames.render_batch(fan_out.pk, seen, VIEWER)
     assert full.full and "task-table" in oob_ids(full.html)
     assert len(re.findall(r'<div id="event-\d+"', full.html)) == run_log.PAGE_LOG_ROWS
 
