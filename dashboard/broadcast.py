@@ -22,8 +22,9 @@ latest event in one round:
 Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (as
 long a pause as the round took, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S: at most
 half of the broadcaster's time goes to rounds). The poll counts from the last round's start, so
-a long round does not also delay the next poll. The broadcaster starts with the run's first
-viewer and stops with its last.
+a round does not also delay the next poll; after a round longer than half the poll, the poll
+waits as long as the round, so that an idle run's polls cannot take a loaded database's time
+back to back. The broadcaster starts with the run's first viewer and stops with its last.
 
 The broadcasters of an event loop read the database on threads of their own (`LiveDatabase`),
 whose connections stay open while anyone watches: `database_sync_to_async` closes the connection
@@ -318,17 +319,20 @@ class RunBroadcaster:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        last_frame = began = 0.0
+        last_frame = began = took = 0.0
         interval = MIN_FRAME_INTERVAL_S
         while True:
             self._check_stop()
-            try:  # the poll counts from the last round's start: a long round does not delay it
-                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, began + POLL_S - loop.time()))
+            # The poll counts from the last round's start, so a round does not also delay it; after
+            # a round longer than half the poll (a loaded database) it waits as long as the round.
+            next_poll = began + max(POLL_S, 2 * took)
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=max(0.0, next_poll - loop.time()))
             except TimeoutError:
                 pass
             self.wake.clear()
             if not any(s.cursor is not None for s in self.subscribers):
-                began = loop.time()
+                began, took = loop.time(), 0.0
                 continue
             pause = interval - (loop.time() - last_frame)
             if pause > 0:
@@ -341,8 +345,9 @@ class RunBroadcaster:
                 log.exception("run %s: live round failed", self.run_id)
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
                 continue
+            took = loop.time() - began
             if sent:
-                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, loop.time() - began))
+                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, took))
                 last_frame = loop.time()
 
     async def _round(self) -> bool:
