@@ -94,6 +94,8 @@ def test_while_running_waiting_tasks_say_the_run_cap_holds_them(viewer, wide_run
     assert "2 queued, waiting for a worker" in lane and "busy in other runs" not in lane
     assert "reserved in flight" in text_of(page)  # two attempts are queued: their worst case is held
     assert tasks_card(page) == "0 of 6 succeeded"
+    # The cap holds queued attempts too: the peak is of those, not of what ran (nothing has yet).
+    assert "0 running of 2" in text_of(page) and "at most 2 queued or running at once" in text_of(page)
 
 
 def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wide_run):
