@@ -144,9 +144,9 @@ def artifacts_dir(tmp_path, settings) -> Path:
 @pytest.fixture
 def no_broker(monkeypatch):
     """Admitted attempts are not handed to any broker: a test runs them itself with `run_here`."""
-    from orchestrator.engine import scheduler
+    from orchestrator.engine import dispatch
 
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
 
 
 def run_here(run: Run) -> Run:

@@ -41,6 +41,7 @@ from orchestrator.engine import (
     admission,
     attempt_requests,
     context,
+    dispatch,
     run_shape,
     scheduler,
     settlement,
@@ -146,7 +147,7 @@ def _claim_many(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
                 output_field=JSONField(),
             ),
         )
-        fields = scheduler.execution_lease(worker, now)
+        fields = dispatch.execution_lease(worker, now)
         which = Q(pk__in=[])
         for attempt in attempts:
             which |= Q(pk=attempt.task_run_id, attempt_count=attempt.number)
@@ -222,7 +223,7 @@ def _claim_one(attempt_id: int, worker: str) -> Claim | None:
             heartbeat_at=now,
             request=attempt_requests.as_record(request),
         )
-        fields = scheduler.execution_lease(worker, now)
+        fields = dispatch.execution_lease(worker, now)
         moved = took and transitions.move_where(
             TaskRun.objects.filter(pk=task.pk, attempt_count=attempt.number),
             State.RUNNING,

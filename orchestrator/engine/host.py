@@ -43,7 +43,7 @@ from django.conf import settings
 
 from orchestrator import db_threads, events
 from orchestrator.db_threads import run as db
-from orchestrator.engine import agent_runner, execution, live, scheduler
+from orchestrator.engine import agent_runner, dispatch, execution, live, scheduler
 from orchestrator.engine.agent_runner import AttemptRun
 
 log = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class AgentHost:
                 asyncio.run_coroutine_threadsafe(self._host_attempt(attempt_id), self.loop)
                 return "accepted"
             self.free.release()
-        scheduler.enqueue_attempt(attempt_id)  # draining: another process takes it
+        dispatch.enqueue_attempt(attempt_id)  # draining: another process takes it
         return "handed to the broker (this worker is stopping)"
 
     def drain(self, grace_s: float | None = None) -> None:

@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import admission, scheduler, tool_approvals
+from orchestrator.engine import admission, dispatch, scheduler, tool_approvals
 from orchestrator.engine.execution import schedule_retry_or_fail
 from orchestrator.engine.settlement import settle
 from orchestrator.models import Attempt, Run, TaskRun
@@ -98,7 +98,7 @@ def requeue_stale() -> int:
                 message=f"attempt {number} was not picked up in {settings.GLASSBOX_QUEUED_GRACE_S} s: handed to the broker again",
                 payload={"attempt": number},
             )
-            transaction.on_commit(functools.partial(scheduler.enqueue_attempt, attempt.pk))
+            transaction.on_commit(functools.partial(dispatch.enqueue_attempt, attempt.pk))
     return len(stale)
 
 

@@ -29,7 +29,7 @@ TASK_MOVES: dict[str, frozenset[str]] = {
     # the gate is approved or rejected
     State.WAITING_GATE: frozenset({State.READY, State.SKIPPED, State.CANCELLED}),
     # admitted (to the broker's queue, or claimed at once by the agent host whose attempt's end
-    # admitted it: scheduler.dispatch), or held back by the provider's rate budget
+    # admitted it: dispatch.start_attempts), or held back by the provider's rate budget
     State.READY: frozenset({State.THROTTLED, State.QUEUED, State.RUNNING, State.SKIPPED, State.CANCELLED}),
     State.THROTTLED: frozenset({State.READY, State.QUEUED, State.RUNNING, State.SKIPPED, State.CANCELLED}),
     # a worker claims the attempt

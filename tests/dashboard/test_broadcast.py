@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from dashboard import broadcast, fragments, frames
 from orchestrator import events
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.models import Run, TaskRun
 
 from .test_consumers import communicator, cookies_for, frame_seq, last_seq, receive_until
@@ -34,7 +34,7 @@ def fast_passwords(settings):
 
 @pytest.fixture
 def run(transactional_db, make_plan, demo_agents, priced_limit, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan(
         {"scope": ("researcher", []), "a": ("researcher", ["scope"]), "write": ("writer", ["a"], {"gate": "after"})},
         goal="Shared live view",

@@ -24,7 +24,7 @@ from dashboard import broadcast, consumers, fragments
 from dashboard import frames as live_frames
 from glassbox.asgi import application
 from orchestrator import events
-from orchestrator.engine import plan_edits, runs, scheduler
+from orchestrator.engine import dispatch, plan_edits, runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 
 ORIGIN = (b"origin", b"http://localhost")
@@ -38,7 +38,7 @@ def fast_passwords(settings):
 
 @pytest.fixture
 def run(transactional_db, make_plan, demo_agents, priced_limit, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan(
         {"scope": ("researcher", []), "a": ("researcher", ["scope"]), "write": ("writer", ["a"], {"gate": "after"})},
         goal="Live view",

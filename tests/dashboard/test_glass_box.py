@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from dashboard import fragments, frames
 from orchestrator import events
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Event, TaskRun
@@ -34,7 +34,7 @@ VIEWER = fragments.Viewer(can_control=False, can_decide=False)
 
 @pytest.fixture
 def run(make_plan, demo_agents, priced_limit, monkeypatch, artifacts_dir):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     return runs.launch(make_plan({"look": ("researcher", []), "write": ("writer", ["look"])}), budget_usd="5")
 
 

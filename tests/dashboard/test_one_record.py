@@ -12,7 +12,7 @@ from django.urls import reverse
 from dashboard.api import schemas
 from dashboard.api.main import api
 from orchestrator import events
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.governance import audit_export
 from orchestrator.models import Event
 from orchestrator.readmodels.records import (
@@ -65,7 +65,7 @@ def test_the_download_the_audit_export_and_the_page_build_on_the_same_records():
 
 @pytest.fixture
 def run(make_plan, demo_agents, priced_limit, personas, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}), launched_by=personas["launcher"])
     with transaction.atomic():
         events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 40})

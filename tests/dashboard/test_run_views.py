@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +27,7 @@ def fast_passwords(settings):
 @pytest.fixture
 def brief(make_plan, demo_agents, priced_limit, monkeypatch):
     """A launched fan-out / fan-in run (nothing enqueued: no broker in these tests)."""
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan(
         {
             "scope": ("researcher", []),
@@ -152,7 +152,7 @@ def test_graph_json_has_every_dependency(login, personas, brief):
 
 
 def test_goal_titles_and_output_are_escaped(login, personas, make_plan, demo_agents, priced_limit, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan({"evil": ("writer", [], {"title": "T " + XSS, "instructions": XSS})}, goal="G " + XSS)
     run = runs.launch(plan, budget_usd="5")
     t = task(run, "evil")

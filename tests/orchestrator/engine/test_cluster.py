@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import cluster, runs, scheduler
+from orchestrator.engine import cluster, dispatch, runs
 from orchestrator.engine.health import check
 from orchestrator.engine.ticker import TICKER_KEY, claim_tick
 from orchestrator.models import Attempt, RateCounter
@@ -35,7 +35,7 @@ def test_a_worker_that_ticked_recently_means_a_cluster_runs():
 
 
 def test_an_attempt_renewing_its_lease_means_a_cluster_runs(make_agent, make_plan, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     attempt = Attempt.objects.get(task_run__run=run)

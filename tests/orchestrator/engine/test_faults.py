@@ -137,10 +137,10 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
     from django.db import connections
     from django.utils import timezone
 
-    from orchestrator.engine import execution, reaper, scheduler
+    from orchestrator.engine import dispatch, execution, reaper
     from orchestrator.providers.base import Usage
 
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     attempt = Attempt.objects.get(task_run__run=run)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine import plan_edits, runs, scheduler
+from orchestrator.engine import dispatch, plan_edits, runs
 from orchestrator.engine.runs import ActionError
 from orchestrator.models import Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
 from orchestrator.plans import MAX_INSTRUCTIONS_CHARS
@@ -26,7 +26,7 @@ def plan(make_plan, demo_agents, priced_limit):
 
 @pytest.fixture
 def awaiting(plan, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
 
     def launch() -> tuple[Run, Checkpoint]:
         run = runs.launch(plan, budget_usd="5", require_plan_approval=True)
@@ -114,7 +114,7 @@ def test_edits_only_while_the_plan_checkpoint_is_pending(awaiting):
 
 
 def test_only_the_plan_checkpoint_allows_edits(plan, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     run = runs.launch(plan, budget_usd="5")
     gate = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="write"), kind=Checkpoint.Kind.BEFORE)
     with pytest.raises(ActionError, match="only the plan's approval checkpoint"):

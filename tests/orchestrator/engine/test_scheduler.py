@@ -1,5 +1,5 @@
-"""The scheduler step: the ready rule, gates, skips, dispatch, idempotence (admission under the caps:
-test_admission.py)."""
+"""The scheduler step: the ready rule, gates, skips, idempotence (admission under the caps:
+test_admission.py; how admitted attempts start: test_dispatch.py)."""
 
 from __future__ import annotations
 
@@ -58,13 +58,6 @@ def test_concurrent_scheduler_steps_in_separate_processes_admit_nothing_twice(de
     assert Attempt.objects.filter(task_run__run=run).values("task_run").distinct().count() == 7
     queued_events = Event.objects.filter(run=run, type="task.queued").count()
     assert queued_events == 7
-
-
-@pytest.mark.django_db(transaction=True)
-def test_admitted_attempts_are_enqueued_after_commit(demo_agents, make_plan, broker):
-    plan = make_plan({"a": ("researcher", []), "b": ("writer", [])})
-    runs.launch(plan, cap=4)
-    assert broker.queue_size() == 2
 
 
 @pytest.mark.django_db
@@ -186,18 +179,6 @@ def test_every_transition_is_an_event_with_consecutive_sequence_numbers(demo_age
     assert "task.ready" in types[4:] and types[-1] == "task.queued"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_keep_leaves_the_first_admitted_attempts_out_of_the_broker(demo_agents, make_plan, broker):
-    plan = make_plan({"a": ("researcher", []), **{k: ("researcher", ["a"]) for k in "bcd"}})
-    run = runs.launch(plan, cap=4)
-    broker.purge_queue()
-    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.SUCCEEDED, finished_at=timezone.now())
-    result = scheduler.advance(run.pk, keep=2)
-    assert len(result.admitted) == 3 and result.kept == result.admitted[:2]
-    assert broker.queue_size() == 1  # only the attempt the caller does not run itself
-    assert scheduler.advance(run.pk, keep=2).kept == []  # nothing new to admit
-
-
 @pytest.mark.django_db
 def test_a_run_stopped_over_budget_closes_its_open_gates(demo_agents, make_plan):
     plan = make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("writer", [])})
@@ -244,13 +225,6 @@ def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_age
     assert (review.status, review.comment, review.decided_at) == ("pending", "", None)
     runs.decide(review, approve=True)
     assert states(run) == {"a": "succeeded", "b": "queued"}
-
-
-def test_the_host_that_admitted_keeps_all_it_has_room_for_and_always_the_next_of_a_chain():
-    assert scheduler.kept_share(10, at_most=50) == 10  # all it has room for: none waits for the broker
-    assert scheduler.kept_share(10, at_most=3) == 3  # no more than it has room for
-    assert scheduler.kept_share(1, at_most=50) == 1  # a chain's next task never goes through the broker
-    assert scheduler.kept_share(3, at_most=0) == 0  # a draining host keeps nothing
 
 
 @pytest.mark.django_db
@@ -308,31 +282,3 @@ def test_an_admission_of_earlier_and_newly_ready_tasks_keeps_each_ones_ready_tim
     assert rows["old"].state == rows["new"].state == State.QUEUED
     assert rows["old"].ready_at == long_ago
     assert rows["new"].ready_at > long_ago
-
-
-def test_attempts_are_handed_to_the_broker_through_one_broker_per_process(monkeypatch):
-    import django_q.brokers
-    import django_q.tasks
-
-    built, sent = [], []
-
-    class Recording:
-        list_key = "q"
-
-        def enqueue(self, package):
-            sent.append(package)
-            return len(sent)
-
-    def get_broker(list_key=None):
-        built.append(list_key)
-        return Recording()
-
-    monkeypatch.setattr(django_q.brokers, "get_broker", get_broker)
-    monkeypatch.setattr(django_q.tasks, "get_broker", get_broker)
-    monkeypatch.setattr(scheduler, "_broker", None)
-    for attempt_id in range(10):
-        scheduler.enqueue_attempt(attempt_id)
-    assert (len(built), len(sent)) == (1, 10)  # not a broker (a Redis connection) per attempt
-    monkeypatch.setattr(scheduler.os, "getpid", lambda: -1)  # a forked worker builds its own
-    scheduler.enqueue_attempt(10)
-    assert (len(built), len(sent)) == (2, 11)

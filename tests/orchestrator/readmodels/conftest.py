@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.models import Attempt, Run, TaskRun
 
 State = TaskRun.State
@@ -18,7 +18,7 @@ State = TaskRun.State
 
 @pytest.fixture
 def launched(make_plan, demo_agents, priced_limit, monkeypatch):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
 
     def launch(tasks: dict, **kwargs) -> Run:
         kwargs.setdefault("budget_usd", "5")

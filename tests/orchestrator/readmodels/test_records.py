@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import runs, scheduler
+from orchestrator.engine import dispatch, runs
 from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
 from orchestrator.readmodels.records import CheckpointRecord, EventRecord
 from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def run(make_plan, demo_agents, priced_limit, monkeypatch, admin_user):
-    monkeypatch.setattr(scheduler, "enqueue_attempt", lambda attempt_id: None)
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
     plan = make_plan(
         {
             "scope": ("researcher", [], {"instructions": "Frame it."}),
