@@ -92,15 +92,20 @@ def own_redis(tmp_path):
 def broker_at(monkeypatch):
     """Point this process's django-q2 at a Redis URL (its Conf is read once, at import).
 
-    Workers get the same URL through REDIS_URL; the queue name stays the session's.
+    Workers get the same URL through REDIS_URL; the queue name stays the session's. The broker
+    this process made for an earlier test (dispatch.process_broker keeps one per process) is
+    dropped: it would still hand attempts to the old server.
     """
     from django_q.conf import Conf
+
+    from orchestrator.engine import dispatch
 
     def point(url: str) -> None:
         monkeypatch.setattr(Conf, "ORM", None)
         monkeypatch.setattr(Conf, "BROKER_CLASS", None)
         monkeypatch.setattr(Conf, "DJANGO_REDIS", None)
         monkeypatch.setattr(Conf, "REDIS", url)
+        monkeypatch.setattr(dispatch, "_broker", None)
 
     return point
 
