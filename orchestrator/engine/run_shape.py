@@ -33,6 +33,7 @@ class SubtaskShape:
     instructions: str
     upstreams: tuple[int, ...]  # subtask ids
     has_downstream: bool
+    downstream_agents: frozenset[int]  # the agents of its direct downstream tasks (ids)
 
 
 @dataclass(frozen=True)
@@ -84,20 +85,33 @@ def read(run: Run) -> RunShape:
             "subtask__inputs",
             "subtask__estimated_input_tokens",
             "subtask__instructions",
+            "agent_id",
             "run__plan__goal",
         )
     )
     ups: dict[int, list[int]] = {row[1]: [] for row in rows}
-    downs: set[int] = set()
+    agent_of = {row[1]: row[-2] for row in rows}
+    down_agents: dict[int, set[int]] = {sid: set() for sid in ups}
     for up, down in Dependency.objects.filter(plan_id=run.plan_id).values_list("upstream_id", "downstream_id"):
-        if down in ups:
+        if down in ups and up in ups:
             ups[down].append(up)
-            downs.add(up)
+            down_agents[up].add(agent_of[down])
     subtasks = {
         sid: SubtaskShape(
-            sid, pk, key, title, gate, priority, inputs, estimate, instructions, tuple(ups[sid]), sid in downs
+            sid,
+            pk,
+            key,
+            title,
+            gate,
+            priority,
+            inputs,
+            estimate,
+            instructions,
+            tuple(ups[sid]),
+            bool(down_agents[sid]),
+            frozenset(down_agents[sid]),
         )
-        for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _ in rows
+        for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _, _ in rows
     }
     goal = rows[0][-1] if rows else ""
     return RunShape(run.pk, run.created_at, goal, subtasks, {s.task_id: s for s in subtasks.values()})

@@ -225,6 +225,41 @@ def test_the_tasks_a_success_claims_for_its_host_are_asked_with_the_upstream_out
     assert recorded == prompts
 
 
+def test_a_success_is_summarised_for_its_downstream_agents_read_from_the_runs_shape(
+    make_agent, make_plan, fake_anthropic
+):
+    """Downstream of its own agent only (a chain's usual case), the summary needs no read of the
+    downstream agents; with a Claude agent downstream it is still bounded as Claude counts."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from orchestrator.providers.fake_anthropic import CHARS_PER_INPUT_TOKEN
+
+    long_words = " ".join(["interoperability"] * 60 + ["configuration"] * 60 + ["a"] * 71)  # 191 words
+    make_agent("researcher")
+    make_agent("claude", provider="anthropic", model="claude-sonnet-4-6", provider_options={})
+    plan = make_plan(
+        {
+            "own": ("researcher", []),
+            "next": ("researcher", ["own"]),
+            "mixed": ("researcher", []),
+            "c": ("claude", ["mixed"]),
+        }
+    )
+    run = runs.launch(plan, cap=4)
+    ended = {}
+    for key in ("own", "mixed"):
+        claim = execution.claim_attempt(queued_attempt(run, key).pk, "w1")
+        with CaptureQueriesContext(connection) as queries:
+            assert execution.complete(claim, long_words, Usage(10, 5)) == "succeeded"
+        ended[key] = (TaskRun.objects.get(pk=claim.task.pk).summary, [q["sql"] for q in queries])
+    summary, statements = ended["own"]
+    assert summary == long_words  # the word count lets all 191 words through
+    assert not [sql for sql in statements if sql.startswith('SELECT "orchestrator_agent"."provider"')]
+    summary, _ = ended["mixed"]
+    assert len(summary) / CHARS_PER_INPUT_TOKEN <= 200 < len(long_words) / CHARS_PER_INPUT_TOKEN
+
+
 def claim_statements(attempt_ids: list[int]) -> tuple[dict, int]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
