@@ -20,10 +20,11 @@ estimate plus the bound of what the subtask receives. Both follow the same choic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from django.conf import settings
 
+from orchestrator.engine import run_shape
 from orchestrator.engine.run_shape import SubtaskShape
 from orchestrator.models import Agent, Dependency, Subtask, TaskRun
 from orchestrator.providers.token_counting import MaxCounter, TokenCounter, counter_for
@@ -95,12 +96,13 @@ def agent_counter(agent: Agent) -> TokenCounter:
     return counter_for(agent.provider, agent.model)
 
 
-def summary_counter(task: TaskRun, downstream_agents: Collection[int] | None = None) -> TokenCounter:
+def summary_counter(task: TaskRun) -> TokenCounter:
     """The strictest count among the agents that will receive ``task``'s summary (its downstream
     subtasks' agents), or its own agent's when nothing is downstream. Read from the database
-    unless ``downstream_agents`` (their ids) says they are all the task's own agent — a chain's
-    or a team's usual case, on the path from one task to the next."""
-    if downstream_agents is not None and set(downstream_agents) <= {task.agent_id}:
+    unless the run's shape says they are all the task's own agent — a chain's or a team's usual
+    case, on the path from one task to the next."""
+    known = run_shape.downstream_agents(task)
+    if known is not None and known <= {task.agent_id}:
         return agent_counter(task.agent)
     downstream = Agent.objects.filter(subtasks__upstream_edges__upstream_id=task.subtask_id).values_list(
         "provider", "model"
@@ -110,14 +112,13 @@ def summary_counter(task: TaskRun, downstream_agents: Collection[int] | None = N
     return counters[0] if len(counters) == 1 else MaxCounter(counters)
 
 
-def summary_for(task: TaskRun, output: str, downstream_agents: Collection[int] | None = None) -> str:
-    """``task``'s summary of ``output``, bounded as its downstream agents count tokens
-    (``downstream_agents``: their ids, when the caller knows them from the run's shape).
+def summary_for(task: TaskRun, output: str) -> str:
+    """``task``'s summary of ``output``, bounded as its downstream agents count tokens.
 
     May ask the provider's token counting over the network: call it before the transaction that
     records the result, not inside it.
     """
-    return summarize(output, count=summary_counter(task, downstream_agents).count)
+    return summarize(output, count=summary_counter(task).count)
 
 
 # --- What a subtask receives ------------------------------------------------------------------------

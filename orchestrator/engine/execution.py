@@ -348,7 +348,7 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
     task = claim.task
     # Bounded as its downstream agents' providers count tokens (for Claude, maybe a request):
     # before the transaction, which then holds its locks no longer than it must.
-    summary = context.summary_for(task, output, downstream_agents_of(task))
+    summary = context.summary_for(task, output)
     review = task.subtask.gate == Subtask.Gate.AFTER
     now = timezone.now()
     with events.atomic():
@@ -399,15 +399,6 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
     if not moved:
         return late_or_cancelled(claim, usage, "result arrived after the lease expired")
     return "succeeded"
-
-
-def downstream_agents_of(task: TaskRun) -> frozenset[int] | None:
-    """The ids of the agents of `task`'s downstream tasks, from its run's shape when the claim
-    loaded the run (every claim does); None when it would take a query to know."""
-    if not TaskRun.run.is_cached(task):
-        return None
-    shape = run_shape.of(task.run)
-    return shape.subtasks[task.subtask_id].downstream_agents if task.subtask_id in shape.subtasks else None
 
 
 def backoff_seconds(fault_count: int, retry_after: float | None) -> float:

@@ -32,8 +32,11 @@ class SubtaskShape:
     estimated_input_tokens: int
     instructions: str
     upstreams: tuple[int, ...]  # subtask ids
-    has_downstream: bool
     downstream_agents: frozenset[int]  # the agents of its direct downstream tasks (ids)
+
+    @property
+    def has_downstream(self) -> bool:
+        return bool(self.downstream_agents)
 
 
 @dataclass(frozen=True)
@@ -108,13 +111,21 @@ def read(run: Run) -> RunShape:
             estimate,
             instructions,
             tuple(ups[sid]),
-            bool(down_agents[sid]),
             frozenset(down_agents[sid]),
         )
         for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _, _ in rows
     }
     goal = rows[0][-1] if rows else ""
     return RunShape(run.pk, run.created_at, goal, subtasks, {s.task_id: s for s in subtasks.values()})
+
+
+def downstream_agents(task: TaskRun) -> frozenset[int] | None:
+    """The ids of the agents of `task`'s direct downstream tasks, from its run's shape when the
+    task came with its run loaded (every claim loads it); None when knowing would take a query."""
+    if not TaskRun.run.is_cached(task):
+        return None
+    subtask = of(task.run).subtasks.get(task.subtask_id)
+    return subtask.downstream_agents if subtask is not None else None
 
 
 def forget(run_id: int) -> None:
