@@ -13,7 +13,8 @@ orchestrator/engine/agent_runner.py decides which to take as the attempt goes.
   late): one transaction with the state change, the usage, the cost and the event. Whatever the
   end, the attempt keeps the tokens the provider reported and their cost, the task and the run
   count them, and the provider's per-minute token budgets are corrected from what admission
-  reserved to what was used (engine/settlement.py).
+  reserved to what was used (engine/settlement.py). What a failure leads to (a retry, the task
+  failed, the provider backing off) is engine/retries.py.
 
 Every write of an attempt's outcome is conditional on still holding the lease: once the reaper has
 declared an attempt lost, whatever that attempt says later is kept on its Attempt row and never
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,18 +35,18 @@ from django.db import DatabaseError, transaction
 from django.db.models import Case, Exists, JSONField, OuterRef, Q, Value, When
 from django.utils import timezone
 
-from orchestrator import events, wording
+from orchestrator import events
 from orchestrator.engine import (
     adaptive,
     admission,
     attempt_requests,
     context,
     dispatch,
+    retries,
     run_shape,
     scheduler,
     settlement,
     transitions,
-    waits,
 )
 from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
 from orchestrator.providers.base import AgentRequest, ProviderError, Usage
@@ -54,8 +54,6 @@ from orchestrator.providers.base import AgentRequest, ProviderError, Usage
 log = logging.getLogger(__name__)
 
 State = TaskRun.State
-# Bound on attempts whatever their cause, so a provider that never recovers cannot loop forever.
-MAX_ATTEMPTS = 50
 
 
 def worker_name() -> str:
@@ -401,13 +399,6 @@ def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance:
     return "succeeded"
 
 
-def backoff_seconds(fault_count: int, retry_after: float | None) -> float:
-    """Exponential backoff with full jitter, never sooner than the provider's Retry-After."""
-    base = settings.GLASSBOX_RETRY_BASE_S * (2 ** max(0, fault_count - 1))
-    delay = random.uniform(0, min(settings.GLASSBOX_RETRY_MAX_S, base))
-    return max(delay, retry_after or 0.0)
-
-
 def fail(
     claim: Claim,
     message: str,
@@ -430,9 +421,9 @@ def fail(
             )
             provider_wide = bool(error and error.provider_wide)
             if error is not None and error.provider_wide:
-                back_off_provider(run, task, error)
+                retries.back_off_provider(run, task, error)
             retryable = error.retryable if error else True
-            outcome = schedule_retry_or_fail(
+            outcome = retries.schedule_retry_or_fail(
                 run,
                 task,
                 message,
@@ -443,97 +434,6 @@ def fail(
     if late:
         return late_or_cancelled(claim, usage, f"failure reported after the lease expired: {message}")
     return outcome
-
-
-def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
-    """A 429/529 is not the task's fault: the whole provider waits, every run on it.
-
-    Only the first refusal of a burst halves the effective cap: answers to requests that were
-    already in flight when the provider started refusing do not halve it again.
-    """
-    wait = error.retry_after_s or 1.0
-    now = timezone.now()
-    until = now + timedelta(seconds=wait)
-    ProviderLimit.objects.get_or_create(provider=task.agent.provider, model=task.agent.model)
-    limit = ProviderLimit.objects.select_for_update(no_key=True).get(
-        provider=task.agent.provider, model=task.agent.model
-    )
-    fresh = not limit.backoff_until or limit.backoff_until <= now
-    if not limit.backoff_until or limit.backoff_until < until:
-        ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=until)
-    events.record(
-        "provider.backoff",
-        run=run,
-        task=task,
-        message=f"{limit} answered {error.status_code or 'rate limited'}: backing off {wait:.1f} s",
-        payload={"provider": limit.provider, "model": limit.model, "retry_after_s": wait, "status": error.status_code},
-    )
-    if fresh:
-        adaptive.decrease(limit, run=run, task=task)
-
-
-def schedule_retry_or_fail(
-    run: Run, task: TaskRun, message: str, *, retryable: bool, own_fault: bool, retry_after: float | None
-) -> str:
-    """After a failed or lost attempt: retry with backoff, or fail the task for good."""
-    task.refresh_from_db()
-    faults = task.fault_count + (1 if own_fault else 0)
-    max_retries = task.subtask.effective_max_retries
-    now = timezone.now()
-    if retryable and faults <= max_retries and task.attempt_count < MAX_ATTEMPTS:
-        delay = backoff_seconds(faults, retry_after)
-        wait = waits.RetryBackoff(delay, message)
-        transitions.move(
-            task,
-            State.READY,
-            fault_count=faults,
-            not_before=now + timedelta(seconds=delay),
-            lease_owner="",
-            lease_expires_at=None,
-            error=message[:2000],
-            ready_at=now,
-            wait_reason=wait.message,
-            wait_code=wait.code,
-        )
-        events.record(
-            "task.retry_scheduled",
-            run=run,
-            task=task,
-            message=f"attempt {task.attempt_count} failed ({message[:200]}); retry in {delay:.1f} s",
-            payload={"attempt": task.attempt_count, "error": message[:500], "delay_s": round(delay, 3)},
-        )
-        return "retry scheduled"
-    reason = message if not retryable else f"{message} (after {wording.counted(task.attempt_count, 'attempt')})"
-    transitions.move(
-        task,
-        State.FAILED,
-        fault_count=faults,
-        lease_owner="",
-        lease_expires_at=None,
-        error=reason[:2000],
-        finished_at=now,
-    )
-    events.record("task.failed", run=run, task=task, message=reason[:500], payload={"error": reason[:2000]})
-    if run.failure_policy == Run.FailurePolicy.FAIL_FAST:
-        stop_fail_fast(run, task)
-    return "failed"
-
-
-def stop_fail_fast(run: Run, failed: TaskRun) -> None:
-    """Policy fail_fast: the first failure stops the run; running attempts stop at their next beat."""
-    now = timezone.now()
-    transitions.move_where(
-        run.tasks.exclude(state__in=TaskRun.TERMINAL),
-        State.CANCELLED,
-        error=f"run stopped: {failed.subtask.key} failed (fail_fast)",
-        finished_at=now,
-        lease_owner="",
-        lease_expires_at=None,
-    )
-    scheduler.close_pending_checkpoints(run, f"run stopped: {failed.subtask.key} failed (fail_fast)")
-    scheduler.end_run(
-        run, Run.Status.FAILED, f"stopped at the first failure (fail_fast): {failed.subtask.key}: {failed.error}"
-    )
 
 
 def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:

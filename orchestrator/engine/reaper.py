@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from orchestrator import events
 from orchestrator.engine import admission, dispatch, scheduler, tool_approvals
-from orchestrator.engine.execution import schedule_retry_or_fail
+from orchestrator.engine.retries import schedule_retry_or_fail
 from orchestrator.engine.settlement import settle
 from orchestrator.models import Attempt, Run, TaskRun
 from orchestrator.providers.base import Usage

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import adaptive, execution, runs
+from orchestrator.engine import adaptive, retries, runs
 from orchestrator.models import Event, ProviderLimit
 from orchestrator.providers.base import RateLimited
 
@@ -69,8 +69,8 @@ def test_only_the_first_refusal_of_a_burst_halves_the_cap(make_agent, make_plan,
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}))
     task = run.tasks.first()
-    execution.back_off_provider(run, task, RateLimited("429", retry_after_s=5))
-    execution.back_off_provider(run, task, RateLimited("429", retry_after_s=5))
+    retries.back_off_provider(run, task, RateLimited("429", retry_after_s=5))
+    retries.back_off_provider(run, task, RateLimited("429", retry_after_s=5))
     limit.refresh_from_db()
     assert limit.effective_in_flight == 4
     assert limit.backoff_until > timezone.now() + timedelta(seconds=3)

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import execution, reaper, runs
+from orchestrator.engine import execution, reaper, retries, runs
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.base import Usage
 from tests.conftest import fast_latency, run_attempt
@@ -67,7 +67,7 @@ def test_a_claim_does_not_take_the_run_row(make_agent, make_plan, django_assert_
 def test_timeout_keeps_the_reported_usage_retries_then_fails_and_skips_downstream(
     make_agent, make_plan, priced_limit, monkeypatch
 ):
-    monkeypatch.setattr(execution, "backoff_seconds", lambda faults, retry_after: 30.0)  # no retry before we say
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 30.0)  # no retry before we say
     make_agent("researcher", provider_options={"hang": True}, timeout_s=1, max_retries=1)
     make_agent("writer")
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "x": ("writer", [])}))

@@ -18,8 +18,8 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from orchestrator import ratelimit
-from orchestrator.engine import execution, scheduler
 from orchestrator.engine import feedback as provider_feedback
+from orchestrator.engine import retries, scheduler
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.anthropic import AnthropicProvider, parse_retry_after, rate_limit_feedback
 from orchestrator.providers.base import (
@@ -279,7 +279,7 @@ def test_a_claude_attempt_that_times_out_is_timed_out_and_keeps_the_tokens_it_wa
 
     # The backoff is drawn from [0, 1 s]: a draw of a few ms let the step after the attempt admit
     # the retry, which reserved its budget again (production CI: reserved_usd 0.004656 != 0).
-    monkeypatch.setattr(execution, "backoff_seconds", lambda faults, retry_after: 30.0)
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 30.0)
 
     Agent.objects.filter(name="researcher").update(timeout_s=1)
     fake_anthropic.enqueue(Reply.text_answer(TEXT, input_tokens=123, output_tokens=40, chunk_delay_s=5))

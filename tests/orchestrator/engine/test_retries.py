@@ -1,0 +1,37 @@
+"""What a failure leads to: the retry's backoff, and a fail_fast run stopped at its first failure
+(retries and the provider's back-off through attempts' ends: test_execution.py, test_adaptive.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.engine import execution, retries, runs
+from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.providers.base import ProviderError
+
+State = TaskRun.State
+
+
+def test_the_backoff_doubles_with_each_fault_up_to_its_ceiling_and_never_precedes_retry_after(settings):
+    settings.GLASSBOX_RETRY_BASE_S = 1.0
+    settings.GLASSBOX_RETRY_MAX_S = 6.0
+    for faults, ceiling in ((1, 1.0), (2, 2.0), (3, 4.0), (4, 6.0), (9, 6.0)):
+        draws = [retries.backoff_seconds(faults, None) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in draws) and max(draws) > ceiling / 2  # full jitter over [0, ceiling]
+    assert all(retries.backoff_seconds(1, 30.0) == 30.0 for _ in range(50))  # the provider's Retry-After first
+
+
+@pytest.mark.django_db
+def test_a_fail_fast_run_stops_at_its_first_failure_and_cancels_the_rest(make_agent, make_plan, no_broker):
+    make_agent("researcher")
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", ["a", "b"])})
+    run = runs.launch(plan, cap=4, failure_policy=Run.FailurePolicy.FAIL_FAST)
+    attempt = Attempt.objects.get(task_run__run=run, task_run__subtask__key="a")
+    claim = execution.claim_attempt(attempt.pk, "w1")
+    assert execution.fail(claim, "bad options", error=ProviderError("bad options", retryable=False)) == "failed"
+    run.refresh_from_db()
+    states = dict(run.tasks.values_list("subtask__key", "state"))
+    assert run.status == Run.Status.FAILED
+    assert run.summary.startswith("stopped at the first failure (fail_fast): a: bad options")
+    assert states == {"a": State.FAILED, "b": State.CANCELLED, "c": State.CANCELLED}
+    assert run.tasks.get(subtask__key="b").error == "run stopped: a failed (fail_fast)"
