@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import signal
 import subprocess
@@ -36,6 +37,19 @@ def pytest_collection_modifyitems(config, items) -> None:
         uses_database = item.get_closest_marker("django_db") or DATABASE_FIXTURES & set(item.fixturenames)
         if not uses_database:
             item.add_marker(pytest.mark.no_database)
+
+
+# How long the process may take to exit once pytest is done (its summary printed) before the
+# watchdog below prints every thread's stack and ends it with status 1.
+EXIT_WATCHDOG_S = 120
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config) -> None:
+    """End a test process that does not exit: a thread left running (an event loop whose task
+    ignores its cancellation, in a ThreadPoolExecutor the interpreter joins at exit) would hold CI
+    until its 90-minute cut, with nothing in the log to say where."""
+    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True)
 
 
 def fast_latency(seconds: float = 0.2) -> dict:
