@@ -188,10 +188,24 @@ def live_output_tokens(tasks: Iterable[TaskRun]) -> dict[int, int]:
     return {task_id: tokens for task_id, number, tokens in rows if running[task_id] == number and tokens}
 
 
+# What a TaskView reads of a task, its subtask and its agent: the live view builds every task's
+# view each round of a large run, and the rest (the agent's JSON settings and prompt, the
+# subtask's instructions) was read and decoded for nothing, hundreds of times a second.
+VIEW_FIELDS = (
+    *(field.name for field in TaskRun._meta.concrete_fields if field.name not in ("run", "subtask", "agent")),
+    "run_id",
+    "subtask__key",
+    "subtask__title",
+    "subtask__gate",
+    "subtask__position",
+    "agent__name",
+)
+
+
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
     """Every task of the run in plan order (or only `task_ids`), with live token burn."""
     run_id = run.pk if isinstance(run, Run) else run
-    query = tasks_query(run_id)
+    query = tasks_query(run_id).only(*VIEW_FIELDS)
     if task_ids is not None:
         query = query.filter(pk__in=list(task_ids))
     tasks = list(query)

@@ -423,12 +423,17 @@ def test_database_budget_is_shared_by_processes(database_limiter, monkeypatch):
 
 
 @pytest.mark.services
-def test_redis_budget_is_shared_by_processes(redis_prefix):
+def test_redis_budget_is_shared_by_processes(redis_prefix, monkeypatch):
     key = new_key()
+    # Frozen mid-minute as above: on the real clock a run that ended just past a minute's turn
+    # found one unit free again (the previous window weighs less), and the test failed on CI.
+    frozen_now = WINDOW_START + 30
+    monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: frozen_now)
     env = child_environment(
         REDIS_URL=REDIS_URL,
         GLASSBOX_REDIS_PREFIX=redis_prefix,
         GLASSBOX_RATE_LIMIT_STORAGE="redis",
+        FROZEN_NOW=repr(frozen_now),
         LIMIT_KEY=key,
     )
     granted = run_competing_processes(env)

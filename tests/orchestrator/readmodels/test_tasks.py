@@ -35,3 +35,20 @@ def test_task_views_carry_display_state_and_live_token_burn(launched):
     assert (views["scope"].live_output_tokens, views["scope"].tokens) == (0, 17)
     assert views["b"].display_state == WAITING
     assert views["b"].state_label == "held back"
+
+
+def test_task_views_read_three_statements_whatever_the_run_size(launched, django_assert_num_queries):
+    """The live view builds every task's view at each frame of a large run: the tasks with their
+    subtask and agent in one statement (only what a view shows: a field it left out would cost a
+    statement per task), the streaming tokens and the agents' activities in one each."""
+    run = launched({key: ("researcher" if n % 2 else "writer", []) for n, key in enumerate("abcdef")}, cap=6)
+    for task in run.tasks.all()[:3]:
+        start(task)
+    with django_assert_num_queries(3):
+        views = task_views(run)
+    assert len(views) == 6
+    assert {(v.key, v.title, v.agent, v.gate) for v in views} == {
+        (t.subtask.key, t.subtask.title, t.agent.name, t.subtask.gate)
+        for t in run.tasks.select_related("subtask", "agent")
+    }
+    assert [v.display_state for v in views].count(State.RUNNING) == 3
