@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -325,19 +325,31 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
 # --- Rendering parts ----------------------------------------------------------------------------
 
 
+# A frame with rows for more tasks than this reads every task's view (for the rows, the totals and
+# the lanes at once) rather than the rows' views and every task's state.
+ROWS_WORTH_EVERY_VIEW = 50
+
+
 def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = True, tasks: Iterable[int] = ()) -> str:
     """The named parts of the page, each as an out-of-band fragment (task rows for `tasks`)."""
     parts = set(parts)
     ctx = base_context(run, viewer, oob=oob)
+    task_ids = [t for t in tasks if t]
+    # Every task's view when the frame shows them all, or rows of most of them (a fan-out's
+    # burst): then the totals and lanes read them too. Otherwise the totals and lanes read the
+    # tasks' states, and only the rows touched get views.
     views = None
-    if parts & {"totals", "lanes", "task_table"}:
+    if "task_table" in parts or len(task_ids) > ROWS_WORTH_EVERY_VIEW:
         views = run_tasks.task_views(run)
+    states: Sequence[run_tasks.TaskView | run_tasks.TaskState] | None = views
+    if states is None and parts & {"totals", "lanes"}:
+        states = run_tasks.task_states(run)
     html = []
     builders = {
         "header": lambda: header_context(run),
-        "totals": lambda: totals_context(run, views),
+        "totals": lambda: totals_context(run, states),
         "checkpoints": lambda: checkpoints_context(run),
-        "lanes": lambda: lanes_context(run, views),
+        "lanes": lambda: lanes_context(run, states),
         "gantt": lambda: gantt_context(run),
         "result": lambda: result_context(run),
         "result_final": lambda: result_final_context(run),
@@ -363,7 +375,6 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     ):
         if part in parts:
             html.append(render(part, {**ctx, **builders[part]()}))
-    task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
         wanted = set(task_ids)
         rows = [v for v in views if v.pk in wanted] if views is not None else run_tasks.task_views(run, task_ids)

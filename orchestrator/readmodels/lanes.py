@@ -12,13 +12,13 @@ from django.db.models import Count
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
-from .tasks import State, TaskView, outcome_text, task_views
+from .tasks import State, TaskState, TaskView, outcome_text, task_states
 
 
 @dataclass
 class Lane:
     agent: Agent
-    running: list[TaskView]
+    running: list[TaskView | TaskState]  # shown by pk, title, progress and tokens
     queued: int
     waiting: int  # ready, held back or throttled
     upcoming: int  # pending or at a gate
@@ -66,10 +66,11 @@ class Lane:
         return [i < self.slots_used for i in range(min(self.cap, 16))]
 
 
-def lanes(run: Run, views: Sequence[TaskView] | None = None) -> list[Lane]:
-    """One lane per agent of the plan, in order of first appearance."""
-    views = list(views) if views is not None else task_views(run)
-    by_agent: dict[int, list[TaskView]] = defaultdict(list)
+def lanes(run: Run, views: Sequence[TaskView | TaskState] | None = None) -> list[Lane]:
+    """One lane per agent of the plan, in order of first appearance (from the tasks' views or
+    states, read here when not given)."""
+    views = list(views) if views is not None else task_states(run)
+    by_agent: dict[int, list[TaskView | TaskState]] = defaultdict(list)
     for view in views:
         by_agent[view.agent_id].append(view)
     agents = Agent.objects.in_bulk(list(by_agent))

@@ -10,7 +10,9 @@ task panel and the websocket frames all render it, so a task is described once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
 from typing import Self
 
 from orchestrator.models import Attempt, Run, TaskRun
@@ -175,7 +177,7 @@ def tasks_query(run_id: int):
     return TaskRun.objects.filter(run_id=run_id).select_related("subtask", "agent").order_by("subtask__position", "pk")
 
 
-def live_output_tokens(tasks: Iterable[TaskRun]) -> dict[int, int]:
+def live_output_tokens(tasks: Iterable[TaskRun | TaskState]) -> dict[int, int]:
     """Output tokens streamed so far by each running task's current attempt, as its host last
     saved them on the attempt (every GLASSBOX_PROGRESS_SAVE_S; settled into the task's totals
     when the attempt ends). One query."""
@@ -212,6 +214,63 @@ def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[Ta
     live = live_output_tokens(tasks)
     doing = activities(tasks)
     return [TaskView.of(t, live.get(t.pk, 0), doing.get(t.pk, "")) for t in tasks]
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """What the totals and the lanes need of a task, read as plain values.
+
+    The live view refreshes them at nearly every frame of a running run, for every task: building
+    each task's whole view (TaskView: its models, its record, its agent's activity) for that was
+    most of a round on a large run. The rows of the tasks a frame touches still get TaskViews.
+    """
+
+    pk: int
+    key: str
+    title: str
+    agent_id: int
+    state: str
+    wait_reason: str
+    progress: int
+    attempt_count: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: Decimal
+    live_output_tokens: int = 0
+
+    @property
+    def display_state(self) -> str:
+        return display_state(self.state, self.wait_reason)
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TaskRun.TERMINAL
+
+    @property
+    def tokens(self) -> int:
+        """As TaskView.tokens: settled input + output tokens plus what is streaming now."""
+        return self.input_tokens + self.output_tokens + self.live_output_tokens
+
+
+STATE_FIELDS = tuple(
+    name for name in TaskState.__dataclass_fields__ if name not in ("pk", "key", "title", "live_output_tokens")
+)
+
+
+def task_states(run: Run | int) -> list[TaskState]:
+    """Every task of the run in plan order, as TaskState (two statements: the tasks, and the
+    tokens streaming now)."""
+    run_id = run.pk if isinstance(run, Run) else run
+    rows = (
+        TaskRun.objects.filter(run_id=run_id)
+        .order_by("subtask__position", "pk")
+        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS)
+    )
+    states = [TaskState(*row) for row in rows]
+    live = live_output_tokens(states)
+    return [replace(state, live_output_tokens=live[state.pk]) if state.pk in live else state for state in states]
 
 
 def task_view(task: TaskRun) -> TaskView:

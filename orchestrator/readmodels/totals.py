@@ -23,10 +23,11 @@ from .tasks import (
     STATE_LABELS,
     State,
     StripSegment,
+    TaskState,
     TaskView,
     outcome_text,
     state_strip,
-    task_views,
+    task_states,
 )
 
 
@@ -47,7 +48,7 @@ def remaining_seconds(
     return max(critical, work / max(1, cap))
 
 
-def pace(tasks: Iterable[TaskRun | TaskView], estimates: Mapping[str, float]) -> float:
+def pace(tasks: Iterable[TaskRun | TaskView | TaskState], estimates: Mapping[str, float]) -> float:
     """How much longer than estimated this run's tasks take: median of actual / estimated.
 
     1.0 until a task has finished; kept within 0.2 .. 5 so that one odd task cannot swing it.
@@ -160,10 +161,11 @@ class Totals:
         return ", ".join(f"{c.count} {c.label}" for c in self.counts) or "no tasks"
 
 
-def totals(run: Run, views: Sequence[TaskView] | None = None, *, now: datetime | None = None) -> Totals:
+def totals(run: Run, views: Sequence[TaskView | TaskState] | None = None, *, now: datetime | None = None) -> Totals:
+    """The run's totals from its tasks' views or states (read here when not given)."""
     now = now or timezone.now()
     run.refresh_from_db()
-    views = list(views) if views is not None else task_views(run)
+    views = list(views) if views is not None else task_states(run)
     counts = Counter(v.display_state for v in views)
     end = run.finished_at or now
     elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
