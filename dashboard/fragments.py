@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -134,9 +134,9 @@ def header_context(run: Run) -> dict:
     return {"run_active": not run.is_finished}
 
 
-def totals_context(run: Run, views=None, now: datetime | None = None) -> dict:
+def totals_context(run: Run, states=None, now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    totals = run_totals.totals(run, views, now=now)
+    totals = run_totals.totals(run, states, now=now)
     eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None else None
     return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
 
@@ -178,8 +178,8 @@ def plan_review_rows(run: Run) -> list[PlanRow]:
     return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
 
-def lanes_context(run: Run, views=None) -> dict:
-    return {"lanes": run_lanes.lanes(run, views)}
+def lanes_context(run: Run, states=None) -> dict:
+    return {"lanes": run_lanes.lanes(run, states)}
 
 
 def gantt_context(run: Run) -> dict:
@@ -250,8 +250,8 @@ def graph_context(run: Run) -> dict:
     return {"graph_json": attribute_json(compact_graph(run_graph.graph(run)))}
 
 
-def task_table_context(run: Run, views=None) -> dict:
-    return {"tasks": views if views is not None else run_tasks.task_views(run)}
+def task_table_context(run: Run) -> dict:
+    return {"tasks": run_tasks.task_views(run)}
 
 
 def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
@@ -297,20 +297,20 @@ def task_actions(task: TaskRun) -> dict:
 
 
 def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -> dict:
-    """Everything the run page shows, read once (the task views are shared by the parts)."""
+    """Everything the run page shows, read once (the task states shared by the totals and lanes)."""
     now = timezone.now()
     seq = events.latest_seq(run.pk) or 0
     run.refresh_from_db()
-    views = run_tasks.task_views(run)
+    states = run_tasks.task_states(run)
     ctx = base_context(run, viewer)
     ctx.update(header_context(run))
-    ctx.update(totals_context(run, views, now))
+    ctx.update(totals_context(run, states, now))
     ctx.update(checkpoints_context(run))
-    ctx.update(lanes_context(run, views))
+    ctx.update(lanes_context(run, states))
     ctx.update(gantt_context(run))
     ctx.update(result_context(run))
     ctx.update(graph_context(run))
-    ctx.update(task_table_context(run, views))
+    ctx.update(task_table_context(run))
     ctx.update(log_context(run))
     ctx.update(artifacts_context(run))
     ctx["state_legend"] = [(s, run_tasks.STATE_LABELS[s]) for s in run_tasks.DISPLAY_ORDER]
@@ -325,25 +325,12 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
 # --- Rendering parts ----------------------------------------------------------------------------
 
 
-# A frame with rows for more tasks than this reads every task's view (for the rows, the totals and
-# the lanes at once) rather than the rows' views and every task's state.
-ROWS_WORTH_EVERY_VIEW = 50
-
-
 def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = True, tasks: Iterable[int] = ()) -> str:
     """The named parts of the page, each as an out-of-band fragment (task rows for `tasks`)."""
     parts = set(parts)
     ctx = base_context(run, viewer, oob=oob)
-    task_ids = [t for t in tasks if t]
-    # Every task's view when the frame shows them all, or rows of most of them (a fan-out's
-    # burst): then the totals and lanes read them too. Otherwise the totals and lanes read the
-    # tasks' states, and only the rows touched get views.
-    views = None
-    if "task_table" in parts or len(task_ids) > ROWS_WORTH_EVERY_VIEW:
-        views = run_tasks.task_views(run)
-    states: Sequence[run_tasks.TaskView | run_tasks.TaskState] | None = views
-    if states is None and parts & {"totals", "lanes"}:
-        states = run_tasks.task_states(run)
+    # The totals and lanes read every task's state (plain values); only the rows shown get views.
+    states = run_tasks.task_states(run) if parts & {"totals", "lanes"} else None
     html = []
     builders = {
         "header": lambda: header_context(run),
@@ -354,7 +341,7 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
         "result": lambda: result_context(run),
         "result_final": lambda: result_final_context(run),
         "graph": lambda: graph_context(run),
-        "task_table": lambda: task_table_context(run, views),
+        "task_table": lambda: task_table_context(run),
         "artifacts": lambda: artifacts_context(run),
     }
     if "result" in parts:
@@ -375,10 +362,9 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     ):
         if part in parts:
             html.append(render(part, {**ctx, **builders[part]()}))
+    task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
-        wanted = set(task_ids)
-        rows = [v for v in views if v.pk in wanted] if views is not None else run_tasks.task_views(run, task_ids)
-        for view in rows:
+        for view in run_tasks.task_views(run, task_ids):
             html.append(render("task_row", {**ctx, "view": view}))
     if task_ids and "gantt_bars" in parts:
         # The bars of these tasks' attempts, each replacing its old self or joining its lane.

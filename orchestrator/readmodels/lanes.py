@@ -12,13 +12,13 @@ from django.db.models import Count
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
-from .tasks import State, TaskState, TaskView, outcome_text, task_states
+from .tasks import State, TaskState, outcome_text, task_states
 
 
 @dataclass
 class Lane:
     agent: Agent
-    running: list[TaskView | TaskState]  # shown by pk, title, progress and tokens
+    running: list[TaskState]
     queued: int
     waiting: int  # ready, held back or throttled
     upcoming: int  # pending or at a gate
@@ -66,13 +66,13 @@ class Lane:
         return [i < self.slots_used for i in range(min(self.cap, 16))]
 
 
-def lanes(run: Run, views: Sequence[TaskView | TaskState] | None = None) -> list[Lane]:
-    """One lane per agent of the plan, in order of first appearance (from the tasks' views or
-    states, read here when not given)."""
-    views = list(views) if views is not None else task_states(run)
-    by_agent: dict[int, list[TaskView | TaskState]] = defaultdict(list)
-    for view in views:
-        by_agent[view.agent_id].append(view)
+def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
+    """One lane per agent of the plan, in order of first appearance (from the tasks' states, read
+    here when not given)."""
+    tasks = list(tasks) if tasks is not None else task_states(run)
+    by_agent: dict[int, list[TaskState]] = defaultdict(list)
+    for task in tasks:
+        by_agent[task.agent_id].append(task)
     agents = Agent.objects.in_bulk(list(by_agent))
     busy = dict(
         TaskRun.objects.filter(agent_id__in=list(by_agent), state__in=TaskRun.ACTIVE)

@@ -24,7 +24,6 @@ from .tasks import (
     State,
     StripSegment,
     TaskState,
-    TaskView,
     outcome_text,
     state_strip,
     task_states,
@@ -48,7 +47,7 @@ def remaining_seconds(
     return max(critical, work / max(1, cap))
 
 
-def pace(tasks: Iterable[TaskRun | TaskView | TaskState], estimates: Mapping[str, float]) -> float:
+def pace(tasks: Iterable[TaskRun | TaskState], estimates: Mapping[str, float]) -> float:
     """How much longer than estimated this run's tasks take: median of actual / estimated.
 
     1.0 until a task has finished; kept within 0.2 .. 5 so that one odd task cannot swing it.
@@ -161,21 +160,21 @@ class Totals:
         return ", ".join(f"{c.count} {c.label}" for c in self.counts) or "no tasks"
 
 
-def totals(run: Run, views: Sequence[TaskView | TaskState] | None = None, *, now: datetime | None = None) -> Totals:
-    """The run's totals from its tasks' views or states (read here when not given)."""
+def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime | None = None) -> Totals:
+    """The run's totals from its tasks' states (read here when not given)."""
     now = now or timezone.now()
     run.refresh_from_db()
-    views = list(views) if views is not None else task_states(run)
-    counts = Counter(v.display_state for v in views)
+    tasks = list(tasks) if tasks is not None else task_states(run)
+    counts = Counter(v.display_state for v in tasks)
     end = run.finished_at or now
     elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
     eta = None
-    unfinished = [v for v in views if not v.is_terminal]
+    unfinished = [v for v in tasks if not v.is_terminal]
     if not run.is_finished and unfinished:
         estimates = plans.plan_weights(run.plan)
-        speed = pace(views, estimates)
+        speed = pace(tasks, estimates)
         remaining = {}
-        for v in views:
+        for v in tasks:
             guess = estimates.get(v.key, plans.MIN_ESTIMATED_DURATION_S) * speed
             if v.is_terminal:
                 remaining[v.key] = 0.0
@@ -198,7 +197,7 @@ def totals(run: Run, views: Sequence[TaskView | TaskState] | None = None, *, now
         summary=run.summary,
         elapsed_s=max(0.0, elapsed),
         eta_s=eta,
-        total=len(views),
+        total=len(tasks),
         done=sum(counts[s] for s in TaskRun.TERMINAL),
         running=counts[State.RUNNING],
         counts=[StateCount(s, STATE_LABELS[s], counts[s]) for s in DISPLAY_ORDER if counts[s]],
