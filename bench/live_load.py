@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -176,6 +177,10 @@ class Profile:
             "PYTHONUNBUFFERED": "1",
             "LOG_LEVEL": "WARNING",
             "GLASSBOX_WORKERS": str(args.workers),
+            # The profile as deployed, as in the scheduler benchmark (bench/harness.py): DEBUG off,
+            # so Django keeps no per-query log and templates are not rendered for debugging.
+            "DEBUG": "false",
+            "SECRET_KEY": secrets.token_urlsafe(40),
         }
         self.database_name = ""
         self.redis_prefix = ""

@@ -19,12 +19,14 @@ latest event in one round:
 * each viewer gets that HTML with its own CSRF token put in (`Viewer.personalise`, a string
   replace) — byte for byte what `frames.render_batch` renders for it alone.
 
-Pacing is per run, as it was per viewer: a round that took long spaces the next ones out (as
-long a pause as the round took, between MIN_FRAME_INTERVAL_S and MAX_FRAME_INTERVAL_S: at most
-half of the broadcaster's time goes to rounds). The poll counts from the last round's start, so
-a round does not also delay the next poll; after a round longer than half the poll, the poll
-waits as long as the round, so that an idle run's polls cannot take a loaded database's time
-back to back. The broadcaster starts with the run's first viewer and stops with its last.
+Pacing is per run, as it was per viewer (`Pacing`): frames at most every MIN_FRAME_INTERVAL_S,
+and rounds that take long space the next ones out (as long a pause as they took, up to
+MAX_FRAME_INTERVAL_S: at most half of the broadcaster's time goes to rounds), beyond a small
+allowance, so that one long round alone (a plan's approval redraws the whole table) does not
+hold back the frame after it (the fan-out's burst that follows). The poll counts from the last
+round's start, so a round does not also delay the next poll; after a round longer than half
+the poll, the poll waits as long as the round, so that an idle run's polls cannot take a loaded
+database's time back to back. The broadcaster starts with the run's first viewer and stops with its last.
 
 The broadcasters of an event loop read the database on threads of their own (`LiveDatabase`),
 whose connections stay open while anyone watches: `database_sync_to_async` closes the connection
@@ -44,6 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -71,6 +74,10 @@ MIN_FRAME_INTERVAL_S = 0.05
 # half of the server's time. (Twice the round held a fan-out's burst ~250 ms behind the plan's
 # approval frame on a 200-task run: bench-live p95 313 -> 124 ms on Redis.)
 MAX_FRAME_INTERVAL_S = 2.0
+# How far rounds may run ahead of that half-time pace. Paying for every round with a pause as long
+# held a 200-task run's fan-out burst behind the plan approval's round (which redraws the whole
+# table: 100-250 ms on a loaded machine) for as long again: most of bench-live's p95 on Redis.
+PACING_ALLOWANCE_S = 0.25
 # After a render failed: how long to wait before trying again.
 RETRY_AFTER_ERROR_S = 1.0
 # After the channel layer failed: how long before listening for doorbells again (doubling).
@@ -199,6 +206,28 @@ class LiveOutputs:
         return progress, outputs
 
 
+class Pacing:
+    """When a run's next round may start: at least MIN_FRAME_INTERVAL_S after the last frame, and
+    late enough that rounds take at most half of the time — each round is paid for with a pause as
+    long, of which PACING_ALLOWANCE_S may be owed (a pause is never longer than
+    MAX_FRAME_INTERVAL_S). Times are the event loop's clock, in seconds."""
+
+    def __init__(self) -> None:
+        self.last_frame = -math.inf
+        self.paid_until = -math.inf  # when the round time not yet paid for with a pause is paid
+
+    def pause(self, now: float) -> float:
+        """How long to wait before a round that would start at `now` (0: start it now)."""
+        owed = self.paid_until - now - PACING_ALLOWANCE_S
+        return min(MAX_FRAME_INTERVAL_S, max(0.0, MIN_FRAME_INTERVAL_S - (now - self.last_frame), owed))
+
+    def sent(self, began: float, ended: float) -> None:
+        """A round that sent frames ran from `began` to `ended`."""
+        owed = max(0.0, self.paid_until - began) + (ended - began)
+        self.paid_until = ended + min(owed, MAX_FRAME_INTERVAL_S + PACING_ALLOWANCE_S)
+        self.last_frame = ended
+
+
 class RunBroadcaster:
     def __init__(self, run_id: int):
         self.run_id = run_id
@@ -319,8 +348,8 @@ class RunBroadcaster:
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
-        last_frame = began = took = 0.0
-        interval = MIN_FRAME_INTERVAL_S
+        began = took = 0.0
+        pacing = Pacing()
         while True:
             self._check_stop()
             # The poll counts from the last round's start, so a round does not also delay it; after
@@ -334,7 +363,7 @@ class RunBroadcaster:
             if not any(s.cursor is not None for s in self.subscribers):
                 began, took = loop.time(), 0.0
                 continue
-            pause = interval - (loop.time() - last_frame)
+            pause = pacing.pause(loop.time())
             if pause > 0:
                 await asyncio.sleep(pause)
             began = loop.time()
@@ -347,8 +376,7 @@ class RunBroadcaster:
                 continue
             took = loop.time() - began
             if sent:
-                interval = min(MAX_FRAME_INTERVAL_S, max(MIN_FRAME_INTERVAL_S, took))
-                last_frame = loop.time()
+                pacing.sent(began, began + took)
 
     async def _round(self) -> bool:
         """Bring every viewer that is behind up to the latest event; whether anything was sent."""

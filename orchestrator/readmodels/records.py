@@ -55,6 +55,16 @@ class Record(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    def __getitem__(self, name: str) -> Any:
+        """A field or property by name. Django's templates look `{{ view.title }}` up as an item
+        first and fall back to the attribute on the TypeError a model raises: answering the item
+        spares that exception at every lookup, a quarter of the time a task row takes to render
+        (a fan-out's frame renders a row for each of hundreds of tasks)."""
+        try:
+            return getattr(self, name)
+        except AttributeError:
+            raise KeyError(name) from None
+
 
 # --- Agent ----------------------------------------------------------------------------------------
 

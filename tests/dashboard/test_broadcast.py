@@ -431,3 +431,54 @@ def test_live_outputs_place_pieces_at_their_offsets_and_catch_up_from_the_saved_
     live.add_pieces([[1, 50, 12, "mno"]], watched={1})
     assert live.take(set()) == ({1: 50}, {})  # nobody watches any more: its text is forgotten
     assert live.text == {}
+
+
+# --- Pacing (no database: the loop's clock in seconds) --------------------------------------------
+
+
+def test_frames_are_at_least_the_minimum_interval_apart():
+    pacing = broadcast.Pacing()
+    assert pacing.pause(10.0) == 0  # the first round starts at once
+    pacing.sent(10.0, 10.01)
+    assert pacing.pause(10.01) == pytest.approx(broadcast.MIN_FRAME_INTERVAL_S)
+    assert pacing.pause(10.01 + broadcast.MIN_FRAME_INTERVAL_S) == 0
+
+
+def test_one_long_round_does_not_hold_back_the_next_frame():
+    """A plan's approval redraws the whole table; the fan-out's burst right after it must not wait
+    as long again."""
+    pacing = broadcast.Pacing()
+    pacing.sent(10.0, 10.0 + broadcast.PACING_ALLOWANCE_S * 0.9)
+    ended = 10.0 + broadcast.PACING_ALLOWANCE_S * 0.9
+    assert pacing.pause(ended) == pytest.approx(broadcast.MIN_FRAME_INTERVAL_S)
+
+
+def test_long_rounds_in_a_row_take_at_most_half_of_the_time():
+    pacing = broadcast.Pacing()
+    now, busy = 0.0, 0.0
+    for _ in range(40):
+        now += pacing.pause(now)
+        pacing.sent(now, now + 0.3)
+        now += 0.3
+        busy += 0.3
+    # Beyond the allowance, every 0.3 s round is paid for with a 0.3 s pause (the last one's included).
+    assert pacing.pause(now) == pytest.approx(0.3)
+    assert busy <= (now + pacing.pause(now) + broadcast.PACING_ALLOWANCE_S) / 2 + 1e-9
+
+
+def test_a_pause_is_never_longer_than_the_maximum_and_debt_does_not_pile_up():
+    pacing = broadcast.Pacing()
+    now = 0.0
+    for _ in range(5):  # rounds far longer than the longest pause
+        now += pacing.pause(now)
+        pacing.sent(now, now + 5.0)
+        now += 5.0
+        assert pacing.pause(now) == pytest.approx(broadcast.MAX_FRAME_INTERVAL_S)
+    now += broadcast.MAX_FRAME_INTERVAL_S
+    pacing.sent(now, now + 0.01)  # rounds are quick again: the pace follows within one pause
+    now += 0.01
+    assert pacing.pause(now) <= broadcast.MAX_FRAME_INTERVAL_S
+    now += pacing.pause(now)
+    pacing.sent(now, now + 0.01)
+    now += 0.01
+    assert pacing.pause(now) == pytest.approx(broadcast.MIN_FRAME_INTERVAL_S)

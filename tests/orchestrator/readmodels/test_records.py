@@ -93,6 +93,25 @@ def test_checkpoint_and_event_records(run, admin_user):
     assert event["payload"] == {"progress": 3}
 
 
+def test_a_record_answers_a_template_lookup_as_an_item_like_its_attribute(run):
+    """Templates look names up as items first (the rows of a large run render faster for it)."""
+    from django.template import Context, Template
+
+    from orchestrator.readmodels.tasks import task_views
+
+    view = next(v for v in task_views(run, list(run.tasks.values_list("pk", flat=True))) if v.key == "a")
+    assert (view["title"], view["pk"], view["state_label"], view["is_terminal"]) == (
+        view.title,
+        view.id,
+        "failed",
+        True,
+    )
+    with pytest.raises(KeyError):
+        view["no_such_field"]
+    rendered = Template("{{ view.key }}|{{ view.state_label }}|{{ view.no_such_field }}|{{ view.tokens }}")
+    assert rendered.render(Context({"view": view})) == f"a|failed||{view.tokens}"
+
+
 def test_markdown_puts_the_final_output_first(run):
     text = run_markdown(run)
     assert text.startswith(f"# Run {run.pk}: Line one line two\n")
