@@ -69,6 +69,15 @@ _WORD = re.compile(r"\S+\s*")
 _MARKDOWN_SPECIALS = re.compile(r"[#*_`\[\]<>|\\]")
 
 
+def _clock() -> float:
+    return asyncio.get_running_loop().time()
+
+
+async def _sleep_until(deadline: float) -> None:
+    """Sleep until `deadline` on the running loop's clock (`_clock`)."""
+    await asyncio.sleep(max(0.0, deadline - _clock()))
+
+
 def seeded_random(*parts: object) -> random.Random:
     """A generator that gives the same draws for the same ``parts`` in every process."""
     digest = hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).digest()
@@ -415,6 +424,7 @@ class SimulatedProvider(Provider):
         slices = max(1, math.ceil(duration_s / SLICE_S))
         failing_slice = self._failing_slice(request, options, slices)
         total = len(output.words)
+        began = _clock()
         for index in range(slices):
             if index == failing_slice:
                 raise ProviderError(
@@ -422,7 +432,10 @@ class SimulatedProvider(Provider):
                     f"(failure_rate={options.failure_rate})",
                     retryable=True,
                 )
-            await asyncio.sleep(duration_s / slices)
+            # On the answer's own clock, as a server streams: the time the caller takes with one
+            # slice does not delay the next, so the call takes its drawn latency (sleeping a slice
+            # after each added the caller's work: ~3 ms a call on a loaded worker).
+            await _sleep_until(began + duration_s * (index + 1) / slices)
             start, end = index * total // slices, (index + 1) * total // slices
             yield TextDelta(text="".join(output.words[start:end]), output_tokens=end)
         usage = Usage(input_tokens=input_tokens, output_tokens=total)

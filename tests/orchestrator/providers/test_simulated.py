@@ -179,6 +179,33 @@ def test_fixed_latency_is_what_the_stream_takes():
     assert 0.25 <= time.monotonic() - started < 2.0
 
 
+def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_slice(monkeypatch):
+    """As a server streams: the last slice arrives the drawn latency after the first, not that plus
+    the caller's work on every slice. On a clock of the test's own (no timing of the machine)."""
+    from orchestrator.providers import simulated
+
+    clock = {"now": 100.0}
+
+    async def sleep_until(deadline: float) -> None:
+        clock["now"] = max(clock["now"], deadline)
+
+    monkeypatch.setattr(simulated, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(simulated, "_sleep_until", sleep_until)
+    request = make_request(options={"latency": {"dist": "fixed", "seconds": 1.0}})
+    arrivals = []
+
+    async def consume() -> None:
+        async for item in SimulatedProvider().stream(request):
+            if isinstance(item, TextDelta):
+                arrivals.append(clock["now"])
+            clock["now"] += 0.05  # the caller's work on each item
+
+    asyncio.run(consume())
+    assert len(arrivals) == 4  # 1 s in slices of SLICE_S
+    began = 100.05  # after the caller's work on the first usage report
+    assert arrivals == pytest.approx([began + 0.25, began + 0.5, began + 0.75, began + 1.0])
+
+
 def test_estimate_duration_is_the_distribution_mean():
     provider = SimulatedProvider()
     fixed = SimpleNamespace(provider_options={"latency": {"dist": "fixed", "seconds": 2.5}})
