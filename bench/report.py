@@ -684,57 +684,70 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-This run (2026-11-24, 15:06, 2 repeats) was made on a quiet machine (load 0.38) with nothing else
-running. 43 of the 58 goals are met; the previous report (07:47, on a machine that had slowed)
-met 39. Since then a scheduling step writes a task that is found ready and admitted at once in
-one UPDATE, hands attempts to the broker on one Redis connection per process instead of one per
-hand-off, takes each rate budget once for all it admits on a provider instead of once per task,
-and a worker claims the deliveries that arrive together in one transaction; PostgreSQL prepares
-the statements the engine repeats. Compare runs made under like conditions only.
+This run (2026-11-25, 03:55, 2 repeats) was made on a quiet machine (load 0.79) with nothing else
+running. 47 of the 58 goals are met; the previous full run (2026-11-24, 15:06) met 43. Since
+then the simulated provider streams on the answer's own clock: each call took its drawn latency
+plus the caller's work on every slice (~3 ms a call on a loaded worker) where Prefect's peer
+sleeps the duration once, so every link of a chain paid it (the reference strategies too: chain
+12.37 s then, 12.33 s now). The live view's totals and lanes read plain task states, its pacing
+lets one long round pass, and bench-live runs DEBUG off (below). Compare runs made under like
+conditions only.
 
-- **Against Prefect: ahead on 14 of 16 shapes × caps × profiles.** Behind: **chain 50 on
-  production** (13.09 / 13.17 s at cap 8 / 64 against 13.01 s: 0.7 % and 1.3 %). **Random 300 at
-  cap 64 on production** is level (6.00 s against 6.01 s; it was 6.47 s). Fan 1-100-1 at cap 64 is
-  ahead in the medians (3.19 / 3.08 s) but Prefect's two repeats were 3.01 and 4.01 s: against
-  its 3.01 s run ours was behind once (embedded r1, 3.33 s). Prefect's makespans are whole
-  seconds plus ~10 ms on every shape, so its real makespan may be shorter than shown.
+- **Against Prefect: ahead on 14 of 16 shapes × caps × profiles**, including **chain 50 on
+  production**, behind in the previous run (12.93 / 12.92 s at cap 8 / 64 against 13.01 s: ahead,
+  but by under 1 %, so a loaded machine can turn it). **Random 300 at cap 64 on production** is
+  level (5.99 s against 6.01 s). Behind: **fan 1-100-1 at cap 64** on both profiles (3.07 s
+  embedded, 3.16 s production against 3.01 s; lower bound 2.83 s). Its first wave starts 64
+  attempts at once and the last of them waits: dispatch p95 219 ms embedded (one SQLite writer),
+  120 ms production (the host that ran the scope task claims what it has room for in its own
+  step, the rest go through the broker to the other worker, one claim transaction for those that
+  arrive together). In the previous run Prefect's two repeats were 3.01 and 4.01 s, and ours was
+  ahead in the medians; this run it made 3.01 s twice. Prefect's makespans are whole seconds
+  plus ~10 ms on every shape, so its real makespan may be shorter than shown. *Next*: start the
+  first wave's broker share before the step's own claims are built, or keep the wave in one
+  host when it fits its slots.
 - **Chain, per link, on production**: a success's transaction (settle the attempt, move the task,
-  the run's totals, its events, the step that admits and claims the next task, its request) is 15
-  statements and ~11–12 ms of engine CPU per task, almost all of it Django building statements
-  and model instances; each statement is well under a millisecond in the database. Efficiency
-  0.93 against Prefect's 0.94. *Next*: the capacity read (agents, provider limits, running
-  counts) cached per host between admissions, and the events of a link written in the same
-  statement as the task's move.
-- **Fan-out and random at cap 64**: the first wave's dispatch p95 on production went from
-  460–1236 ms (the previous session's A/B of the old code) to 84 ms (fan) and 171 ms (random);
-  embedded it is 201 / 495 ms (not analysed yet: SQLite takes one writer at a time). Random 300
-  at cap 64 meets its efficiency goal on both profiles (0.898 / 0.854, goal 0.85).
-- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.947 and
-  chain 0.949 meet it, random 0.916 misses by a hair (its policy bound is 0.986: admission cannot
-  know the durations); production layered 0.932, chain 0.931, random 0.894 miss. What is left is
-  the engine's own CPU per task: 8.8–9.5 ms embedded (goal < 10 ms met except random, 10.9),
-  10.6–12.4 ms on production at cap 8 (not met).
-- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.3 s embedded, 23.1 s
-  production, 500 in flight, 695 / 737 MiB.
-- **Storm on production: ~1.53 × the bound for every strategy in this run, naive included — a
-  fault of the harness, fixed after the run.** It still set up the Redis budgets for `limits`' own
-  script (a window that starts at the key's first taking), but the Redis storage has had windows
-  aligned on the clock since ratelimit.AlignedRedisStorage: the storm started at a random phase of
-  the minute instead of 10 s before its end, so request 17 waited ~26 s instead of 10 s. The
-  harness now waits for the phase on both profiles, and a test holds both storages to the bound's
-  rule. Measured after the fix (15:31, production, storm only): naive 29.8 s, waves 30.5 s, ours
-  adaptive 30.6 s, ours configured 29.7 s against bounds of 29.3–29.5 s (1.01–1.04). Ours with the
-  limit configured sent no 429; adaptive without it still gets 7 after its first back-off (no slow
-  start yet).
+  the run's totals, the step that admits and claims the next task, its request, the events) is
+  14 statements and 9.2–9.3 ms of engine CPU per task (goal < 10 ms: met on chain now), almost
+  all of it Django building statements and model instances; each statement is well under a
+  millisecond in the database. Per link the run spends ~15 ms beyond the planned durations
+  (12.93 − 12.20 s over 50 links); efficiency 0.943 (goal 0.95), Prefect 0.938. *Next*: the
+  capacity read (agent lock, provider-limit lock, the agent's running count) and the claimed
+  task's re-read (dispatch.claimed_requests) are 4 of the 14 statements; the step holds most of
+  what they read already.
+- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.946 and
+  chain 0.956 meet it, random 0.913 misses by a hair (its policy bound is 0.986: admission cannot
+  know the durations); production layered 0.948 misses by a hair, chain 0.943, random 0.899 miss.
+  What is left is the engine's own CPU per task: 8.0–10.8 ms embedded (goal < 10 ms met except
+  random at cap 8, 10.8), 7.8–12.4 ms on production (missed by fan at cap 8, 10.7, and random at
+  cap 8, 12.4).
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.2 s embedded, 22.6 s
+  production, 500 in flight, 693 / 737 MiB.
+- **Storm**: every strategy within 1.1 × the bound on both profiles (ours configured 1.047 /
+  1.012, adaptive 1.053 / 1.053); with the limit configured ours sends no 429. **Adaptive
+  without a configured limit still gets 7 429s after its first back-off**: the AIMD cap bounds
+  requests in flight, not requests per minute — at ~1 s a request even one in flight sends 60 a
+  minute against the storm's 16. *Next*: on a refusal without rate-limit headers, learn the
+  per-minute rate from the requests accepted in the last minute and admit by it. Claude's
+  answers carry the headers, so this is the simulated provider's case.
 - **Live view: the goals of section 6 are met on both profiles** (p95 at 20 events/s and 50
-  viewers: 114 ms embedded, 73 ms on Redis). On a real 200-task run with 50 viewers
-  (`make bench-live`, bench/results-live.json, re-measured at 19:27 after this run) the embedded
-  goal is met and the production one is not: p95 205 / 117 ms (embedded / production; goals 250 /
-  100), against 262 / 313 ms on the same machine just before (a long round paused the next ones
-  for twice its time, and the poll counted from a round's end, every 0.1 s) and 956 / 1205 ms
-  before burst frames carried only what changed. What is left on Redis is the fan-out's burst
-  (~400 events, one ~150 KB frame per viewer) and each round reading every task's view for the
-  totals and lanes. *Next*: totals and lanes from aggregates rather than every task's view.
+  viewers: 67 ms embedded, 68 ms on Redis). On a real 200-task run with 50 viewers
+  (`make bench-live`, bench/results-live.json, run 2026-11-25 after this run's code) p95 122 ms
+  embedded (goal 250, met) and 101 ms on Redis (goal 100: at its edge; p50 70 / 91 ms). The p95
+  is the fan-out's burst (~400 events in one transaction, one ~150 KB frame per viewer). Timed in
+  the broadcaster: the step's commit and doorbell reach it 15–20 ms after the events' timestamps,
+  the burst renders in 55–65 ms on the loaded machine (198 rows 17 ms, their views 9 ms, the
+  totals 6 ms, the log's page 6 ms) and goes to 50 viewers in 10–17 ms. Until this run, a round
+  was paid for with a pause as long, and the plan approval's round (which redraws the whole
+  table: 120–235 ms) held the burst back as long again in some runs; rounds now run up to 0.25 s
+  ahead of the half-time pace (dashboard/broadcast.py `Pacing`), and records answer Django's
+  template lookups as items (a row renders ~25 % faster). A/B alternately, both with DEBUG off:
+  embedded p95 280 / 249 / 228 → 161 / 168 / 134 ms, Redis 134 / 188 / 102 → 104 / 114 / 106 ms.
+  bench-live had run with DEBUG on (Django's query log); it now runs as deployed. Earlier the same
+  day task views stopped reading agents' and subtasks' settings, and the totals and lanes stopped
+  building every task's view at each round (p50 89 → 85 ms on Redis, 72 → 65 ms embedded).
+  *Next*: a smaller burst (rows of tasks that only became ready sent as a compact list the page
+  applies), or its render spread over the wait for its commit.
 """
 
 
