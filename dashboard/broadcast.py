@@ -19,7 +19,7 @@ latest event in one round:
 * each viewer gets that HTML with its own CSRF token put in (`Viewer.personalise`, a string
   replace) — byte for byte what `frames.render_batch` renders for it alone.
 
-Pacing is per run, as it was per viewer (`Pacing`): frames at most every MIN_FRAME_INTERVAL_S,
+Pacing is per run, as it was per viewer (`Pacing`): frames at least MIN_FRAME_INTERVAL_S apart,
 and rounds that take long space the next ones out (as long a pause as they took, up to
 MAX_FRAME_INTERVAL_S: at most half of the broadcaster's time goes to rounds), beyond a small
 allowance, so that one long round alone (a plan's approval redraws the whole table) does not

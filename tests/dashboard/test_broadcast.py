@@ -7,6 +7,7 @@ Through the real ASGI application like tests/dashboard/test_consumers.py; a spy 
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
@@ -482,3 +483,23 @@ def test_a_pause_is_never_longer_than_the_maximum_and_debt_does_not_pile_up():
     pacing.sent(now, now + 0.01)
     now += 0.01
     assert pacing.pause(now) == pytest.approx(broadcast.MIN_FRAME_INTERVAL_S)
+
+
+def test_rounds_of_any_length_and_idle_gaps_stay_within_the_allowance_of_half_the_time():
+    """At every round's start, the time spent in rounds exceeds the time spent outside them by at
+    most the allowance (rounds no longer than the longest pause), whatever their mix."""
+    rng = random.Random(7)
+    for _ in range(200):
+        pacing = broadcast.Pacing()
+        now = busy = idle = 0.0
+        for _ in range(100):
+            gap = rng.choice([0.0, 0.0, rng.uniform(0, 0.5)])  # waiting for news
+            pause = pacing.pause(now + gap)
+            assert 0 <= pause <= broadcast.MAX_FRAME_INTERVAL_S
+            idle += gap + pause
+            now += gap + pause
+            assert busy - idle <= broadcast.PACING_ALLOWANCE_S + 1e-9
+            took = rng.choice([0.005, 0.03, rng.uniform(0, broadcast.MAX_FRAME_INTERVAL_S)])
+            pacing.sent(now, now + took)
+            busy += took
+            now += took
