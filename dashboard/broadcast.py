@@ -26,7 +26,8 @@ allowance, so that one long round alone (a plan's approval redraws the whole tab
 hold back the frame after it (the fan-out's burst that follows). The poll counts from the last
 round's start, so a round does not also delay the next poll; after a round longer than half
 the poll, the poll waits as long as the round, so that an idle run's polls cannot take a loaded
-database's time back to back. The broadcaster starts with the run's first viewer and stops with its last.
+database's time back to back. The broadcaster starts with the run's first viewer and stops with
+its last.
 
 The broadcasters of an event loop read the database on threads of their own (`LiveDatabase`),
 whose connections stay open while anyone watches: `database_sync_to_async` closes the connection
