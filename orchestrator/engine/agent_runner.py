@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -105,9 +104,10 @@ class Tracker(Protocol):
 
     def untrack(self, attempt: AttemptRun) -> None: ...
 
-    def ending(self, run_id: int) -> AbstractContextManager[bool]:
-        """Held while an attempt of `run_id` records its success; says whether that success should
-        also take the run's scheduling step (else the tracker takes one for several)."""
+    async def succeed(self, claim: Claim, output: str, usage: Usage, *, keep: int) -> str:
+        """Record a success and take its run's scheduling step, keeping up to `keep` of the
+        attempts it admits for the caller (`claim.kept`); returns the outcome in words. A host
+        records the successes of one run that end together in one transaction."""
         ...
 
 
@@ -224,14 +224,9 @@ def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: in
 
 
 async def succeed(current: AttemptRun, output: str, usage: Usage) -> str:
-    """Record a success. It takes its run's scheduling step in the same transaction, unless other
-    attempts of the run are ending in this host: each would then wait on the run's row for the
-    others' steps, so they record their ends alone and the host takes one step for all of them."""
-    claim = current.claim
+    """Record a success, and its run's scheduling step, through the attempt's tracker."""
     assert current.tracker is not None
-    with current.tracker.ending(claim.task.run_id) as advance:
-        keep = current.keep if advance else 0
-        return await record(execution.complete, claim, output, usage, keep=keep, advance=advance)
+    return await current.tracker.succeed(current.claim, output, usage, keep=current.keep)
 
 
 async def _stopped(current: AttemptRun) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import timedelta
 
 from django.conf import settings
@@ -53,7 +53,7 @@ def start_attempts(
     claim_for: str = "",
     limits: dict[tuple[str, str], ProviderLimit] | None = None,
     agents: dict[int, Agent] | None = None,
-    ended: TaskRun | None = None,
+    ended: Sequence[TaskRun] = (),
     fresh: Collection[int] = (),
 ) -> tuple[list[int], list]:
     """Start the admitted tasks, each with a new Attempt: the ones the caller keeps (`kept_share`
@@ -165,12 +165,15 @@ def execution_lease(worker: str, now) -> dict:
 
 
 def claimed_requests(
-    run: Run, claimed: list[admission.Admission], agents: dict[int, Agent] | None = None, ended: TaskRun | None = None
+    run: Run,
+    claimed: list[admission.Admission],
+    agents: dict[int, Agent] | None = None,
+    ended: Sequence[TaskRun] = (),
 ) -> dict[int, tuple[TaskRun, AgentRequest, bool]]:
     """The tasks claimed at admission, loaded with what their requests need, the requests
     (execution.build_request) and whether their agents hold tool grants, by task id. `agents`:
     their agents, already read in this transaction (admission's locked rows), which the tasks then
-    share rather than read again. `ended`: the task whose success takes the step (advance_locked)."""
+    share rather than read again. `ended`: the tasks whose successes take the step (advance_locked)."""
     if not claimed:
         return {}
     from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
@@ -187,9 +190,7 @@ def claimed_requests(
         if known:
             task.agent = known[task.agent_id]
         task.state = State.RUNNING
-    requests = execution.requests_for(
-        run, [(task, numbers[task.pk]) for task in tasks], known=[ended] if ended is not None else []
-    )
+    requests = execution.requests_for(run, [(task, numbers[task.pk]) for task in tasks], known=ended)
     return {task.pk: (task, requests[task.pk], bool(task.has_tool_grants)) for task in tasks}
 
 

@@ -10,7 +10,9 @@ orchestrator/engine/agent_runner.py decides which to take as the attempt goes.
   in one transaction every few seconds, each conditional on its lease. No run row, no event: what
   viewers see live travels apart (orchestrator/engine/live.py).
 - **The end** (succeeded, failed, timed out, cancelled, handed back, or a result that came too
-  late): one transaction with the state change, the usage, the cost and the event. Whatever the
+  late): one transaction with the state change, the usage, the cost and the event (a success
+  also takes its run's step in it; an agent host records the successes of one run that end
+  together in one transaction, `complete_all`). Whatever the
   end, the attempt keeps the tokens the provider reported and their cost, the task and the run
   count them, and the provider's per-minute token budgets are corrected from what admission
   reserved to what was used (engine/settlement.py). What a failure leads to (a retry, the task
@@ -338,65 +340,111 @@ def save_progress(items: list[tuple[Claim, Progress]]) -> None:
 # --- How an attempt ends ------------------------------------------------------------------------
 
 
+@dataclass
+class Success:
+    """An attempt's successful end, as its host reports it: what it wrote and what it used."""
+
+    claim: Claim
+    output: str
+    usage: Usage
+
+
 def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance: bool = True) -> str:
     """Record a successful attempt and, in the same transaction, advance its run (its downstream
     may start at once); up to `keep` of the attempts admitted are left for the caller to run
-    (`claim.kept`). Without `advance` the run's step is the caller's to take (an agent host
-    whose other attempts of the run are ending too takes one step for all of them)."""
-    task = claim.task
-    # Bounded as its downstream agents' providers count tokens (for Claude, maybe a request):
+    (`claim.kept`). Without `advance` the run's step is the caller's to take."""
+    (outcome,), step = _complete(claim.task.run_id, [Success(claim, output, usage)], keep, claim.worker, advance)
+    if step is not None:
+        claim.advanced, claim.kept = True, step.claims
+    return outcome
+
+
+def complete_all(run_id: int, successes: Sequence[Success], *, keep: int = 0, claim_for: str = ""):
+    """Record the successes of several attempts of run `run_id` and take the run's scheduling step,
+    all in one transaction: one wait for the run's row and one step for them all, where each
+    success in a transaction of its own waited on the row for every other's (an agent host
+    whose attempts of one run end together: a fan-out's wave). Returns the outcome of each, in
+    order, and the step (scheduler.AdvanceResult; `claim_for` claims what it kept, `keep`)."""
+    return _complete(run_id, successes, keep, claim_for, True)
+
+
+def _complete(run_id: int, successes: Sequence[Success], keep: int, claim_for: str, advance: bool):
+    # Bounded as their downstream agents' providers count tokens (for Claude, maybe a request):
     # before the transaction, which then holds its locks no longer than it must.
-    summary = context.summary_for(task, output)
-    review = task.subtask.gate == Subtask.Gate.AFTER
+    summaries = [context.summary_for(s.claim.task, s.output) for s in successes]
     now = timezone.now()
+    step = None
     with events.atomic():
-        run = scheduler.lock_run(task.run_id)
-        s = settlement.settlement(claim.attempt.pk, usage, claim.limit, lock=True)
+        run = scheduler.lock_run(run_id)
+        moved = _record_successes(run, successes, summaries, now)
+        if advance:
+            ended = [s.claim.task for s, done in zip(successes, moved, strict=True) if done]
+            step = scheduler.advance_locked(run, keep=keep, claim_for=claim_for, ended=ended)
+    outcomes = [
+        "succeeded" if done else late_or_cancelled(s.claim, s.usage, "result arrived after the lease expired")
+        for s, done in zip(successes, moved, strict=True)
+    ]
+    return outcomes, step
+
+
+def _record_successes(run: Run, successes: Sequence[Success], summaries: list[str], now) -> list[bool]:
+    """The successes, inside the transaction holding `run`'s lock (its counters kept up to date, as
+    the step that follows reads them): their attempts read and locked in one statement, a statement
+    per task and per attempt, one for the run. False for a task no longer its attempt's."""
+    settled = settlement.settlements([(s.claim.attempt.pk, s.usage, s.claim.limit) for s in successes], lock=True)
+    moved = []
+    for success, summary, s in zip(successes, summaries, settled, strict=True):
+        task = success.claim.task
+        review = task.subtask.gate == Subtask.Gate.AFTER
         # The task's end, its output and its totals in one statement, on condition of the lease.
-        moved = transitions.move_where(
-            owned(claim),
-            State.AWAITING_REVIEW if review else State.SUCCEEDED,
-            from_states=[State.RUNNING],
-            output=output,
-            summary=summary,
-            progress=100,
-            progress_at=now,
-            lease_owner="",
-            lease_expires_at=None,
-            finished_at=None if review else now,
-            error="",
-            **s.task_totals(),
-        )
-        if moved:
-            settlement.apply_settlement(s, run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
-            task.state = State.AWAITING_REVIEW if review else State.SUCCEEDED
-            task.output, task.summary = output, summary  # as saved: the step quotes them downstream
-            events.record(
-                "task.succeeded" if not review else "task.output_ready",
-                run=run,
-                task=task,
-                actor_name=f"agent:{task.agent.name}",
-                payload={
-                    "attempt": claim.attempt.number,
-                    "input_tokens": usage.input_tokens,
-                    "output_tokens": usage.output_tokens,
-                    "cost_usd": str(s.cost),
-                },
+        moved.append(
+            bool(
+                transitions.move_where(
+                    owned(success.claim),
+                    State.AWAITING_REVIEW if review else State.SUCCEEDED,
+                    from_states=[State.RUNNING],
+                    output=success.output,
+                    summary=summary,
+                    progress=100,
+                    progress_at=now,
+                    lease_owner="",
+                    lease_expires_at=None,
+                    finished_at=None if review else now,
+                    error="",
+                    **s.task_totals(),
+                )
             )
-            if review:
-                scheduler.open_gate(task, Checkpoint.Kind.AFTER)
-            if claim.limit is not None and claim.limit.effective_in_flight is not None:
-                adaptive.increase(task.agent.provider, task.agent.model, run=run, task=task)
-            run.cost_usd += s.more_cost  # as the UPDATE just made them: the step below reads them
-            run.reserved_usd -= s.reserved_usd
-            run.input_tokens += s.more_input
-            run.output_tokens += s.more_output
-            if advance:
-                step = scheduler.advance_locked(run, keep=keep, claim_for=claim.worker, ended=task)
-                claim.advanced, claim.kept = True, step.claims
-    if not moved:
-        return late_or_cancelled(claim, usage, "result arrived after the lease expired")
-    return "succeeded"
+        )
+    done = [
+        (success, summary, s) for success, summary, s, m in zip(successes, summaries, settled, moved, strict=True) if m
+    ]
+    settlement.apply_settlements([s for _, _, s in done], run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
+    for success, summary, s in done:
+        claim, task, usage = success.claim, success.claim.task, success.usage
+        review = task.subtask.gate == Subtask.Gate.AFTER
+        task.state = State.AWAITING_REVIEW if review else State.SUCCEEDED
+        task.output, task.summary = success.output, summary  # as saved: the step quotes them downstream
+        events.record(
+            "task.succeeded" if not review else "task.output_ready",
+            run=run,
+            task=task,
+            actor_name=f"agent:{task.agent.name}",
+            payload={
+                "attempt": claim.attempt.number,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": str(s.cost),
+            },
+        )
+        if review:
+            scheduler.open_gate(task, Checkpoint.Kind.AFTER)
+        if claim.limit is not None and claim.limit.effective_in_flight is not None:
+            adaptive.increase(task.agent.provider, task.agent.model, run=run, task=task)
+        run.cost_usd += s.more_cost  # as the UPDATE just made them: the step below reads them
+        run.reserved_usd -= s.reserved_usd
+        run.input_tokens += s.more_input
+        run.output_tokens += s.more_output
+    return moved
 
 
 def fail(

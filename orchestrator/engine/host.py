@@ -16,10 +16,10 @@ made parallelism equal to the process count. Each django-q2 worker process now h
   run row or writes an event.
 - **Live progress** goes to viewers without the database when a shared channel layer carries it
   (orchestrator/engine/live.py); otherwise viewers poll the saved progress.
-- **Chaining.** When an attempt ends, the host advances its run — coalescing the ends of several
-  attempts of one run into one scheduling step — and runs the newly admitted attempt in the
-  slot that just freed, without a broker round trip (one kept per ended attempt; the others go
-  to the broker, so that work spreads over processes).
+- **Chaining.** When an attempt ends, the host advances its run — the successes of one run that
+  end while one of its steps is under way recorded together, with one step for all — and runs
+  the newly admitted attempts in the slots that just freed and those still free, without a
+  broker round trip (the others go to the broker, so that work spreads over processes).
 - **Draining** (graceful shutdown, a recycled worker): the host stops accepting at once (attempts
   waiting in `submit` go back to the broker), lets running attempts finish within the grace period
   (less than a lease), then hands back the rest: their tasks are ready again at once, and no retry
@@ -29,13 +29,12 @@ made parallelism equal to the process count. Each django-q2 worker process now h
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 
@@ -45,6 +44,7 @@ from orchestrator import db_threads, events
 from orchestrator.db_threads import run as db
 from orchestrator.engine import agent_runner, dispatch, execution, live, scheduler
 from orchestrator.engine.agent_runner import AttemptRun
+from orchestrator.providers.base import Usage
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,20 @@ CLAIM_BATCH = 64
 
 
 @dataclass
-class _Advance:
-    """Pending scheduling steps of one run in this host: who waits (and whether each would run a
-    kept attempt), and whether a step is under way."""
+class _Waiter:
+    """An attempt of this host waiting for its run's next step: whether it would run an attempt
+    the step keeps, and the success it has to record first, if any."""
 
-    waiters: list[tuple[asyncio.Future, bool]] = field(default_factory=list)
+    future: asyncio.Future
+    keep: bool
+    success: execution.Success | None = None
+
+
+@dataclass
+class _Advance:
+    """Pending scheduling steps of one run in this host: who waits, and whether a step is under way."""
+
+    waiters: list[_Waiter] = field(default_factory=list)
     running: bool = False
 
 
@@ -76,7 +85,6 @@ class AgentHost:
         self.in_flight = 0  # attempts accepted and not yet ended (claimed or not)
         self.outcomes: dict[str, int] = {}
         self._advances: dict[int, _Advance] = {}
-        self._ending: dict[int, int] = {}  # by run: successes being recorded now (see `ending`)
         self._to_claim: list[tuple[int, asyncio.Future]] = []  # deliveries waiting for `_claim`
         self._claiming = False
         self._idle = threading.Condition()
@@ -242,71 +250,130 @@ class AgentHost:
         finally:
             self._claiming = False
 
-    def _run_kept(self, claim: execution.Claim) -> None:
-        """Run an attempt a scheduling step claimed for this host, in a slot of its own. It was
-        claimed because slots were free; should `submit` have taken them meanwhile, it runs
-        anyway (the slots are back-pressure for the broker, not a hard limit)."""
+    def _run_kept(self, claim: execution.Claim, *, reserved: bool = False) -> None:
+        """Run an attempt a scheduling step claimed for this host, in a slot of its own (`reserved`
+        for it before the step: already counted in flight). It was claimed because slots were
+        free; should `submit` have taken them meanwhile, it runs anyway (the slots are
+        back-pressure for the broker, not a hard limit)."""
         holds_slot = self.free.acquire(blocking=False)  # released when it ends, like any slot
-        with self._idle:
-            self.in_flight += 1
+        if not reserved:
+            with self._idle:
+                self.in_flight += 1
         asyncio.create_task(self._host_attempt(None, claim, holds_slot=holds_slot))
 
-    @contextlib.contextmanager
-    def ending(self, run_id: int) -> Iterator[bool]:
-        """Held while an attempt of `run_id` records its success (agent_runner.succeed). True when
-        nothing else of that run is ending or stepping in this host: the success then takes the
-        run's step in its own transaction. Otherwise it records only its end, and the step comes
-        from `advance`, coalesced: at cap 64 the ends of one run, each waiting on the run's row
-        for the others' steps, were the runs' throughput limit (docs/benchmarks.md)."""
-        alone = not self._ending.get(run_id) and run_id not in self._advances
-        self._ending[run_id] = self._ending.get(run_id, 0) + 1
-        try:
-            yield alone
-        finally:
-            self._ending[run_id] -= 1
-            if not self._ending[run_id]:
-                del self._ending[run_id]
+    def _reserve(self, slots: int) -> int:
+        """Count up to `slots` free slots in flight ahead of a step that may keep attempts for them;
+        returns how many. `_run_kept(reserved=True)` takes them up, `_release` gives back the rest."""
+        with self._idle:
+            taken = max(0, min(slots, self.slots - self.in_flight))
+            self.in_flight += taken
+        return taken
+
+    def _release(self, slots: int) -> None:
+        if slots:
+            with self._idle:
+                self.in_flight -= slots
+                self._idle.notify_all()
+
+    async def succeed(self, claim: execution.Claim, output: str, usage: Usage, *, keep: int) -> str:
+        """Record a success and take its run's scheduling step (agent_runner.succeed); what the
+        step kept for this slot is in `claim.kept`, claimed already.
+
+        Coalesced: the successes of one run that end while a step of it is under way in this host
+        are recorded together, with one step for all, in the next transaction (`_advance_run`). At
+        cap 64 a fan-out's wave ends within a few hundred milliseconds, and a transaction per
+        success waited on the run's row for all the others (docs/benchmarks.md)."""
+        outcome, kept = await self._step(claim.task.run_id, keep > 0, execution.Success(claim, output, usage))
+        claim.advanced, claim.kept = True, [kept] if kept is not None else []
+        assert outcome is not None
+        return outcome
 
     async def advance(self, run_id: int, *, keep: bool) -> execution.Claim | None:
         """Advance a run after an attempt ended; returns an admitted attempt kept for the caller,
-        claimed for this host already.
+        claimed for this host already. Coalesced with the run's other steps in this host, as
+        `succeed` is."""
+        return (await self._step(run_id, keep))[1]
 
-        Coalesced: while a scheduling step of the run is under way in this host, attempts that end
-        wait for the next one, which keeps one admitted attempt for each of them.
-        """
+    async def _step(
+        self, run_id: int, keep: bool, success: execution.Success | None = None
+    ) -> tuple[str | None, execution.Claim | None]:
         state = self._advances.setdefault(run_id, _Advance())
-        waiter: asyncio.Future = self.loop.create_future()
-        state.waiters.append((waiter, keep))
+        waiter = _Waiter(self.loop.create_future(), keep, success)
+        state.waiters.append(waiter)
         if not state.running:
             state.running = True
             asyncio.create_task(self._advance_run(run_id, state))
-        return await waiter
+        if success is None:
+            return await waiter.future
+        # A success is recorded even if its attempt is stopped meanwhile (as agent_runner.record).
+        try:
+            return await asyncio.shield(waiter.future)
+        except asyncio.CancelledError:
+            agent_runner.uncancel()
+            return await waiter.future
 
     async def _advance_run(self, run_id: int, state: _Advance) -> None:
+        waiting: list[_Waiter] = []
         try:
             while state.waiters:
                 waiting, state.waiters = state.waiters, []
-                keepers = [waiter for waiter, keep in waiting if keep] if self.accepting else []
+                keepers = [w for w in waiting if w.keep] if self.accepting else []
+                # One for each waiting slot, and more for the slots that are free: taken now, so
+                # that the broker's deliveries meanwhile find them taken (else a fan-out's first
+                # wave, kept here, met a dozen deliveries it had no room for).
+                extra = self._reserve(self.free_slots()) if keepers else 0
+                keep = len(keepers) + extra if keepers else 0
+                successes = [w.success for w in waiting if w.success is not None]
                 try:
-                    # One for each waiting slot, and more for the slots that are free.
-                    keep = len(keepers) + self.free_slots() if keepers else 0
-                    result = await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)
+                    outcomes, result = await self._record_and_step(run_id, successes, keep)
                 except Exception as exc:
+                    self._release(extra)
                     log.exception("agent host: advancing run %s failed", run_id)
-                    for waiter, _ in waiting:
-                        if not waiter.done():
-                            waiter.set_exception(exc)
+                    for w in waiting:
+                        if not w.future.done():
+                            w.future.set_exception(exc)
                     continue
+                ended = dict(zip((id(s) for s in successes), outcomes, strict=True))
                 kept = list(result.claims)
-                for waiter, _ in waiting:
-                    if not waiter.done():
-                        waiter.set_result(kept.pop(0) if kept and waiter in keepers else None)
+                for w in waiting:
+                    outcome = ended.get(id(w.success)) if w.success is not None else None
+                    if w.future.done():
+                        continue
+                    if isinstance(outcome, Exception):
+                        w.future.set_exception(outcome)
+                    else:
+                        w.future.set_result((outcome, kept.pop(0) if kept and w in keepers else None))
                 for claim in kept:  # claimed for this host beyond its waiters: each in a slot of its own
-                    self._run_kept(claim)
+                    self._run_kept(claim, reserved=extra > 0)
+                    extra -= 1
+                self._release(max(0, extra))
         finally:
             state.running = False
+            for w in waiting + state.waiters:  # cut off (the loop is going away): nobody waits for ever
+                if not w.future.done():
+                    w.future.cancel()
             if self._advances.get(run_id) is state and not state.waiters:
                 del self._advances[run_id]
+
+    async def _record_and_step(self, run_id: int, successes: list[execution.Success], keep: int):
+        """The successes recorded and the run's step taken, in one transaction. Should that fail
+        with several successes (one of them may be what fails), each is recorded alone, then the
+        step: the others are not lost with it. Returns each success's outcome (or exception)."""
+        if not successes:
+            return [], await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)
+        try:
+            return await db(execution.complete_all, run_id, successes, keep=keep, claim_for=self.worker)
+        except Exception:
+            if len(successes) == 1:
+                raise
+            log.exception("agent host: recording %d successes of run %s at once failed", len(successes), run_id)
+        outcomes: list = []
+        for s in successes:
+            try:
+                outcomes.append(await db(execution.complete, s.claim, s.output, s.usage, advance=False))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes, await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)
 
     # --- Tracking running attempts (agent_runner.Tracker) -------------------------------------------
 

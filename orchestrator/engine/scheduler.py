@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from dataclasses import fields as dataclass_fields
 from datetime import datetime, timedelta
@@ -79,14 +80,15 @@ def advance(run_id: int, *, keep: int = 0, claim_for: str = "") -> AdvanceResult
         return advance_locked(lock_run(run_id), keep=keep, claim_for=claim_for)
 
 
-def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "", ended: TaskRun | None = None) -> AdvanceResult:
+def advance_locked(run: Run, *, keep: int = 0, claim_for: str = "", ended: Sequence[TaskRun] = ()) -> AdvanceResult:
     """`advance` inside a transaction that already holds the run's lock (`run` as locked, its
     counters up to date): an attempt's end and the step it triggers are then one transaction.
 
     `claim_for`: the worker (an agent host) that keeps attempts claims them here too — they are
     created running, leased to it, their requests built (`result.claims`) — which spares each a
-    claim of its own (a transaction) on the way from one task to the next. `ended`: the task whose
-    success takes this step, as it now is (its output is what its downstream's requests quote).
+    claim of its own (a transaction) on the way from one task to the next. `ended`: the tasks whose
+    successes take this step, as they now are (their outputs are what their downstream's requests
+    quote).
     """
     result = AdvanceResult(run.pk)
     if run.is_finished or run.status == Run.Status.AWAITING_APPROVAL:
@@ -312,7 +314,7 @@ def admit(
     *,
     keep: int = 0,
     claim_for: str = "",
-    ended: TaskRun | None = None,
+    ended: Sequence[TaskRun] = (),
     fresh: list[TaskRow] | None = None,
 ) -> tuple[list[int], list]:
     """Admit ready tasks in order while every cap holds (admission.decide), create and hand out

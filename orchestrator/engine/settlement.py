@@ -7,7 +7,7 @@ as Anthropic keeps them — a request is charged its `max_tokens` of output when
 corrected to its real use when it ends — so our limiter says what the provider will say.
 
 - **Settlement** (`settle`, or `settlement` + `apply_settlement` inside an end that updates the
-  task row itself): however an attempt ends, its usage and cost are written on it and added to the
+  task row itself; `settlements` + `apply_settlements` for several ends in one transaction): however an attempt ends, its usage and cost are written on it and added to the
   task's and the run's totals once (a late result adds only what it reports beyond that), the
   run's reservation is released, and the token budgets admission took are corrected to the real
   use, in the minute window they were taken from (`correct_token_budgets`).
@@ -22,9 +22,10 @@ the state change and the event; nothing here does either.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 from django.db.models import F
@@ -76,19 +77,33 @@ def settlement(attempt_id: int, usage: Usage, limit: ProviderLimit | None, *, lo
     """What settling `attempt_id` with `usage` will add (one read of the attempt row; with `lock`,
     the row is locked: a transaction that changes the task next must hold its attempt first, as
     every transaction changing both does, or it deadlocks with the host's lease renewal)."""
-    rows = Attempt.objects.filter(pk=attempt_id)
+    return settlements([(attempt_id, usage, limit)], lock=lock)[0]
+
+
+def settlements(ends: Sequence[tuple[int, Usage, ProviderLimit | None]], *, lock: bool = False) -> list[Settlement]:
+    """`settlement` of several attempts (attempt id, usage, limit) in one read, in their order;
+    with `lock` their rows are locked in the order of their ids, as every lock of several is."""
+    rows = Attempt.objects.filter(pk__in=[attempt_id for attempt_id, _, _ in ends])
     if lock:
-        rows = rows.select_for_update(no_key=True)
-    row = rows.values(
-        "finished_at",
-        "input_tokens",
-        "output_tokens",
-        "cost_usd",
-        "reserved_usd",
-        "reserved_input_tokens",
-        "reserved_output_tokens",
-        "rate_window",
-    )[0]
+        rows = rows.select_for_update(no_key=True).order_by("pk")
+    by_id = {
+        row["pk"]: row
+        for row in rows.values(
+            "pk",
+            "finished_at",
+            "input_tokens",
+            "output_tokens",
+            "cost_usd",
+            "reserved_usd",
+            "reserved_input_tokens",
+            "reserved_output_tokens",
+            "rate_window",
+        )
+    }
+    return [_settlement(attempt_id, usage, limit, by_id[attempt_id]) for attempt_id, usage, limit in ends]
+
+
+def _settlement(attempt_id: int, usage: Usage, limit: ProviderLimit | None, row: Mapping[str, Any]) -> Settlement:
     cost = (
         limit.cost(
             usage.input_tokens,
@@ -119,33 +134,42 @@ def apply_settlement(s: Settlement, *, run_id: int, **attempt_fields) -> None:
     """Write a settlement on the attempt (with `attempt_fields`, e.g. its end state, in the same
     statement) and the run, and correct the provider's token budgets. The task's totals are the
     caller's: `s.task_totals()` folds them into the caller's own update of the task row."""
-    usage = s.usage
-    Attempt.objects.filter(pk=s.attempt_id).update(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.cache_read_tokens,
-        cache_creation_tokens=usage.cache_creation_tokens,
-        cost_usd=s.cost,
-        reserved_usd=0,
-        reserved_input_tokens=usage.input_tokens if s.rate_window is not None else 0,
-        reserved_output_tokens=usage.output_tokens if s.rate_window is not None else 0,
-        **attempt_fields,
-    )
-    if s.counts or s.reserved_usd:
-        Run.objects.filter(pk=run_id).update(
-            input_tokens=F("input_tokens") + s.more_input,
-            output_tokens=F("output_tokens") + s.more_output,
-            cost_usd=F("cost_usd") + s.more_cost,
-            reserved_usd=F("reserved_usd") - s.reserved_usd,
+    apply_settlements([s], run_id=run_id, **attempt_fields)
+
+
+def apply_settlements(settled: Sequence[Settlement], *, run_id: int, **attempt_fields) -> None:
+    """`apply_settlement` of several attempts of run `run_id`: a statement per attempt, one for
+    the run's totals and one for its throttled tasks."""
+    budget_came_back = False
+    for s in settled:
+        usage = s.usage
+        Attempt.objects.filter(pk=s.attempt_id).update(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_creation_tokens=usage.cache_creation_tokens,
+            cost_usd=s.cost,
+            reserved_usd=0,
+            reserved_input_tokens=usage.input_tokens if s.rate_window is not None else 0,
+            reserved_output_tokens=usage.output_tokens if s.rate_window is not None else 0,
+            **attempt_fields,
         )
-    if s.rate_window is not None and s.limit is not None:
-        input_delta = usage.input_tokens - s.reserved_input_tokens
-        output_delta = usage.output_tokens - s.reserved_output_tokens
-        correct_token_budgets(s.limit, s.rate_window, input_delta=input_delta, output_delta=output_delta)
-        if input_delta < 0 or output_delta < 0:
-            # Budget came back: the run's tasks throttled on it are looked at by the next step at
-            # once, not at their next recheck (other runs' at theirs, within THROTTLE_RECHECK_S).
-            TaskRun.objects.filter(run_id=run_id, state=TaskRun.State.THROTTLED).update(not_before=None)
+        if s.rate_window is not None and s.limit is not None:
+            input_delta = usage.input_tokens - s.reserved_input_tokens
+            output_delta = usage.output_tokens - s.reserved_output_tokens
+            correct_token_budgets(s.limit, s.rate_window, input_delta=input_delta, output_delta=output_delta)
+            budget_came_back = budget_came_back or input_delta < 0 or output_delta < 0
+    if any(s.counts or s.reserved_usd for s in settled):
+        Run.objects.filter(pk=run_id).update(
+            input_tokens=F("input_tokens") + sum(s.more_input for s in settled),
+            output_tokens=F("output_tokens") + sum(s.more_output for s in settled),
+            cost_usd=F("cost_usd") + sum((s.more_cost for s in settled), Decimal("0")),
+            reserved_usd=F("reserved_usd") - sum((s.reserved_usd for s in settled), Decimal("0")),
+        )
+    if budget_came_back:
+        # Budget came back: the run's tasks throttled on it are looked at by the next step at
+        # once, not at their next recheck (other runs' at theirs, within THROTTLE_RECHECK_S).
+        TaskRun.objects.filter(run_id=run_id, state=TaskRun.State.THROTTLED).update(not_before=None)
 
 
 def settle(

@@ -317,3 +317,43 @@ def test_a_claim_of_many_that_fails_in_the_database_claims_each_alone(make_agent
     monkeypatch.setattr(execution, "_claim_many", deadlocked)
     assert set(execution.claim_attempts(ids, "w1")) == set(ids)
     assert set(Attempt.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}
+
+
+def test_successes_recorded_together_count_once_each_and_take_one_step(make_agent, make_plan, priced_limit):
+    """An agent host's wave of successes of one run: one transaction records each (output, usage,
+    cost, event) and takes one step, whose kept claims quote every output. One of them that lost
+    its lease meanwhile is kept aside as late, and the others are recorded all the same."""
+    make_agent("researcher")
+    plan = make_plan(
+        {
+            "a": ("researcher", []),
+            "b": ("researcher", []),
+            "lost": ("researcher", []),
+            "d": ("researcher", ["a", "b"]),
+        }
+    )
+    run = runs.launch(plan, cap=4)
+    claims = {key: execution.claim_attempt(queued_attempt(run, key).pk, "w1") for key in ("a", "b", "lost")}
+    TaskRun.objects.filter(pk=claims["lost"].task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert reaper.reap_expired() == 1
+    successes = [
+        execution.Success(claims["a"], "Findings of a: leases hold.", Usage(input_tokens=30, output_tokens=10)),
+        execution.Success(
+            claims["b"], "Findings of b: the queue is kill-safe.", Usage(input_tokens=20, output_tokens=5)
+        ),
+        execution.Success(claims["lost"], "stale", Usage(input_tokens=1, output_tokens=1)),
+    ]
+    outcomes, step = execution.complete_all(run.pk, successes, keep=2, claim_for="w1")
+    assert outcomes == ["succeeded", "succeeded", "discarded"]
+    assert [kept.task.subtask.key for kept in step.claims] == ["d"]
+    prompt = step.claims[0].request.prompt
+    assert "Findings of a: leases hold." in prompt and "Findings of b: the queue is kill-safe." in prompt
+    run.refresh_from_db()
+    tasks = {task.subtask.key: task for task in run.tasks.select_related("subtask")}
+    assert (tasks["a"].state, tasks["b"].state, tasks["d"].state) == (State.SUCCEEDED, State.SUCCEEDED, State.RUNNING)
+    assert tasks["lost"].output != "stale"
+    costs = [Attempt.objects.get(pk=claims[key].attempt.pk).cost_usd for key in ("a", "b", "lost")]
+    assert costs == [priced_limit.cost(30, 10), priced_limit.cost(20, 5), priced_limit.cost(1, 1)]
+    assert run.cost_usd == sum(costs) and (run.input_tokens, run.output_tokens) == (51, 16)
+    assert run.reserved_usd == Attempt.objects.get(task_run=tasks["d"]).reserved_usd  # d's alone
+    assert Event.objects.filter(run=run, type="task.succeeded").count() == 2

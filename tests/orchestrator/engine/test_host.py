@@ -88,13 +88,79 @@ def test_the_host_runs_the_downstream_task_it_admitted_itself(make_agent, make_p
         assert len(kinds) == 2 and kinds[1] == kinds[0] + 1
 
 
-def test_of_simultaneous_successes_of_a_run_only_the_first_takes_its_step(make_host):
-    agent_host = make_host()
-    with agent_host.ending(1) as first:
-        with agent_host.ending(1) as second, agent_host.ending(2) as other_run:
-            assert (first, second, other_run) == (True, False, True)
-    with agent_host.ending(1) as later:
-        assert later  # nothing of run 1 is ending any more
+def recording_complete_all(monkeypatch, fail_with_several: bool = False) -> list[int]:
+    """execution.complete_all, slowed so that successes pile up behind it; returns the number of
+    successes each call was given. `fail_with_several`: a call with more than one fails."""
+    batches: list[int] = []
+    real = execution.complete_all
+
+    def recording(run_id, successes, **kwargs):
+        batches.append(len(successes))
+        time.sleep(0.3)
+        if fail_with_several and len(successes) > 1:
+            raise RuntimeError("one of these successes cannot be recorded")
+        return real(run_id, successes, **kwargs)
+
+    monkeypatch.setattr(execution, "complete_all", recording)
+    return batches
+
+
+def test_successes_of_a_run_ending_together_are_recorded_in_one_transaction(
+    make_agent, make_plan, make_host, broker, monkeypatch
+):
+    """Twelve tasks ending while a step of their run is under way: their successes wait for the
+    next transaction, which records them all and takes one step for all of them."""
+    make_agent("researcher", max_concurrency=12, provider_options=fast_latency(0.2))
+    layer = {f"t{i:02}": ("researcher", []) for i in range(12)}
+    run = runs.launch(make_plan({**layer, "end": ("researcher", list(layer))}), cap=12)
+    broker.purge_queue()  # this test plays the worker that took every delivery
+    batches = recording_complete_all(monkeypatch)
+    submit_queued(make_host(slots=50), run)
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert sum(batches) == 13 and max(batches) > 1 and len(batches) < 13, batches
+    attempts = Attempt.objects.filter(task_run__run=run)
+    assert attempts.count() == 13 and set(attempts.values_list("state", flat=True)) == {"succeeded"}
+    assert Event.objects.filter(run=run, type="task.succeeded").count() == 13
+
+
+def test_successes_that_cannot_be_recorded_together_are_recorded_each_alone(
+    make_agent, make_plan, make_host, broker, monkeypatch
+):
+    make_agent("researcher", max_concurrency=6, provider_options=fast_latency(0.2))
+    layer = {f"t{i}": ("researcher", []) for i in range(6)}
+    run = runs.launch(make_plan({**layer, "end": ("researcher", list(layer))}), cap=6)
+    broker.purge_queue()
+    batches = recording_complete_all(monkeypatch, fail_with_several=True)
+    submit_queued(make_host(slots=50), run)
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert max(batches) > 1, batches  # a batch failed, and its successes were not lost with it
+    attempts = Attempt.objects.filter(task_run__run=run)
+    assert attempts.count() == 7 and set(attempts.values_list("state", flat=True)) == {"succeeded"}
+
+
+def test_the_slots_a_step_may_keep_are_taken_while_it_runs(make_agent, make_plan, make_host, broker, monkeypatch):
+    """A broker delivery that comes while a step may still keep attempts for the host's free
+    slots finds the host full (its worker takes nothing from the queue); once the step has kept
+    what it admitted, the slots it did not use are free again."""
+    make_agent("researcher", provider_options=fast_latency(0.2))
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    broker.purge_queue()
+    agent_host = make_host(slots=4)
+    room_during_step: list[bool] = []
+    real = execution.complete_all
+
+    def looking(run_id, successes, **kwargs):
+        room_during_step.append(agent_host.wait_for_room(0))
+        return real(run_id, successes, **kwargs)
+
+    monkeypatch.setattr(execution, "complete_all", looking)
+    submit_queued(agent_host, run)
+    run = wait_for_run(run, 30)
+    assert run.status == "succeeded", run.summary
+    assert room_during_step == [False, False]  # a's step and b's
+    assert agent_host.wait_idle(5) and agent_host.free_slots() == 4 and agent_host.wait_for_room(0)
 
 
 def test_a_wide_fan_out_ending_together_is_carried_on_by_the_host_itself(make_agent, make_plan, make_host, broker):
