@@ -48,6 +48,7 @@ from limits.storage import RedisStorage, SlidingWindowCounterSupport, Storage
 from limits.storage.base import TimestampedSlidingWindow
 from limits.strategies import SlidingWindowCounterRateLimiter
 
+from orchestrator import sql
 from orchestrator.models import RateCounter
 
 WINDOW_S = 60
@@ -159,9 +160,8 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
                 self._ensure_window_row(current_key, expires_at=self._window_end(expiry, now) + expiry, now=now)
             previous_count = counts.get(previous_key, 0)
             previous_weight = math.floor(previous_count * self._previous_ttl(previous_count, expiry, now) / expiry)
-            taken = RateCounter.objects.filter(key=current_key, count__lte=limit - amount - previous_weight).update(
-                count=F("count") + amount
-            )
+            room = limit - amount - previous_weight
+            taken = sql.update(RateCounter, {"count": sql.Add(amount)}, key=current_key, count__lte=room)
         return taken == 1
 
     def get_sliding_window(self, key: str, expiry: int) -> SlidingWindow:
@@ -191,8 +191,7 @@ class DatabaseStorage(Storage, SlidingWindowCounterSupport, TimestampedSlidingWi
 
     @staticmethod
     def _live_counts(keys: list[str], now: float) -> dict[str, int]:
-        rows = RateCounter.objects.filter(key__in=keys, expires_at__gt=now).values_list("key", "count")
-        return dict(rows)
+        return dict(sql.select(RateCounter, ("key", "count"), key__in=keys, expires_at__gt=now))
 
     def _ensure_window_row(self, key: str, *, expires_at: float, now: float) -> None:
         _, created = RateCounter.objects.get_or_create(key=key, defaults={"count": 0, "expires_at": expires_at})

@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
         "orchestrator.models",
         "orchestrator.events",
         "orchestrator.ratelimit",
+        "orchestrator.sql",
         "orchestrator.db_threads",
         "orchestrator.wording",
         "orchestrator.migrations",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from django.db.models import Count, Q
 
-from orchestrator import ratelimit
+from orchestrator import ratelimit, sql
 from orchestrator.engine import context, run_shape, waits
 from orchestrator.models import Agent, ProviderLimit, Run, TaskRun
 
@@ -49,20 +49,25 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
     """Slots left under every cap for the given agents, read under their locks.
 
     Lock order: run (held), agents, provider limits — held to commit, so admission is serial per
-    agent and provider across runs, processes and clusters.
+    agent and provider across runs, processes and clusters. On every step that admits, so its
+    statements are text (orchestrator/sql.py): the locked agents, the locked limits, the agents'
+    active tasks (and, under an in-flight cap, the provider's).
     """
     agent_ids = sorted(set(agent_ids))
-    agents = {a.pk: a for a in Agent.objects.select_for_update(no_key=True).filter(pk__in=agent_ids).order_by("pk")}
+    agents = {a.pk: a for a in sql.objects(Agent, lock=True, order_by=("pk",), pk__in=agent_ids)}
     pairs = sorted({(a.provider, a.model) for a in agents.values()})
-    limit_q = Q(pk__in=[])
-    for provider, model in pairs:
-        limit_q |= Q(provider=provider, model=model)
     limits = {
         (pl.provider, pl.model): pl
-        for pl in ProviderLimit.objects.select_for_update(no_key=True).filter(limit_q).order_by("pk")
+        for pl in sql.objects(
+            ProviderLimit,
+            lock=True,
+            order_by=("pk",),
+            provider__in=sorted({p for p, _ in pairs}),
+            model__in=sorted({m for _, m in pairs}),
+        )
+        if (pl.provider, pl.model) in pairs  # the IN lists may match a pair no agent here is on (locked all the same)
     }
-    active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE).order_by()
-    agent_busy = dict(active.filter(agent_id__in=agent_ids).values_list("agent_id").annotate(n=Count("pk")))
+    agent_busy = active_counts(agent_ids)
     capped = {
         pair for pair in pairs if (limit := limits.get(pair)) and (limit.effective_in_flight or limit.max_in_flight)
     }
@@ -71,6 +76,7 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
         provider_q = Q(pk__in=[])
         for provider, model in capped:
             provider_q |= Q(agent__provider=provider, agent__model=model)
+        active = TaskRun.objects.filter(state__in=TaskRun.ACTIVE).order_by()
         for provider, model, busy in (
             active.filter(provider_q).values_list("agent__provider", "agent__model").annotate(n=Count("pk"))
         ):
@@ -89,6 +95,19 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
         limits=limits,
         budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
     )
+
+
+def active_counts(agent_ids: list[int]) -> dict[int, int]:
+    """How many tasks of each agent are queued or running, in every run (one statement)."""
+    if not agent_ids:
+        return {}
+    table, states = sql.quote(TaskRun._meta.db_table), list(TaskRun.ACTIVE)
+    rows = sql.fetch(
+        f"SELECT agent_id, COUNT(*) FROM {table} WHERE state IN ({sql.in_list(states)}) "
+        f"AND agent_id IN ({sql.in_list(agent_ids)}) GROUP BY agent_id",
+        [*states, *agent_ids],
+    )
+    return {agent_id: count for agent_id, count in rows}
 
 
 def input_estimate(shape: run_shape.SubtaskShape, goal: str, agent: Agent) -> int:

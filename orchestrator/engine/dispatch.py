@@ -19,10 +19,9 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Case, F, Value, When
 
-from orchestrator import events
-from orchestrator.engine import admission, attempt_requests, transitions
+from orchestrator import events, sql
+from orchestrator.engine import admission, attempt_requests, run_shape, transitions
 from orchestrator.models import Agent, Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import AgentRequest
 
@@ -67,6 +66,7 @@ def start_attempts(
     kept = kept_share(len(admitted), keep)
     claimed, queued = (admitted[:kept], admitted[kept:]) if claim_for else ([], admitted)
     lease = {"lease_expires_at": now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)}
+    claimed_tasks: list[TaskRun] = []
     for group, state, fields in (
         (queued, State.QUEUED, {"lease_owner": "", **lease}),
         (claimed, State.RUNNING, execution_lease(claim_for, now)),
@@ -78,47 +78,49 @@ def start_attempts(
             ready_at = newly[0].ready_at  # when this step found them ready (all alike)
             fields = {
                 **fields,
-                "ready_at": Case(When(pk__in=[row.pk for row in newly], then=Value(ready_at)), default=F("ready_at"))
-                if len(newly) < len(group)
-                else ready_at,
+                "ready_at": sql.Where([row.pk for row in newly], ready_at) if len(newly) < len(group) else ready_at,
             }
-        moved = transitions.move_where(
-            TaskRun.objects.filter(pk__in=[a.row.pk for a in group]),
+        result = transitions.move_tasks(
             state,
+            where={"pk__in": [a.row.pk for a in group]},
             from_states=[*TaskRun.ADMISSIBLE, State.PENDING] if newly else list(TaskRun.ADMISSIBLE),
             via=State.READY,
-            attempt_count=F("attempt_count") + 1,
+            returning=group is claimed,  # the claimed tasks as they now are: their requests are built from them
+            attempt_count=sql.Add(1),
             wait_reason="",
             wait_code="",
             **fields,
         )
+        if isinstance(result, list):
+            claimed_tasks = result
+        moved = len(result) if isinstance(result, list) else result
         if moved != len(group):
             raise RuntimeError(f"run {run.pk}: {len(group)} tasks admitted but {moved} moved to {state}")
-    requests = claimed_requests(run, claimed, agents, ended)
-    attempts = Attempt.objects.bulk_create(
-        [
-            Attempt(
-                task_run_id=a.row.pk,
-                number=a.row.attempt_count + 1,
-                reserved_usd=a.reserve,
-                reserved_input_tokens=a.tokens.input_tokens,
-                reserved_output_tokens=a.tokens.output_tokens,
-                rate_window=a.tokens.window,
-                **(
-                    {
-                        "state": Attempt.State.RUNNING,
-                        "worker": claim_for,
-                        "started_at": now,
-                        "heartbeat_at": now,
-                        "request": attempt_requests.as_record(requests[a.row.pk][1]),
-                    }
-                    if a.row.pk in requests
-                    else {}
-                ),
-            )
-            for a in claimed + queued
-        ]
-    )
+    requests = claimed_requests(run, claimed_tasks, agents, ended)
+    attempts = [
+        Attempt(
+            task_run_id=a.row.pk,
+            number=a.row.attempt_count + 1,
+            queued_at=now,
+            reserved_usd=a.reserve,
+            reserved_input_tokens=a.tokens.input_tokens,
+            reserved_output_tokens=a.tokens.output_tokens,
+            rate_window=a.tokens.window,
+            **(
+                {
+                    "state": Attempt.State.RUNNING,
+                    "worker": claim_for,
+                    "started_at": now,
+                    "heartbeat_at": now,
+                    "request": attempt_requests.as_record(requests[a.row.pk][1]),
+                }
+                if a.row.pk in requests
+                else {}
+            ),
+        )
+        for a in claimed + queued
+    ]
+    sql.insert(Attempt, attempts)
     claims = []
     for a, attempt in zip(claimed + queued, attempts, strict=True):
         a.row.attempt_count, a.row.wait_code, a.row.wait_reason = attempt.number, "", ""
@@ -166,32 +168,31 @@ def execution_lease(worker: str, now) -> dict:
 
 def claimed_requests(
     run: Run,
-    claimed: list[admission.Admission],
+    tasks: list[TaskRun],
     agents: dict[int, Agent] | None = None,
     ended: Sequence[TaskRun] = (),
 ) -> dict[int, tuple[TaskRun, AgentRequest, bool]]:
-    """The tasks claimed at admission, loaded with what their requests need, the requests
-    (execution.build_request) and whether their agents hold tool grants, by task id. `agents`:
-    their agents, already read in this transaction (admission's locked rows), which the tasks then
-    share rather than read again. `ended`: the tasks whose successes take the step (advance_locked)."""
-    if not claimed:
+    """The tasks claimed at admission (as their UPDATE returned them), given what their requests
+    need, the requests (execution.build_request) and whether their agents hold tool grants, by
+    task id. Their subtasks come from the run's shape and their agents from `agents` (admission's
+    locked rows, read in this transaction): no read of the tasks again. `ended`: the tasks whose
+    successes take the step (advance_locked), whose outputs their requests quote."""
+    if not tasks:
         return {}
     from orchestrator.engine import execution  # below it in the engine's flow; imports the scheduler
 
-    known = agents if agents and all(a.row.agent_id in agents for a in claimed) else None
-    numbers = {a.row.pk: a.row.attempt_count + 1 for a in claimed}
-    tasks = list(
-        TaskRun.objects.select_related(*(("subtask",) if known else ("subtask", "agent")))
-        .filter(pk__in=[a.row.pk for a in claimed])
-        .annotate(has_tool_grants=execution.tool_grants_of("agent_id"))
-    )
+    known = dict(agents or {})
+    missing = {task.agent_id for task in tasks} - known.keys()
+    if missing:
+        known.update((agent.pk, agent) for agent in sql.objects(Agent, pk__in=sorted(missing)))
+    shape = run_shape.of(run)
     for task in tasks:
         task.run = run  # as locked by this step (its plan's goal comes from the run's shape)
-        if known:
-            task.agent = known[task.agent_id]
-        task.state = State.RUNNING
-    requests = execution.requests_for(run, [(task, numbers[task.pk]) for task in tasks], known=ended)
-    return {task.pk: (task, requests[task.pk], bool(task.has_tool_grants)) for task in tasks}
+        task.agent = known[task.agent_id]
+        task.subtask = shape.subtask(task.subtask_id)
+    with_grants = execution.agents_with_tool_grants({task.agent_id for task in tasks})
+    requests = execution.requests_for(run, [(task, task.attempt_count) for task in tasks], known=ended)
+    return {task.pk: (task, requests[task.pk], task.agent_id in with_grants) for task in tasks}
 
 
 def make_claim(task: TaskRun, attempt: Attempt, worker: str, limits, request, has_tool_grants: bool):

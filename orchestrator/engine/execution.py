@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -37,7 +37,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Case, Exists, JSONField, OuterRef, Q, Value, When
 from django.utils import timezone
 
-from orchestrator import events
+from orchestrator import events, sql
 from orchestrator.engine import (
     adaptive,
     admission,
@@ -90,9 +90,12 @@ class Progress:
 
 def owned(claim: Claim):
     """The task row as long as this attempt still holds its lease."""
-    return TaskRun.objects.filter(
-        pk=claim.task.pk, state=State.RUNNING, attempt_count=claim.attempt.number, lease_owner=claim.worker
-    )
+    return TaskRun.objects.filter(state=State.RUNNING, **owned_lookups(claim))
+
+
+def owned_lookups(claim: Claim) -> dict:
+    """`owned`'s conditions but the state, as lookups (transitions.move_tasks)."""
+    return {"pk": claim.task.pk, "attempt_count": claim.attempt.number, "lease_owner": claim.worker}
 
 
 def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
@@ -260,6 +263,13 @@ def tool_grants_of(agent_field: str) -> Exists:
     return Exists(ToolGrant.objects.filter(agent_id=OuterRef(agent_field)))
 
 
+def agents_with_tool_grants(agent_ids: Collection[int]) -> set[int]:
+    """Which of the agents hold any tool grant (one statement: a scheduling step's claims)."""
+    if not agent_ids:
+        return set()
+    return {agent_id for (agent_id,) in sql.select(ToolGrant, ("agent_id",), agent_id__in=sorted(agent_ids))}
+
+
 def build_request(task: TaskRun, attempt_number: int, upstreams: list[TaskRun] | None = None) -> AgentRequest:
     """The attempt's request. `upstreams`: the task's direct upstreams in plan order, when the
     caller read them already (many claims at once read them in one query)."""
@@ -399,9 +409,9 @@ def _record_successes(run: Run, successes: Sequence[Success], summaries: list[st
         # The task's end, its output and its totals in one statement, on condition of the lease.
         moved.append(
             bool(
-                transitions.move_where(
-                    owned(success.claim),
+                transitions.move_tasks(
                     State.AWAITING_REVIEW if review else State.SUCCEEDED,
+                    where=owned_lookups(success.claim),
                     from_states=[State.RUNNING],
                     output=success.output,
                     summary=summary,

@@ -1,4 +1,4 @@
-"""What never changes about a running run: its DAG and its subtasks' fixed fields, cached per process.
+"""What never changes about a running run: its DAG and its subtasks, cached per process.
 
 A scheduling step used to read the plan's dependencies, subtasks and goal from the database on
 every call (and a count of each task's upstreams for its prompt's bound): a dozen statements and
@@ -15,7 +15,9 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator.models import Dependency, Run, TaskRun
+from django.db import DEFAULT_DB_ALIAS
+
+from orchestrator.models import Dependency, Run, Subtask, TaskRun
 
 CACHED_RUNS = 256
 
@@ -39,6 +41,9 @@ class SubtaskShape:
         return bool(self.downstream_agents)
 
 
+SUBTASK_FIELDS = tuple(f.attname for f in Subtask._meta.concrete_fields)
+
+
 @dataclass(frozen=True)
 class RunShape:
     run_id: int
@@ -46,6 +51,12 @@ class RunShape:
     goal: str
     subtasks: dict[int, SubtaskShape]  # by subtask id
     by_task: dict[int, SubtaskShape]  # by task id
+    subtask_rows: dict[int, tuple]  # every field of each Subtask row (SUBTASK_FIELDS), by subtask id
+
+    def subtask(self, subtask_id: int) -> Subtask:
+        """A Subtask instance of the run, as the database holds it, without a query (a new one each
+        time: nothing is shared between the tasks that get one)."""
+        return Subtask.from_db(DEFAULT_DB_ALIAS, SUBTASK_FIELDS, self.subtask_rows[subtask_id])
 
 
 _cache: OrderedDict[int, RunShape] = OrderedDict()
@@ -77,6 +88,7 @@ def of(run: Run, task_ids: set[int] | None = None) -> RunShape:
 
 
 def read(run: Run) -> RunShape:
+    """The shape from the database: the run's tasks with their subtasks, and the plan's dependencies."""
     rows = list(
         TaskRun.objects.filter(run_id=run.pk).values_list(
             "pk",
@@ -116,7 +128,8 @@ def read(run: Run) -> RunShape:
         for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _, _ in rows
     }
     goal = rows[0][-1] if rows else ""
-    return RunShape(run.pk, run.created_at, goal, subtasks, {s.task_id: s for s in subtasks.values()})
+    subtask_rows = {row[0]: row for row in Subtask.objects.filter(pk__in=list(ups)).values_list(*SUBTASK_FIELDS)}
+    return RunShape(run.pk, run.created_at, goal, subtasks, {s.task_id: s for s in subtasks.values()}, subtask_rows)
 
 
 def downstream_agents(task: TaskRun) -> frozenset[int] | None:

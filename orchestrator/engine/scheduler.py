@@ -34,7 +34,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from orchestrator import events, wording
+from orchestrator import events, sql, wording
 from orchestrator.engine import admission, dispatch, run_shape, transitions, waits
 from orchestrator.models import Attempt, Checkpoint, Run, Subtask, TaskRun
 
@@ -62,7 +62,10 @@ def lock_run(run_id: int) -> Run:
     constraints are deferred — so a transaction inserting an event of the run, holding the run's
     event numbers, would wait for a scheduling step that waits for those numbers: a deadlock.
     """
-    return Run.objects.select_for_update(no_key=True).get(pk=run_id)
+    locked = sql.objects(Run, lock=True, pk=run_id)
+    if not locked:
+        raise Run.DoesNotExist(f"run {run_id} does not exist")
+    return locked[0]
 
 
 def advance(run_id: int, *, keep: int = 0, claim_for: str = "") -> AdvanceResult:
@@ -128,10 +131,12 @@ class TaskRow:
     attempt_count: int
 
 
+TASK_ROW_FIELDS = tuple(f.name for f in dataclass_fields(TaskRow))
+
+
 def read_tasks(run: Run) -> dict[int, TaskRow]:
     """Every task of the run, by subtask id (one query)."""
-    fields = [f.name for f in dataclass_fields(TaskRow)]
-    return {values[1]: TaskRow(*values) for values in run.tasks.order_by().values_list(*fields)}
+    return {values[1]: TaskRow(*values) for values in sql.select(TaskRun, TASK_ROW_FIELDS, run_id=run.pk)}
 
 
 # --- The ready rule ---------------------------------------------------------------------------

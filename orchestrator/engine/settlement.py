@@ -31,7 +31,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from orchestrator import ratelimit
+from orchestrator import ratelimit, sql
 from orchestrator.engine import admission, waits
 from orchestrator.models import Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
@@ -65,11 +65,11 @@ class Settlement:
         return bool(self.more_input or self.more_output or self.more_cost)
 
     def task_totals(self) -> dict:
-        """The task's totals, as fields of an UPDATE of the task row."""
+        """The task's totals, as fields of an UPDATE of the task row (orchestrator/sql.py)."""
         return {
-            "input_tokens": F("input_tokens") + self.more_input,
-            "output_tokens": F("output_tokens") + self.more_output,
-            "cost_usd": F("cost_usd") + self.more_cost,
+            "input_tokens": sql.Add(self.more_input),
+            "output_tokens": sql.Add(self.more_output),
+            "cost_usd": sql.Add(self.more_cost),
         }
 
 
@@ -83,23 +83,21 @@ def settlement(attempt_id: int, usage: Usage, limit: ProviderLimit | None, *, lo
 def settlements(ends: Sequence[tuple[int, Usage, ProviderLimit | None]], *, lock: bool = False) -> list[Settlement]:
     """`settlement` of several attempts (attempt id, usage, limit) in one read, in their order;
     with `lock` their rows are locked in the order of their ids, as every lock of several is."""
-    rows = Attempt.objects.filter(pk__in=[attempt_id for attempt_id, _, _ in ends])
-    if lock:
-        rows = rows.select_for_update(no_key=True).order_by("pk")
-    by_id = {
-        row["pk"]: row
-        for row in rows.values(
-            "pk",
-            "finished_at",
-            "input_tokens",
-            "output_tokens",
-            "cost_usd",
-            "reserved_usd",
-            "reserved_input_tokens",
-            "reserved_output_tokens",
-            "rate_window",
-        )
-    }
+    names = (
+        "pk",
+        "finished_at",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "reserved_usd",
+        "reserved_input_tokens",
+        "reserved_output_tokens",
+        "rate_window",
+    )
+    rows = sql.select(
+        Attempt, names, order_by=("pk",) if lock else (), lock=lock, pk__in=[attempt_id for attempt_id, _, _ in ends]
+    )
+    by_id = {row[0]: dict(zip(names, row, strict=True)) for row in rows}
     return [_settlement(attempt_id, usage, limit, by_id[attempt_id]) for attempt_id, usage, limit in ends]
 
 
@@ -143,16 +141,20 @@ def apply_settlements(settled: Sequence[Settlement], *, run_id: int, **attempt_f
     budget_came_back = False
     for s in settled:
         usage = s.usage
-        Attempt.objects.filter(pk=s.attempt_id).update(
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_creation_tokens=usage.cache_creation_tokens,
-            cost_usd=s.cost,
-            reserved_usd=0,
-            reserved_input_tokens=usage.input_tokens if s.rate_window is not None else 0,
-            reserved_output_tokens=usage.output_tokens if s.rate_window is not None else 0,
-            **attempt_fields,
+        sql.update(
+            Attempt,
+            {
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cache_read_tokens": usage.cache_read_tokens,
+                "cache_creation_tokens": usage.cache_creation_tokens,
+                "cost_usd": s.cost,
+                "reserved_usd": Decimal("0"),
+                "reserved_input_tokens": usage.input_tokens if s.rate_window is not None else 0,
+                "reserved_output_tokens": usage.output_tokens if s.rate_window is not None else 0,
+                **attempt_fields,
+            },
+            pk=s.attempt_id,
         )
         if s.rate_window is not None and s.limit is not None:
             input_delta = usage.input_tokens - s.reserved_input_tokens
@@ -160,11 +162,15 @@ def apply_settlements(settled: Sequence[Settlement], *, run_id: int, **attempt_f
             correct_token_budgets(s.limit, s.rate_window, input_delta=input_delta, output_delta=output_delta)
             budget_came_back = budget_came_back or input_delta < 0 or output_delta < 0
     if any(s.counts or s.reserved_usd for s in settled):
-        Run.objects.filter(pk=run_id).update(
-            input_tokens=F("input_tokens") + sum(s.more_input for s in settled),
-            output_tokens=F("output_tokens") + sum(s.more_output for s in settled),
-            cost_usd=F("cost_usd") + sum((s.more_cost for s in settled), Decimal("0")),
-            reserved_usd=F("reserved_usd") - sum((s.reserved_usd for s in settled), Decimal("0")),
+        sql.update(
+            Run,
+            {
+                "input_tokens": sql.Add(sum(s.more_input for s in settled)),
+                "output_tokens": sql.Add(sum(s.more_output for s in settled)),
+                "cost_usd": sql.Add(sum((s.more_cost for s in settled), Decimal("0"))),
+                "reserved_usd": sql.Add(-sum((s.reserved_usd for s in settled), Decimal("0"))),
+            },
+            pk=run_id,
         )
     if budget_came_back:
         # Budget came back: the run's tasks throttled on it are looked at by the next step at
@@ -185,7 +191,7 @@ def settle(
     s = settlement(attempt_id, usage, limit)
     apply_settlement(s, run_id=run_id, **attempt_fields)
     if s.counts:
-        TaskRun.objects.filter(pk=task_id).update(**s.task_totals())
+        sql.update(TaskRun, s.task_totals(), pk=task_id)
     return s.cost
 
 

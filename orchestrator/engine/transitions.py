@@ -12,12 +12,16 @@ Two ways to move:
   concurrency guarantee of claims and late results: the row moves only if it is still in one of
   the states it may move from, and the count says whether it did. The states it may move from
   are checked against the table here too, before any SQL runs.
+* :func:`move_tasks` — the same on the hot path (an attempt's success, the tasks a scheduling
+  step starts), as a statement of orchestrator/sql.py: conditions as lookups, `sql.Add` for
+  ``column + n``, and the rows as moved on request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from orchestrator import sql
 from orchestrator.models import Run, TaskRun
 
 State = TaskRun.State
@@ -124,8 +128,29 @@ def move_where(
     ``via``: a state some of them pass through on the way, written as one move (a task the
     scheduler finds ready and admits in the same step goes from pending via ready to queued):
     each of ``from_states`` must reach ``new`` directly or through ``via``, as the table says."""
+    states = _checked_sources(new, from_states, via)
+    return queryset.filter(state__in=states).update(state=new, **_without_stale_wait(new, fields))
+
+
+def move_tasks(
+    new: str,
+    *,
+    where: dict,
+    from_states: Iterable[str] | None = None,
+    via: str | None = None,
+    returning: bool = False,
+    **fields,
+):
+    """`move_where` for the tasks matching the lookups `where` (orchestrator/sql.py), as text: the
+    count moved, or with `returning` the tasks as moved (TaskRun instances)."""
+    states = _checked_sources(new, from_states, via)
+    values = {"state": new, **_without_stale_wait(new, fields)}
+    return sql.update(TaskRun, values, returning=returning, state__in=states, **where)
+
+
+def _checked_sources(new: str, from_states: Iterable[str] | None, via: str | None) -> list[str]:
     states = list(from_states) if from_states is not None else sources(new)
     for old in states:
         if not (allowed(old, new) or (via is not None and allowed(old, via) and allowed(via, new))):
             raise IllegalTransition("tasks", old, new)
-    return queryset.filter(state__in=states).update(state=new, **_without_stale_wait(new, fields))
+    return states

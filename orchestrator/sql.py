@@ -1,0 +1,230 @@
+"""The statements every attempt runs, as SQL text: no query building on the hot path (DESIGN §9).
+
+The engine goes through Django's ORM everywhere but on the path from one attempt's end to the
+next attempt's start: a success recorded, its run's scheduling step, the next task admitted and
+claimed, their events — about fourteen statements in one transaction, on the critical path of
+every chain. The ORM spent 0.2–1 ms of CPU building each of them (a QuerySet, its compilation,
+model instances): most of the ~13 ms that transaction took on PostgreSQL, and nearly all of it
+on SQLite, where the statements themselves take microseconds (docs/benchmarks.md).
+
+These helpers write the same statements as text and keep what the ORM guarantees: values are
+adapted by their fields (`get_db_prep_save` / `get_db_prep_value`), rows are converted by the
+backend's and the fields' converters, objects are made by `Model.from_db` — a row read here is
+the instance the ORM would have made. Conditions are `filter()`-style lookups (`name=value`,
+`name__in=[...]`, `name__gt=value` and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column + n``)
+or `Where(ids, value)` (that value for those rows, the others unchanged). Only what the hot path
+needs; anything else goes through the ORM.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.db import connection
+from django.db.models import Field, Model
+
+M = TypeVar("M", bound=Model)
+
+
+@dataclass(frozen=True)
+class Add:
+    """An UPDATE's ``column = column + amount`` (a negative amount subtracts)."""
+
+    amount: Any
+
+
+@dataclass(frozen=True)
+class Where:
+    """An UPDATE's ``column = value`` for the rows whose primary key is in `ids`; the others keep theirs."""
+
+    ids: Sequence[Any]
+    value: Any
+
+
+def quote(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def lock_clause() -> str:
+    """The row lock of the engine's transactions: FOR NO KEY UPDATE on PostgreSQL (see
+    scheduler.lock_run); nothing on SQLite, whose immediate transactions hold the database."""
+    return " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
+
+
+def can_return_from_update() -> bool:
+    """UPDATE … RETURNING: PostgreSQL, and SQLite from 3.35."""
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        return sqlite3.sqlite_version_info >= (3, 35)
+    return connection.vendor == "postgresql"
+
+
+@functools.cache
+def _field(model: type[Model], name: str) -> Field:
+    field = model._meta.pk if name == "pk" else model._meta.get_field(name)
+    assert isinstance(field, Field), f"{model.__name__}.{name} is not a column"
+    return field
+
+
+@functools.cache
+def _converters_of(vendor: str, model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
+    found = []
+    for index, name in enumerate(names):
+        field = _field(model, name)
+        column = field.cached_col
+        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)  # type: ignore[attr-defined]
+        if converters:
+            found.append((index, converters, column))
+    return found
+
+
+def _converters(model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
+    """The ORM's converters of each column read (index, converters, the column's expression)."""
+    return _converters_of(connection.vendor, model, names)
+
+
+def _convert(rows: list[tuple], converters: list[tuple[int, list, Any]]) -> list[tuple]:
+    if not converters:
+        return rows
+    converted = []
+    for row in rows:
+        values = list(row)
+        for index, funcs, column in converters:
+            for convert in funcs:
+                values[index] = convert(values[index], column, connection)
+        converted.append(tuple(values))
+    return converted
+
+
+_COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
+
+
+def _where(model: type[Model], lookups: dict[str, Any]) -> tuple[str, list]:
+    parts: list[str] = []
+    params: list = []
+    for key, value in lookups.items():
+        name, _, op = key.partition("__")
+        field = _field(model, name)
+        column = quote(field.column)
+        if op == "in":
+            values = list(value)
+            if not values:
+                parts.append("1 = 0")
+                continue
+            parts.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
+            params += [field.get_db_prep_value(v, connection, prepared=False) for v in values]
+        elif op in _COMPARISONS:
+            parts.append(f"{column} {_COMPARISONS[op]} %s")
+            params.append(field.get_db_prep_value(value, connection, prepared=False))
+        elif op:
+            raise ValueError(f"sql: unsupported lookup {key!r}")
+        elif value is None:
+            parts.append(f"{column} IS NULL")
+        else:
+            parts.append(f"{column} = %s")
+            params.append(field.get_db_prep_value(value, connection, prepared=False))
+    return " AND ".join(parts) or "1 = 1", params
+
+
+def fetch(statement: str, params: Sequence[Any] = ()) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return cursor.fetchall()
+
+
+def select(
+    model: type[Model], names: Sequence[str], *, order_by: Sequence[str] = (), lock: bool = False, **where: Any
+) -> list[tuple]:
+    """Rows of the fields `names` (attnames, or "pk") of `model`'s rows matching `where`, converted
+    as the ORM converts them; with `lock`, locked for the transaction (`lock_clause`)."""
+    names = tuple(names)
+    condition, params = _where(model, where)
+    columns = ", ".join(quote(_field(model, name).column) for name in names)
+    order = f" ORDER BY {', '.join(quote(_field(model, name).column) for name in order_by)}" if order_by else ""
+    statement = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {condition}{order}"
+    return _convert(fetch(statement + (lock_clause() if lock else ""), params), _converters(model, names))
+
+
+def objects(model: type[M], *, order_by: Sequence[str] = (), lock: bool = False, **where: Any) -> list[M]:
+    """Instances of `model` for its rows matching `where`, every concrete field loaded (`select`)."""
+    names = tuple(f.attname for f in model._meta.concrete_fields)
+    rows = select(model, names, order_by=order_by, lock=lock, **where)
+    return [model.from_db(connection.alias, names, row) for row in rows]
+
+
+def _assignment(field: Field, value: Any) -> tuple[str, list]:
+    column = quote(field.column)
+    if isinstance(value, Add):
+        return f"{column} = {column} + %s", [field.get_db_prep_save(value.amount, connection)]
+    if isinstance(value, Where):
+        if not value.ids:
+            return f"{column} = {column}", []
+        marks = ", ".join(["%s"] * len(value.ids))
+        pk = quote(field.model._meta.pk.column)
+        return f"{column} = CASE WHEN {pk} IN ({marks}) THEN %s ELSE {column} END", [
+            *value.ids,
+            field.get_db_prep_save(value.value, connection),
+        ]
+    return f"{column} = %s", [field.get_db_prep_save(value, connection)]
+
+
+def update(model: type[M], values: dict[str, Any], *, returning: bool = False, **where: Any) -> int | list[M]:
+    """UPDATE `model`'s rows matching `where` with `values`; the count of rows changed, or with
+    `returning` the rows as changed (instances, every concrete field: UPDATE … RETURNING where the
+    database has it, else a read of the same rows by primary key)."""
+    sets: list[str] = []
+    params: list = []
+    for name, value in values.items():
+        text, more = _assignment(_field(model, name), value)
+        sets.append(text)
+        params += more
+    if returning and not can_return_from_update():
+        ids = [row[0] for row in select(model, ("pk",), **where)]
+        update(model, values, **{**where, "pk__in": ids})
+        return objects(model, pk__in=ids)
+    condition, where_params = _where(model, where)
+    statement = f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}"
+    if not returning:
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params + where_params)
+            return cursor.rowcount
+    names = tuple(f.attname for f in model._meta.concrete_fields)
+    columns = ", ".join(quote(_field(model, name).column) for name in names)
+    rows = _convert(fetch(f"{statement} RETURNING {columns}", params + where_params), _converters(model, names))
+    return [model.from_db(connection.alias, names, row) for row in rows]
+
+
+def insert(model: type[Model], instances: Iterable[Model]) -> None:
+    """INSERT new instances of `model` (every concrete field but an automatic primary key, as the
+    instances hold them: set `auto_now_add` fields first) and give each its primary key."""
+    instances = list(instances)
+    if not instances:
+        return
+    meta = model._meta
+    fields = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created)]
+    columns = ", ".join(quote(f.column) for f in fields)
+    row_marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    batch = max(1, connection.ops.bulk_batch_size(fields, instances))
+    for start in range(0, len(instances), batch):
+        chunk = instances[start : start + batch]
+        params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in chunk for f in fields]
+        statement = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * len(chunk))}"
+        if connection.features.can_return_rows_from_bulk_insert:
+            ids = [row[0] for row in fetch(f"{statement} RETURNING {quote(meta.pk.column)}", params)]
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+            ids = [None] * len(chunk)
+        for obj, pk in zip(chunk, ids, strict=True):
+            obj.pk = pk
+            obj._state.adding = False
+            obj._state.db = connection.alias
+
+
+def in_list(values: Sequence[Any]) -> str:
+    """`%s` placeholders for an IN list of `values`."""
+    return ", ".join(["%s"] * len(values))

@@ -1,0 +1,121 @@
+"""The hot path's statements as text (orchestrator/sql.py) read and write what the ORM would."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from orchestrator import sql
+from orchestrator.engine import runs
+from orchestrator.models import Attempt, Event, Run, TaskRun
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def run(make_agent, make_plan):
+    make_agent("researcher")
+    return runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"]), "c": ("researcher", [])}))
+
+
+def fields_of(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in type(instance)._meta.concrete_fields}
+
+
+def test_objects_are_the_instances_the_orm_makes(run):
+    TaskRun.objects.filter(run=run).update(cost_usd=Decimal("0.012345"), started_at=timezone.now(), skip_cascades=True)
+    (locked,) = sql.objects(Run, lock=True, pk=run.pk)
+    assert fields_of(locked) == fields_of(Run.objects.get(pk=run.pk))
+    made = {t.pk: fields_of(t) for t in sql.objects(TaskRun, run_id=run.pk)}
+    assert made == {t.pk: fields_of(t) for t in TaskRun.objects.filter(run=run)}
+    task = next(iter(made.values()))
+    assert isinstance(task["cost_usd"], Decimal) and task["cost_usd"] == Decimal("0.012345")
+    assert task["started_at"].tzinfo is not None and task["skip_cascades"] is True
+    assert not locked._state.adding
+
+
+def test_select_reads_fields_by_lookups_in_order(run):
+    ids = sorted(TaskRun.objects.filter(run=run).values_list("pk", flat=True))
+    assert sql.select(TaskRun, ("pk",), order_by=("pk",), pk__in=ids) == [(pk,) for pk in ids]
+    assert sql.select(TaskRun, ("pk",), pk__in=[]) == []
+    assert sql.select(TaskRun, ("pk",), pk__gt=ids[0], pk__lte=ids[1]) == [(ids[1],)]
+    assert {row[0] for row in sql.select(TaskRun, ("pk",), run_id=run.pk, finished_at=None)} == set(ids)
+    with pytest.raises(ValueError, match="unsupported lookup 'pk__contains'"):
+        sql.select(TaskRun, ("pk",), pk__contains=1)
+
+
+def test_update_sets_values_adds_and_per_row_values(run):
+    a, b, c = TaskRun.objects.filter(run=run).order_by("pk")
+    now = timezone.now()
+    changed = sql.update(
+        TaskRun,
+        {
+            "output": "text",
+            "input_tokens": sql.Add(7),
+            "cost_usd": sql.Add(Decimal("0.5")),
+            "ready_at": sql.Where([a.pk], now),
+            "finished_at": None,
+        },
+        pk__in=[a.pk, b.pk],
+    )
+    assert changed == 2
+    a.refresh_from_db()
+    b.refresh_from_db()
+    c.refresh_from_db()
+    assert (a.output, a.input_tokens, a.cost_usd, a.ready_at) == ("text", 7, Decimal("0.5"), now)
+    assert (b.output, b.input_tokens, b.cost_usd, b.ready_at) == ("text", 7, Decimal("0.5"), None)
+    assert c.output == "" and c.input_tokens == 0
+    sql.update(TaskRun, {"cost_usd": sql.Add(Decimal("-0.25"))}, pk=a.pk)
+    a.refresh_from_db()
+    assert a.cost_usd == Decimal("0.25")
+
+
+def test_update_can_return_the_rows_as_changed(run):
+    a = TaskRun.objects.filter(run=run).order_by("pk").first()
+    (moved,) = sql.update(TaskRun, {"attempt_count": sql.Add(1), "lease_owner": "w1"}, returning=True, pk=a.pk)
+    assert fields_of(moved) == fields_of(TaskRun.objects.get(pk=a.pk))
+    assert moved.attempt_count == a.attempt_count + 1 and moved.lease_owner == "w1"
+    assert sql.update(TaskRun, {"lease_owner": "w2"}, returning=True, pk=a.pk, state="no such state") == []
+
+
+def test_update_without_returning_in_the_database_reads_the_rows(run, monkeypatch):
+    monkeypatch.setattr(sql, "can_return_from_update", lambda: False)
+    a = TaskRun.objects.filter(run=run).order_by("pk").first()
+    (moved,) = sql.update(TaskRun, {"lease_owner": "w1"}, returning=True, pk=a.pk, lease_owner="")
+    assert moved.pk == a.pk and moved.lease_owner == "w1"
+    assert sql.update(TaskRun, {"lease_owner": "w2"}, returning=True, pk=a.pk, lease_owner="") == []
+
+
+def test_insert_gives_primary_keys_and_writes_every_field(run):
+    task = TaskRun.objects.filter(run=run).order_by("pk").first()
+    now = timezone.now()
+    made = [
+        Attempt(task_run=task, number=n, queued_at=now, reserved_usd=Decimal("0.01"), request={"prompt": f"p{n}"})
+        for n in (5, 6)
+    ]
+    with transaction.atomic():
+        sql.insert(Attempt, made)
+    assert all(a.pk is not None and not a._state.adding for a in made)
+    for attempt in made:
+        assert fields_of(Attempt.objects.get(pk=attempt.pk)) == fields_of(attempt)
+    sql.insert(Attempt, [])  # nothing to do
+
+
+def test_events_are_written_in_one_statement_with_their_numbers(run):
+    from orchestrator import events
+
+    before = Event.objects.filter(run=run).count()
+    with CaptureQueriesContext(connection) as queries, events.atomic():
+        for n in range(3):
+            events.record("run.note", run=run, message=f"note {n}", payload={"n": n})
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 1
+    written = list(Event.objects.filter(run=run).order_by("seq")[before:])
+    assert [(e.message, e.payload) for e in written] == [(f"note {n}", {"n": n}) for n in range(3)]
+    assert [e.seq for e in written] == list(range(written[0].seq, written[0].seq + 3))
+    assert all(timezone.now() - e.created_at < timedelta(seconds=60) for e in written)
