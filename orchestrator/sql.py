@@ -12,7 +12,7 @@ adapted by their fields (`get_db_prep_save` / `get_db_prep_value`), rows are con
 backend's and the fields' converters, objects are made by `Model.from_db` — a row read here is
 the instance the ORM would have made. Conditions are `filter()`-style lookups (`name=value`,
 `name__in=[...]`, `name__gt=value` and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column + n``)
-or `Where(ids, value)` (that value for those rows, the others unchanged). Only what the hot path
+or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the hot path
 needs; anything else goes through the ORM.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Field, Model
 
 M = TypeVar("M", bound=Model)
@@ -37,30 +37,37 @@ class Add:
 
 
 @dataclass(frozen=True)
-class Where:
-    """An UPDATE's ``column = value`` for the rows whose primary key is in `ids`; the others keep theirs."""
+class PerRow:
+    """An UPDATE's value per row: ``values[pk]`` for the rows whose primary key is there, the
+    others unchanged (``CASE pk WHEN … THEN … ELSE column END``)."""
 
-    ids: Sequence[Any]
-    value: Any
+    values: dict[Any, Any]
+
+
+def _db():
+    """The database connection of this thread, looked up once per statement: `connection` is a proxy
+    whose every attribute costs a thread-local lookup (thousands for a fan-out's events)."""
+    return connections[DEFAULT_DB_ALIAS]
 
 
 def quote(name: str) -> str:
-    return connection.ops.quote_name(name)
+    return _db().ops.quote_name(name)
 
 
 def lock_clause() -> str:
     """The row lock of the engine's transactions: FOR NO KEY UPDATE on PostgreSQL (see
     scheduler.lock_run); nothing on SQLite, whose immediate transactions hold the database."""
-    return " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else ""
+    return " FOR NO KEY UPDATE" if _db().features.has_select_for_no_key_update else ""
 
 
 def can_return_from_update() -> bool:
     """UPDATE … RETURNING: PostgreSQL, and SQLite from 3.35."""
-    if connection.vendor == "sqlite":
+    vendor = _db().vendor
+    if vendor == "sqlite":
         import sqlite3
 
         return sqlite3.sqlite_version_info >= (3, 35)
-    return connection.vendor == "postgresql"
+    return vendor == "postgresql"
 
 
 @functools.cache
@@ -72,11 +79,11 @@ def _field(model: type[Model], name: str) -> Field:
 
 @functools.cache
 def _converters_of(vendor: str, model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
-    found = []
+    db, found = _db(), []
     for index, name in enumerate(names):
         field = _field(model, name)
         column = field.cached_col
-        converters = connection.ops.get_db_converters(column) + field.get_db_converters(connection)  # type: ignore[attr-defined]
+        converters = db.ops.get_db_converters(column) + field.get_db_converters(db)  # type: ignore[attr-defined]
         if converters:
             found.append((index, converters, column))
     return found
@@ -84,28 +91,74 @@ def _converters_of(vendor: str, model: type[Model], names: tuple[str, ...]) -> l
 
 def _converters(model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
     """The ORM's converters of each column read (index, converters, the column's expression)."""
-    return _converters_of(connection.vendor, model, names)
+    return _converters_of(_db().vendor, model, names)
 
 
 def _convert(rows: list[tuple], converters: list[tuple[int, list, Any]]) -> list[tuple]:
     if not converters:
         return rows
-    converted = []
+    db, converted = _db(), []
     for row in rows:
         values = list(row)
         for index, funcs, column in converters:
             for convert in funcs:
-                values[index] = convert(values[index], column, connection)
+                values[index] = convert(values[index], column, db)
         converted.append(tuple(values))
     return converted
+
+
+# Fields whose value the ORM passes to the database as it is (after a type coercion the engine's
+# values never need): the adapters below skip their preparation, a call chain per value.
+_PLAIN = frozenset(
+    {
+        "AutoField",
+        "BigAutoField",
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "FloatField",
+        "IntegerField",
+        "PositiveBigIntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
+
+
+@functools.cache
+def _adapter_of(vendor: str, field: Field):
+    target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
+    if target.get_internal_type() in _PLAIN:
+        return lambda value, db: value
+    return field.get_db_prep_save
+
+
+def _adapt(field: Field, value: Any) -> Any:
+    """`value` as the ORM would send it for `field` in an INSERT or UPDATE."""
+    db = _db()
+    return _adapter_of(db.vendor, field)(value, db)
 
 
 _COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-def _where(model: type[Model], lookups: dict[str, Any]) -> tuple[str, list]:
+def _where(
+    model: type[Model], lookups: dict[str, Any], match: tuple[tuple[str, ...], Sequence[tuple]] | None = None
+) -> tuple[str, list]:
     parts: list[str] = []
     params: list = []
+    if match is not None:
+        names, combinations = match
+        if not combinations:
+            parts.append("1 = 0")
+        else:
+            fields = [_field(model, name) for name in names]
+            columns = ", ".join(quote(f.column) for f in fields)
+            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            parts.append(f"({columns}) IN ({', '.join([row] * len(combinations))})")
+            params += [_adapt(f, v) for combination in combinations for f, v in zip(fields, combination, strict=True)]
     for key, value in lookups.items():
         name, _, op = key.partition("__")
         field = _field(model, name)
@@ -116,33 +169,40 @@ def _where(model: type[Model], lookups: dict[str, Any]) -> tuple[str, list]:
                 parts.append("1 = 0")
                 continue
             parts.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
-            params += [field.get_db_prep_value(v, connection, prepared=False) for v in values]
+            params += [_adapt(field, v) for v in values]
         elif op in _COMPARISONS:
             parts.append(f"{column} {_COMPARISONS[op]} %s")
-            params.append(field.get_db_prep_value(value, connection, prepared=False))
+            params.append(_adapt(field, value))
         elif op:
             raise ValueError(f"sql: unsupported lookup {key!r}")
         elif value is None:
             parts.append(f"{column} IS NULL")
         else:
             parts.append(f"{column} = %s")
-            params.append(field.get_db_prep_value(value, connection, prepared=False))
+            params.append(_adapt(field, value))
     return " AND ".join(parts) or "1 = 1", params
 
 
 def fetch(statement: str, params: Sequence[Any] = ()) -> list[tuple]:
-    with connection.cursor() as cursor:
+    with _db().cursor() as cursor:
         cursor.execute(statement, params)
         return cursor.fetchall()
 
 
 def select(
-    model: type[Model], names: Sequence[str], *, order_by: Sequence[str] = (), lock: bool = False, **where: Any
+    model: type[Model],
+    names: Sequence[str],
+    *,
+    order_by: Sequence[str] = (),
+    lock: bool = False,
+    match: tuple[tuple[str, ...], Sequence[tuple]] | None = None,
+    **where: Any,
 ) -> list[tuple]:
-    """Rows of the fields `names` (attnames, or "pk") of `model`'s rows matching `where`, converted
-    as the ORM converts them; with `lock`, locked for the transaction (`lock_clause`)."""
+    """Rows of the fields `names` (attnames, or "pk") of `model`'s rows matching `where` (and
+    `match`, as in `update`), converted as the ORM converts them; with `lock`, locked for the
+    transaction (`lock_clause`)."""
     names = tuple(names)
-    condition, params = _where(model, where)
+    condition, params = _where(model, where, match)
     columns = ", ".join(quote(_field(model, name).column) for name in names)
     order = f" ORDER BY {', '.join(quote(_field(model, name).column) for name in order_by)}" if order_by else ""
     statement = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {condition}{order}"
@@ -153,29 +213,35 @@ def objects(model: type[M], *, order_by: Sequence[str] = (), lock: bool = False,
     """Instances of `model` for its rows matching `where`, every concrete field loaded (`select`)."""
     names = tuple(f.attname for f in model._meta.concrete_fields)
     rows = select(model, names, order_by=order_by, lock=lock, **where)
-    return [model.from_db(connection.alias, names, row) for row in rows]
+    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
 
 
 def _assignment(field: Field, value: Any) -> tuple[str, list]:
     column = quote(field.column)
     if isinstance(value, Add):
-        return f"{column} = {column} + %s", [field.get_db_prep_save(value.amount, connection)]
-    if isinstance(value, Where):
-        if not value.ids:
+        return f"{column} = {column} + %s", [_adapt(field, value.amount)]
+    if isinstance(value, PerRow):
+        if not value.values:
             return f"{column} = {column}", []
-        marks = ", ".join(["%s"] * len(value.ids))
         pk = quote(field.model._meta.pk.column)
-        return f"{column} = CASE WHEN {pk} IN ({marks}) THEN %s ELSE {column} END", [
-            *value.ids,
-            field.get_db_prep_save(value.value, connection),
-        ]
-    return f"{column} = %s", [field.get_db_prep_save(value, connection)]
+        whens = " ".join(["WHEN %s THEN %s"] * len(value.values))
+        params = [item for pk_value, v in value.values.items() for item in (pk_value, _adapt(field, v))]
+        return f"{column} = CASE {pk} {whens} ELSE {column} END", params
+    return f"{column} = %s", [_adapt(field, value)]
 
 
-def update(model: type[M], values: dict[str, Any], *, returning: bool = False, **where: Any) -> int | list[M]:
+def update(
+    model: type[M],
+    values: dict[str, Any],
+    *,
+    returning: bool = False,
+    match: tuple[tuple[str, ...], Sequence[tuple]] | None = None,
+    **where: Any,
+) -> int | list[M]:
     """UPDATE `model`'s rows matching `where` with `values`; the count of rows changed, or with
     `returning` the rows as changed (instances, every concrete field: UPDATE … RETURNING where the
-    database has it, else a read of the same rows by primary key)."""
+    database has it, else a read of the same rows by primary key). `match`: ((field, …), [(value,
+    …), …]), the rows whose fields hold one of those combinations (a row value IN list)."""
     sets: list[str] = []
     params: list = []
     for name, value in values.items():
@@ -183,19 +249,19 @@ def update(model: type[M], values: dict[str, Any], *, returning: bool = False, *
         sets.append(text)
         params += more
     if returning and not can_return_from_update():
-        ids = [row[0] for row in select(model, ("pk",), **where)]
-        update(model, values, **{**where, "pk__in": ids})
+        ids = [row[0] for row in select(model, ("pk",), match=match, **where)]
+        update(model, values, match=match, **{**where, "pk__in": ids})
         return objects(model, pk__in=ids)
-    condition, where_params = _where(model, where)
+    condition, where_params = _where(model, where, match)
     statement = f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}"
     if not returning:
-        with connection.cursor() as cursor:
+        with _db().cursor() as cursor:
             cursor.execute(statement, params + where_params)
             return cursor.rowcount
     names = tuple(f.attname for f in model._meta.concrete_fields)
     columns = ", ".join(quote(_field(model, name).column) for name in names)
     rows = _convert(fetch(f"{statement} RETURNING {columns}", params + where_params), _converters(model, names))
-    return [model.from_db(connection.alias, names, row) for row in rows]
+    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
 
 
 def insert(model: type[Model], instances: Iterable[Model]) -> None:
@@ -208,21 +274,23 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
     fields = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created)]
     columns = ", ".join(quote(f.column) for f in fields)
     row_marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    batch = max(1, connection.ops.bulk_batch_size(fields, instances))
+    db = _db()
+    adapters = [(f.attname, _adapter_of(db.vendor, f)) for f in fields]
+    batch = max(1, db.ops.bulk_batch_size(fields, instances))
     for start in range(0, len(instances), batch):
         chunk = instances[start : start + batch]
-        params = [f.get_db_prep_save(getattr(obj, f.attname), connection) for obj in chunk for f in fields]
+        params = [adapt(getattr(obj, name), db) for obj in chunk for name, adapt in adapters]
         statement = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * len(chunk))}"
-        if connection.features.can_return_rows_from_bulk_insert:
+        if db.features.can_return_rows_from_bulk_insert:
             ids = [row[0] for row in fetch(f"{statement} RETURNING {quote(meta.pk.column)}", params)]
         else:
-            with connection.cursor() as cursor:
+            with db.cursor() as cursor:
                 cursor.execute(statement, params)
             ids = [None] * len(chunk)
         for obj, pk in zip(chunk, ids, strict=True):
             obj.pk = pk
             obj._state.adding = False
-            obj._state.db = connection.alias
+            obj._state.db = DEFAULT_DB_ALIAS
 
 
 def in_list(values: Sequence[Any]) -> str:

@@ -24,8 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 
 from django.conf import settings
 
+from orchestrator import sql
 from orchestrator.engine import run_shape
-from orchestrator.engine.run_shape import SubtaskShape
+from orchestrator.engine.run_shape import RunShape, SubtaskShape
 from orchestrator.models import Agent, Dependency, Subtask, TaskRun
 from orchestrator.providers.token_counting import MaxCounter, TokenCounter, counter_for
 
@@ -135,15 +136,24 @@ def upstream_tasks(task: TaskRun, upstream_subtasks: tuple[int, ...] | None = No
 
 
 def upstream_tasks_of(
-    run_id: int, upstreams: Mapping[int, Iterable[int]], known: Iterable[TaskRun] = ()
+    run_id: int,
+    upstreams: Mapping[int, Iterable[int]],
+    known: Iterable[TaskRun] = (),
+    shape: RunShape | None = None,
 ) -> dict[int, list[TaskRun]]:
     """The direct upstream tasks of each subtask in `upstreams` (subtask id → its upstreams' subtask
     ids), in plan order, read in one query for all of them: a fan-out's scheduling step claims
     dozens of tasks with the same upstream. `known`: tasks the caller holds as they now are (the
-    one whose success takes the step), which are not read again — a chain's next task reads none."""
+    one whose success takes the step), which are not read again — a chain's next task reads none.
+    `shape`: the run's shape, whose subtasks the tasks read then take (orchestrator/sql.py reads
+    them: a claim's statement)."""
     found = {t.subtask_id: t for t in known}
     ids = {up for ups in upstreams.values() for up in ups} - found.keys()
-    if ids:
+    if ids and shape is not None:
+        for task in sql.objects(TaskRun, run_id=run_id, subtask_id__in=sorted(ids)):
+            task.subtask = shape.subtask(task.subtask_id)
+            found[task.subtask_id] = task
+    elif ids:
         found.update(
             (t.subtask_id, t)
             for t in TaskRun.objects.filter(run_id=run_id, subtask_id__in=ids).select_related("subtask")

@@ -78,7 +78,7 @@ def start_attempts(
             ready_at = newly[0].ready_at  # when this step found them ready (all alike)
             fields = {
                 **fields,
-                "ready_at": sql.Where([row.pk for row in newly], ready_at) if len(newly) < len(group) else ready_at,
+                "ready_at": sql.PerRow({row.pk: ready_at for row in newly}) if len(newly) < len(group) else ready_at,
             }
         result = transitions.move_tasks(
             state,

@@ -34,7 +34,6 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
-from django.db.models import Case, Exists, JSONField, OuterRef, Q, Value, When
 from django.utils import timezone
 
 from orchestrator import events, sql
@@ -50,7 +49,7 @@ from orchestrator.engine import (
     settlement,
     transitions,
 )
-from orchestrator.models import Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
+from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
 from orchestrator.providers.base import AgentRequest, ProviderError, Usage
 
 log = logging.getLogger(__name__)
@@ -116,46 +115,49 @@ def claim_attempts(attempt_ids: list[int], worker: str) -> dict[int, Claim]:
     ids = list(dict.fromkeys(attempt_ids))
     if len(ids) > 1:
         try:
-            claims = _claim_many(ids, worker)
+            claims = _claim(ids, worker)
         except DatabaseError as exc:  # e.g. a deadlock with a cancellation: not a reason to fail them all
             log.warning("claiming %s attempts together failed (%s); claiming each alone", len(ids), exc)
             claims = None
         if claims is not None:
             return claims
-    return {attempt_id: claim for attempt_id in ids if (claim := _claim_one(attempt_id, worker)) is not None}
+    return {attempt_id: claim for attempt_id in ids if (claim := (_claim([attempt_id], worker) or {}).get(attempt_id))}
 
 
-def _claim_many(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
-    """`claim_attempts` in one transaction: None (nothing written) when a task did not move."""
+def _claim(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
+    """queued → running with a lease, for the attempts of `attempt_ids` still queued, in one
+    transaction; None (nothing written) when a task did not move with its attempt.
+
+    Each request is built here, from its task's upstream results, and kept on the attempt in the
+    statement that claims it (engine/attempt_requests.py): a failed or lost attempt shows what it
+    was asked too. The attempt rows are locked and changed before the task rows, as everywhere.
+    Statements as text (orchestrator/sql.py): every broker delivery takes this path.
+    """
     now = timezone.now()
     with events.atomic():
-        attempts = list(
-            Attempt.objects.filter(pk__in=attempt_ids, state=Attempt.State.QUEUED)
-            .select_for_update(no_key=True, of=("self",))
-            .select_related("task_run__subtask", "task_run__agent", "task_run__run__plan")
-            .annotate(has_tool_grants=tool_grants_of("task_run__agent_id"))
-            .order_by("pk")
-        )
+        attempts = sql.objects(Attempt, lock=True, order_by=("pk",), pk__in=attempt_ids, state=Attempt.State.QUEUED)
         if not attempts:
             return {}
+        tasks = _claimed_tasks(attempts)
         requests = _requests_of(attempts)
-        records = {a.pk: attempt_requests.as_record(requests[a.pk]) for a in attempts}
-        Attempt.objects.filter(pk__in=list(records)).update(
-            state=Attempt.State.RUNNING,
-            worker=worker,
-            started_at=now,
-            heartbeat_at=now,
-            request=Case(
-                *(When(pk=pk, then=Value(record, output_field=JSONField())) for pk, record in records.items()),
-                output_field=JSONField(),
-            ),
+        sql.update(
+            Attempt,
+            {
+                "state": Attempt.State.RUNNING,
+                "worker": worker,
+                "started_at": now,
+                "heartbeat_at": now,
+                "request": sql.PerRow({a.pk: attempt_requests.as_record(requests[a.pk]) for a in attempts}),
+            },
+            pk__in=[a.pk for a in attempts],
         )
         fields = dispatch.execution_lease(worker, now)
-        which = Q(pk__in=[])
-        for attempt in attempts:
-            which |= Q(pk=attempt.task_run_id, attempt_count=attempt.number)
-        moved = transitions.move_where(
-            TaskRun.objects.filter(which), State.RUNNING, from_states=[State.QUEUED], **fields
+        moved = transitions.move_tasks(
+            State.RUNNING,
+            where={},
+            match=(("pk", "attempt_count"), [(a.task_run_id, a.number) for a in attempts]),
+            from_states=[State.QUEUED],
+            **fields,
         )
         if moved != len(attempts):
             transaction.set_rollback(True)
@@ -163,16 +165,37 @@ def _claim_many(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
         for attempt in attempts:
             mark_started(attempt, worker, now, fields)
     limits: dict[tuple[str, str], ProviderLimit | None] = {}
-    claims = {}
-    for attempt in attempts:
-        task = attempt.task_run
+    for task in tasks.values():
         pair = (task.agent.provider, task.agent.model)
         if pair not in limits:
             limits[pair] = admission.provider_limit(task.agent)
-        claims[attempt.pk] = Claim(
-            task, attempt, worker, limits[pair], requests[attempt.pk], has_tool_grants=attempt.has_tool_grants
+    with_grants = agents_with_tool_grants({task.agent_id for task in tasks.values()})
+    return {
+        a.pk: Claim(
+            a.task_run,
+            a,
+            worker,
+            limits[(a.task_run.agent.provider, a.task_run.agent.model)],
+            requests[a.pk],
+            has_tool_grants=a.task_run.agent_id in with_grants,
         )
-    return claims
+        for a in attempts
+    }
+
+
+def _claimed_tasks(attempts: Sequence[Attempt]) -> dict[int, TaskRun]:
+    """The tasks of attempts being claimed, by task id, each with its run, agent and subtask (the
+    subtask from its run's shape), set on its attempt too: three reads for the whole batch."""
+    tasks = {t.pk: t for t in sql.objects(TaskRun, pk__in=sorted({a.task_run_id for a in attempts}))}
+    runs = {r.pk: r for r in sql.objects(Run, pk__in=sorted({t.run_id for t in tasks.values()}))}
+    agents = {a.pk: a for a in sql.objects(Agent, pk__in=sorted({t.agent_id for t in tasks.values()}))}
+    for task in tasks.values():
+        task.run = runs[task.run_id]
+        task.agent = agents[task.agent_id]
+        task.subtask = run_shape.of(task.run).subtask(task.subtask_id)
+    for attempt in attempts:
+        attempt.task_run = tasks[attempt.task_run_id]
+    return tasks
 
 
 def _requests_of(attempts: Sequence[Attempt]) -> dict[int, AgentRequest]:
@@ -195,51 +218,12 @@ def requests_for(
     now are, not read again (the one whose success takes the step)."""
     shape = run_shape.of(run)
     upstreams = context.upstream_tasks_of(
-        run.pk, {task.subtask_id: shape.subtasks[task.subtask_id].upstreams for task, _ in claimed}, known=known
+        run.pk,
+        {task.subtask_id: shape.subtasks[task.subtask_id].upstreams for task, _ in claimed},
+        known=known,
+        shape=shape,
     )
     return {task.pk: build_request(task, number, upstreams[task.subtask_id]) for task, number in claimed}
-
-
-def _claim_one(attempt_id: int, worker: str) -> Claim | None:
-    """queued → running with a lease, or None if the attempt is not ours to run.
-
-    The request is built here, from the task's upstream results, and kept on the attempt in the
-    same statement that claims it (engine/attempt_requests.py): a failed or lost attempt shows
-    what it was asked too. The attempt row is changed before the task row, as everywhere.
-    """
-    now = timezone.now()
-    with events.atomic():
-        attempt = (
-            Attempt.objects.filter(pk=attempt_id, state=Attempt.State.QUEUED)
-            .select_related("task_run__subtask", "task_run__agent", "task_run__run__plan")
-            .annotate(has_tool_grants=tool_grants_of("task_run__agent_id"))
-            .first()
-        )
-        if attempt is None:
-            return None
-        task = attempt.task_run
-        request = build_request(task, attempt.number)
-        took = Attempt.objects.filter(pk=attempt_id, state=Attempt.State.QUEUED).update(
-            state=Attempt.State.RUNNING,
-            worker=worker,
-            started_at=now,
-            heartbeat_at=now,
-            request=attempt_requests.as_record(request),
-        )
-        fields = dispatch.execution_lease(worker, now)
-        moved = took and transitions.move_where(
-            TaskRun.objects.filter(pk=task.pk, attempt_count=attempt.number),
-            State.RUNNING,
-            from_states=[State.QUEUED],
-            **fields,
-        )
-        if not moved:
-            transaction.set_rollback(True)
-            return None
-        mark_started(attempt, worker, now, fields)
-    return Claim(
-        task, attempt, worker, admission.provider_limit(task.agent), request, has_tool_grants=attempt.has_tool_grants
-    )
 
 
 def mark_started(attempt: Attempt, worker: str, now, fields: dict) -> None:
@@ -256,11 +240,6 @@ def mark_started(attempt: Attempt, worker: str, now, fields: dict) -> None:
         actor_name=f"agent:{task.agent.name}",
         payload={"attempt": attempt.number, "worker": worker},
     )
-
-
-def tool_grants_of(agent_field: str) -> Exists:
-    """Whether the agent that `agent_field` names holds any tool grant: a column read with a claim."""
-    return Exists(ToolGrant.objects.filter(agent_id=OuterRef(agent_field)))
 
 
 def agents_with_tool_grants(agent_ids: Collection[int]) -> set[int]:

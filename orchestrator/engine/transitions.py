@@ -136,16 +136,17 @@ def move_tasks(
     new: str,
     *,
     where: dict,
+    match: tuple[tuple[str, ...], list[tuple]] | None = None,
     from_states: Iterable[str] | None = None,
     via: str | None = None,
     returning: bool = False,
     **fields,
 ):
-    """`move_where` for the tasks matching the lookups `where` (orchestrator/sql.py), as text: the
-    count moved, or with `returning` the tasks as moved (TaskRun instances)."""
+    """`move_where` for the tasks matching the lookups `where` (and `match`: see sql.update), as
+    text (orchestrator/sql.py): the count moved, or with `returning` the tasks as moved."""
     states = _checked_sources(new, from_states, via)
     values = {"state": new, **_without_stale_wait(new, fields)}
-    return sql.update(TaskRun, values, returning=returning, state__in=states, **where)
+    return sql.update(TaskRun, values, returning=returning, match=match, state__in=states, **where)
 
 
 def _checked_sources(new: str, from_states: Iterable[str] | None, via: str | None) -> list[str]:

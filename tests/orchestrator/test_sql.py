@@ -58,7 +58,7 @@ def test_update_sets_values_adds_and_per_row_values(run):
             "output": "text",
             "input_tokens": sql.Add(7),
             "cost_usd": sql.Add(Decimal("0.5")),
-            "ready_at": sql.Where([a.pk], now),
+            "ready_at": sql.PerRow({a.pk: now}),
             "finished_at": None,
         },
         pk__in=[a.pk, b.pk],
@@ -73,6 +73,20 @@ def test_update_sets_values_adds_and_per_row_values(run):
     sql.update(TaskRun, {"cost_usd": sql.Add(Decimal("-0.25"))}, pk=a.pk)
     a.refresh_from_db()
     assert a.cost_usd == Decimal("0.25")
+
+
+def test_update_matches_combinations_of_fields(run):
+    a, b, c = TaskRun.objects.filter(run=run).order_by("pk")
+    TaskRun.objects.filter(pk__in=[a.pk, c.pk]).update(attempt_count=1)
+    TaskRun.objects.filter(pk=b.pk).update(attempt_count=2)
+    changed = sql.update(
+        TaskRun,
+        {"error": sql.PerRow({a.pk: "first", b.pk: "second"})},
+        match=(("pk", "attempt_count"), [(a.pk, 1), (b.pk, 1), (c.pk, 1)]),
+    )
+    assert changed == 2  # not b: its attempt count is 2
+    assert dict(TaskRun.objects.filter(run=run).values_list("pk", "error")) == {a.pk: "first", b.pk: "", c.pk: ""}
+    assert sql.select(TaskRun, ("pk",), match=(("pk", "attempt_count"), [])) == []
 
 
 def test_update_can_return_the_rows_as_changed(run):

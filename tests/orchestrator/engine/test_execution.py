@@ -311,10 +311,14 @@ def test_a_claim_of_many_that_fails_in_the_database_claims_each_alone(make_agent
     run = runs.launch(make_plan({k: ("researcher", []) for k in "ab"}), cap=2)
     ids = [queued_attempt(run, key).pk for key in "ab"]
 
-    def deadlocked(attempt_ids, worker):
-        raise OperationalError("deadlock detected")
+    claim = execution._claim
 
-    monkeypatch.setattr(execution, "_claim_many", deadlocked)
+    def deadlocked_when_many(attempt_ids, worker):
+        if len(attempt_ids) > 1:
+            raise OperationalError("deadlock detected")
+        return claim(attempt_ids, worker)
+
+    monkeypatch.setattr(execution, "_claim", deadlocked_when_many)
     assert set(execution.claim_attempts(ids, "w1")) == set(ids)
     assert set(Attempt.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}
 
