@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from django.contrib.auth.models import User
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -35,6 +36,24 @@ from orchestrator.models import Agent, Event, EventSequence, Run, TaskRun
 log = logging.getLogger(__name__)
 
 _local = threading.local()  # .buffer: the events of the engine transaction open in this thread
+
+# The order of Event's fields, which `record` passes positionally.
+EVENT_FIELDS = (
+    "id",
+    "run_id",
+    "seq",
+    "type",
+    "actor_kind",
+    "actor_user_id",
+    "actor_name",
+    "task_run_id",
+    "agent_id",
+    "message",
+    "payload",
+    "created_at",
+)
+if tuple(f.attname for f in Event._meta.concrete_fields) != EVENT_FIELDS:  # a field added, moved or renamed
+    raise ImproperlyConfigured("orchestrator.events.EVENT_FIELDS no longer matches the Event model's fields")
 
 
 def run_group_name(run_id: int) -> str:
@@ -74,16 +93,21 @@ def record(
         actor_kind, user = Event.ActorKind.AGENT, None
     else:
         actor_kind, user, actor_name = Event.ActorKind.SYSTEM, None, actor_name or "system"
-    event = Event(
-        run_id=run_id,
-        type=type,
-        actor_kind=actor_kind,
-        actor_user_id=user.pk if user is not None else None,
-        actor_name=actor_name[:150],
-        task_run_id=task.pk if task is not None else None,  # by id: a fan-out's step records hundreds
-        agent_id=agent_id,
-        message=message[:500],
-        payload=payload or {},
+    # Positional, in the model's field order (EVENT_FIELDS): half the time of keywords, and a
+    # fan-out's step records hundreds (the task by id, for the same reason).
+    event = Event(  # type: ignore[misc]
+        None,  # id
+        run_id,
+        None,  # seq: numbered when written
+        type,
+        actor_kind,
+        user.pk if user is not None else None,
+        actor_name[:150],
+        task.pk if task is not None else None,
+        agent_id,
+        message[:500],
+        payload or {},
+        None,  # created_at: set when written
     )
     buffer = getattr(_local, "buffer", None)
     if buffer is not None and run_id is not None:

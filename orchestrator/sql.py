@@ -275,11 +275,21 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
     columns = ", ".join(quote(f.column) for f in fields)
     row_marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
     db = _db()
-    adapters = [(f.attname, _adapter_of(db.vendor, f)) for f in fields]
+    adapters = [(f.attname, _adapter_of(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
     batch = max(1, db.ops.bulk_batch_size(fields, instances))
+    adapted: dict[Any, Any] = {}  # the rows of a batch share their times: each adapted once
     for start in range(0, len(instances), batch):
         chunk = instances[start : start + batch]
-        params = [adapt(getattr(obj, name), db) for obj in chunk for name, adapt in adapters]
+        params = []
+        for obj in chunk:
+            for name, adapt, is_time in adapters:
+                value = getattr(obj, name)
+                if is_time and value is not None:
+                    if value not in adapted:
+                        adapted[value] = adapt(value, db)
+                    params.append(adapted[value])
+                else:
+                    params.append(adapt(value, db))
         statement = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES {', '.join([row_marks] * len(chunk))}"
         if db.features.can_return_rows_from_bulk_insert:
             ids = [row[0] for row in fetch(f"{statement} RETURNING {quote(meta.pk.column)}", params)]

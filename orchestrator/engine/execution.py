@@ -102,20 +102,25 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
     return claim_attempts([attempt_id], worker).get(attempt_id)
 
 
-def claim_attempts(attempt_ids: list[int], worker: str) -> dict[int, Claim]:
-    """Claim every attempt of `attempt_ids` that is still ours to run; the claims by attempt id.
+def claim_attempts(attempt_ids: list[int], worker: str, *, more: int = 0) -> dict[int, Claim]:
+    """Claim every attempt of `attempt_ids` that is still ours to run, and up to `more` other
+    attempts queued in the same runs (oldest first); the claims by attempt id.
 
     Many at once in one transaction: a run's first wave reaches a worker as dozens of broker
-    deliveries within milliseconds (64 at cap 64), and a transaction each kept the last of them
-    waiting most of a second for the others' (docs/benchmarks.md). The attempt rows are locked
-    first, as everywhere; should any task have moved meanwhile (a cancellation), or the batch
-    fail in the database, it is rolled back and each attempt is claimed on its own, exactly as
-    one delivery would be.
+    deliveries, one at a time through django-q2's worker loop (on SQLite most of a second for 64,
+    the broker's writes queuing with the engine's), and a transaction each kept the last of them
+    waiting for the others' (docs/benchmarks.md). So the first delivery of a wave takes as much of
+    it as the host has room for (`more`); the broker's later deliveries of those attempts find
+    them running and are dropped. The attempt row is the record, the broker only delivers.
+
+    The attempt rows are locked first, as everywhere; should any task have moved meanwhile (a
+    cancellation), or the batch fail in the database, it is rolled back and each delivered
+    attempt is claimed on its own, exactly as one delivery would be.
     """
     ids = list(dict.fromkeys(attempt_ids))
-    if len(ids) > 1:
+    if len(ids) > 1 or more > 0:
         try:
-            claims = _claim(ids, worker)
+            claims = _claim(ids, worker, more)
         except DatabaseError as exc:  # e.g. a deadlock with a cancellation: not a reason to fail them all
             log.warning("claiming %s attempts together failed (%s); claiming each alone", len(ids), exc)
             claims = None
@@ -124,9 +129,10 @@ def claim_attempts(attempt_ids: list[int], worker: str) -> dict[int, Claim]:
     return {attempt_id: claim for attempt_id in ids if (claim := (_claim([attempt_id], worker) or {}).get(attempt_id))}
 
 
-def _claim(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
-    """queued → running with a lease, for the attempts of `attempt_ids` still queued, in one
-    transaction; None (nothing written) when a task did not move with its attempt.
+def _claim(attempt_ids: list[int], worker: str, more: int = 0) -> dict[int, Claim] | None:
+    """queued → running with a lease, for the attempts of `attempt_ids` still queued and up to
+    `more` others queued in their runs, in one transaction; None (nothing written) when a task
+    did not move with its attempt.
 
     Each request is built here, from its task's upstream results, and kept on the attempt in the
     statement that claims it (engine/attempt_requests.py): a failed or lost attempt shows what it
@@ -136,6 +142,14 @@ def _claim(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
     now = timezone.now()
     with events.atomic():
         attempts = sql.objects(Attempt, lock=True, order_by=("pk",), pk__in=attempt_ids, state=Attempt.State.QUEUED)
+        if more > 0:
+            # Their runs, even when what was delivered was claimed meanwhile (by another host's
+            # first delivery of the wave): the rest of the wave is then still this host's to take.
+            task_ids = [a.task_run_id for a in attempts] or [
+                task_id for (task_id,) in sql.select(Attempt, ("task_run_id",), pk__in=attempt_ids)
+            ]
+            others = queued_in_runs_of(task_ids, exclude=attempt_ids, limit=more) if task_ids else []
+            attempts += sql.objects(Attempt, order_by=("pk",), pk__in=others)  # locked by queued_in_runs_of
         if not attempts:
             return {}
         tasks = _claimed_tasks(attempts)
@@ -181,6 +195,22 @@ def _claim(attempt_ids: list[int], worker: str) -> dict[int, Claim] | None:
         )
         for a in attempts
     }
+
+
+def queued_in_runs_of(task_ids: list[int], *, exclude: list[int], limit: int) -> list[int]:
+    """Up to `limit` attempts queued in the runs of `task_ids` (not `exclude`), oldest first (the
+    order admission queued them in), each its task's current attempt, locked: on PostgreSQL those
+    another claim holds are passed over (SKIP LOCKED), so two hosts never wait on each other."""
+    attempt, task = sql.quote(Attempt._meta.db_table), sql.quote(TaskRun._meta.db_table)
+    lock = " FOR NO KEY UPDATE OF a SKIP LOCKED" if sql.lock_clause() else ""
+    rows = sql.fetch(
+        f"SELECT a.id FROM {attempt} a JOIN {task} t ON t.id = a.task_run_id "
+        f"WHERE a.state = %s AND t.state = %s AND a.number = t.attempt_count "
+        f"AND t.run_id IN (SELECT run_id FROM {task} WHERE id IN ({sql.in_list(task_ids)})) "
+        f"AND a.id NOT IN ({sql.in_list(exclude)}) ORDER BY a.id LIMIT %s{lock}",
+        [Attempt.State.QUEUED, State.QUEUED, *task_ids, *exclude, limit],
+    )
+    return [attempt_id for (attempt_id,) in rows]
 
 
 def _claimed_tasks(attempts: Sequence[Attempt]) -> dict[int, TaskRun]:

@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
@@ -53,6 +54,8 @@ HEARTBEAT_S = 1.0
 STOP_S = 10.0
 # The most deliveries one claim transaction takes (a cap of 64 delivers its first wave in one).
 CLAIM_BATCH = 64
+# How many ids of attempts claimed ahead of their deliveries a host remembers (see `submit`).
+CLAIMED_AHEAD_KEPT = 10_000
 
 
 @dataclass
@@ -87,6 +90,11 @@ class AgentHost:
         self._advances: dict[int, _Advance] = {}
         self._to_claim: list[tuple[int, asyncio.Future]] = []  # deliveries waiting for `_claim`
         self._claiming = False
+        # Attempts claimed with an earlier delivery of their wave (`_claim_delivered`), whose own
+        # deliveries are still to come: answered at once, without a slot or a transaction. Bounded:
+        # a delivery that went to another worker, or came first, leaves its id here.
+        self._claimed_ahead: OrderedDict[int, None] = OrderedDict()
+        self._claimed_ahead_lock = threading.Lock()
         self._idle = threading.Condition()
         self._draining = threading.Lock()
         self.pool = db_threads.DatabaseThreads(db_threads_count or settings.GLASSBOX_HOST_DB_THREADS)
@@ -100,6 +108,10 @@ class AgentHost:
 
     def submit(self, attempt_id: int) -> str:
         """Hand an attempt to the host; blocks while every slot is taken. Called by the q2 task."""
+        with self._claimed_ahead_lock:
+            ahead = self._claimed_ahead.pop(attempt_id, False) is None
+        if ahead:  # this host claimed it with an earlier delivery of its wave
+            return "claimed already by this worker"
         while not self.free.acquire(timeout=HEARTBEAT_S):
             if not self.accepting:
                 break
@@ -237,9 +249,14 @@ class AgentHost:
         try:
             while self._to_claim:
                 batch, self._to_claim = self._to_claim[:CLAIM_BATCH], self._to_claim[CLAIM_BATCH:]
+                delivered = [attempt_id for attempt_id, _ in batch]
+                # The rest of the wave these belong to, as far as this host has room: taken now, so
+                # that the broker's deliveries meanwhile find the slots taken (see _advance_run).
+                more = self._reserve(self.free_slots()) if settings.GLASSBOX_CLAIM_NEXT and self.accepting else 0
                 try:
-                    claims = await db(execution.claim_attempts, [attempt_id for attempt_id, _ in batch], self.worker)
+                    claims = await db(execution.claim_attempts, delivered, self.worker, more=more)
                 except Exception as exc:
+                    self._release(more)
                     for _, waiter in batch:
                         if not waiter.done():
                             waiter.set_exception(exc)
@@ -247,8 +264,19 @@ class AgentHost:
                 for attempt_id, waiter in batch:
                     if not waiter.done():
                         waiter.set_result(claims.get(attempt_id))
+                taken = [claim for attempt_id, claim in claims.items() if attempt_id not in delivered]
+                for claim in taken[:more]:  # claimed ahead of their deliveries: each in a slot of its own
+                    self._remember_claimed_ahead(claim.attempt.pk)
+                    self._run_kept(claim, reserved=True)
+                self._release(more - len(taken[:more]))
         finally:
             self._claiming = False
+
+    def _remember_claimed_ahead(self, attempt_id: int) -> None:
+        with self._claimed_ahead_lock:
+            self._claimed_ahead[attempt_id] = None
+            while len(self._claimed_ahead) > CLAIMED_AHEAD_KEPT:
+                self._claimed_ahead.popitem(last=False)
 
     def _run_kept(self, claim: execution.Claim, *, reserved: bool = False) -> None:
         """Run an attempt a scheduling step claimed for this host, in a slot of its own (`reserved`

@@ -405,6 +405,9 @@ class SimulatedProvider(Provider):
     name = "simulated"
 
     async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
+        # The call's latency runs from the request, as a server's does: what the provider does
+        # meanwhile (the limit check, making the text) happens within it, not before it.
+        began = _clock()
         options = SimulationOptions.parse(request.options)
         if options.requests_per_minute or options.tokens_per_minute:
             await db_threads.run(self._enforce_server_limit, request, options)
@@ -419,25 +422,28 @@ class SimulatedProvider(Provider):
             async for item in self._call_tools(request, calls, input_tokens):
                 yield item
             return
-        output = generate_output(request)
         duration_s = self.draw_latency_s(request)
         slices = max(1, math.ceil(duration_s / SLICE_S))
         failing_slice = self._failing_slice(request, options, slices)
-        total = len(output.words)
-        began = _clock()
+        output: SimulatedOutput | None = None
         for index in range(slices):
             if index == failing_slice:
+                written = index * len(output.words) // slices if output is not None else 0
                 raise ProviderError(
-                    f"simulated failure after {index * total // slices} output tokens "
-                    f"(failure_rate={options.failure_rate})",
+                    f"simulated failure after {written} output tokens (failure_rate={options.failure_rate})",
                     retryable=True,
                 )
             # On the answer's own clock, as a server streams: the time the caller takes with one
             # slice does not delay the next, so the call takes its drawn latency (sleeping a slice
             # after each added the caller's work: ~3 ms a call on a loaded worker).
             await _sleep_until(began + duration_s * (index + 1) / slices)
+            if output is None:  # made while the caller waited for its first slice
+                output = generate_output(request)
+            total = len(output.words)
             start, end = index * total // slices, (index + 1) * total // slices
             yield TextDelta(text="".join(output.words[start:end]), output_tokens=end)
+        assert output is not None
+        total = len(output.words)
         usage = Usage(input_tokens=input_tokens, output_tokens=total)
         yield UsageSoFar(usage)
         yield Completed(

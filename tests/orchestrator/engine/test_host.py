@@ -32,8 +32,9 @@ def make_host(settings):
 
 
 def submit_queued(agent_host: AgentHost, run) -> None:
+    """Deliver every queued attempt of `run` to the host, as a worker taking them all would."""
     for attempt in Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).order_by("pk"):
-        assert agent_host.submit(attempt.pk) == "accepted"
+        assert agent_host.submit(attempt.pk) in ("accepted", "claimed already by this worker")
 
 
 def test_one_host_runs_many_attempts_at_once(make_agent, make_plan, make_host, broker):
@@ -53,8 +54,9 @@ def test_a_full_host_blocks_the_hand_over_until_a_slot_frees(make_agent, make_pl
     broker.purge_queue()
     agent_host = make_host(slots=2)
     attempts = list(Attempt.objects.filter(task_run__run=run).order_by("pk"))
-    assert agent_host.submit(attempts[0].pk) == "accepted"
-    assert agent_host.submit(attempts[1].pk) == "accepted"
+    assert agent_host.submit(attempts[0].pk) == "accepted"  # and the second with it, while there is room
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() == 2, 10)
+    assert agent_host.submit(attempts[1].pk) == "claimed already by this worker"
     assert not agent_host.wait_for_room(0.1)  # so its worker takes no task from the queue
     handed: list[float] = []
     third = threading.Thread(target=lambda: handed.append(agent_host.submit(attempts[2].pk) and time.time()))
@@ -279,17 +281,20 @@ def test_a_host_per_process(settings):
         host._host = None
 
 
-def test_deliveries_arriving_together_are_claimed_together(make_agent, make_plan, make_host, broker, monkeypatch):
+def test_deliveries_arriving_together_are_claimed_together(
+    make_agent, make_plan, make_host, broker, monkeypatch, settings
+):
+    settings.GLASSBOX_CLAIM_NEXT = False  # each delivery claims only what was delivered
     make_agent("researcher", max_concurrency=12, provider_options=fast_latency(0.2))
     run = runs.launch(make_plan({f"t{i:02}": ("researcher", []) for i in range(12)}), cap=12)
     broker.purge_queue()  # this test plays the worker that took every delivery
     batches: list[int] = []
     real = execution.claim_attempts
 
-    def recording(attempt_ids, worker):
+    def recording(attempt_ids, worker, *, more=0):
         batches.append(len(attempt_ids))
         time.sleep(0.2)  # deliveries keep arriving while a claim is under way
-        return real(attempt_ids, worker)
+        return real(attempt_ids, worker, more=more)
 
     monkeypatch.setattr(execution, "claim_attempts", recording)
     submit_queued(make_host(slots=50), run)
@@ -297,3 +302,57 @@ def test_deliveries_arriving_together_are_claimed_together(make_agent, make_plan
     assert run.status == "succeeded", run.summary
     assert sum(batches) == 12 and len(batches) < 12, batches  # the first wave: a claim for many
     assert Event.objects.filter(run=run, type="task.started").count() == 12
+
+
+def test_the_first_delivery_of_a_wave_claims_as_much_of_it_as_the_host_has_room_for(
+    make_agent, make_plan, make_host, broker, monkeypatch
+):
+    """The broker hands a wave over one delivery at a time; the first takes the rest of the wave
+    as far as the host has slots, and the deliveries of what it took are answered at once."""
+    make_agent("researcher", max_concurrency=12, provider_options=fast_latency(1.0))
+    run = runs.launch(make_plan({f"t{i:02}": ("researcher", []) for i in range(12)}), cap=12)
+    broker.purge_queue()  # this test plays the worker that took every delivery
+    calls: list[tuple[int, int]] = []
+    real = execution.claim_attempts
+
+    def recording(attempt_ids, worker, *, more=0):
+        calls.append((len(attempt_ids), more))
+        return real(attempt_ids, worker, more=more)
+
+    monkeypatch.setattr(execution, "claim_attempts", recording)
+    agent_host = make_host(slots=8)
+    attempts = list(Attempt.objects.filter(task_run__run=run).order_by("pk"))
+    assert agent_host.submit(attempts[0].pk) == "accepted"
+    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() == 8, 10)
+    assert calls == [(1, 7)]  # the first delivery, and room for seven more
+    answers = [agent_host.submit(attempt.pk) for attempt in attempts[1:]]
+    assert answers[:7] == ["claimed already by this worker"] * 7  # no slot, no claim of their own
+    assert answers[7:] == ["accepted"] * 4
+    run = wait_for_run(run, 60)
+    assert run.status == "succeeded", run.summary
+    assert peak_overlap(attempt_intervals(run)) == 8  # never more than the host's slots
+    assert Event.objects.filter(run=run, type="task.started").count() == 12
+    assert Attempt.objects.filter(task_run__run=run).count() == 12  # each claimed once
+
+
+def test_a_delivery_claimed_elsewhere_still_takes_the_rest_of_its_wave(make_agent, make_plan, make_host, broker):
+    """Another worker's first delivery took part of the wave; this worker's first delivery is of an
+    attempt that worker took, and it takes what is left instead of waiting for its own deliveries."""
+    make_agent("researcher", max_concurrency=6, provider_options=fast_latency(0.5))
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(6)}), cap=6)
+    broker.purge_queue()
+    attempts = list(Attempt.objects.filter(task_run__run=run).order_by("pk"))
+    elsewhere = execution.claim_attempts([attempts[0].pk], "elsewhere:1", more=2)
+    assert set(elsewhere) == {a.pk for a in attempts[:3]}
+    agent_host = make_host(slots=8)
+    assert agent_host.submit(attempts[1].pk) == "accepted"  # taken elsewhere: not claimed here ...
+    # ... but the three nobody took are, at once (the other worker never finishes its three)
+    wait_until(
+        lambda: (
+            set(Attempt.objects.filter(task_run__run=run, state="running").values_list("worker", flat=True))
+            == {"elsewhere:1", execution.worker_name()}
+        ),
+        10,
+    )
+    mine = Attempt.objects.filter(task_run__run=run, worker=execution.worker_name())
+    assert sorted(mine.values_list("pk", flat=True)) == [a.pk for a in attempts[3:]]

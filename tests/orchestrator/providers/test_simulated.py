@@ -180,8 +180,8 @@ def test_fixed_latency_is_what_the_stream_takes():
 
 
 def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_slice(monkeypatch):
-    """As a server streams: the last slice arrives the drawn latency after the first, not that plus
-    the caller's work on every slice. On a clock of the test's own (no timing of the machine)."""
+    """As a server streams: the last slice arrives the drawn latency after the request, not that
+    plus the caller's work on every slice. On a clock of the test's own (no timing of the machine)."""
     from orchestrator.providers import simulated
 
     clock = {"now": 100.0}
@@ -202,8 +202,38 @@ def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_
 
     asyncio.run(consume())
     assert len(arrivals) == 4  # 1 s in slices of SLICE_S
-    began = 100.05  # after the caller's work on the first usage report
+    began = 100.0  # the request: the caller's work on the first usage report is within the first slice
     assert arrivals == pytest.approx([began + 0.25, began + 0.5, began + 0.75, began + 1.0])
+
+
+def test_the_text_is_made_within_the_calls_latency(monkeypatch):
+    """Making the answer's text is the server's work: it happens while the caller waits for the
+    first slice, so a slow generator does not lengthen the call (nor delay other calls' starts)."""
+    from orchestrator.providers import simulated
+
+    clock = {"now": 100.0}
+
+    async def sleep_until(deadline: float) -> None:
+        clock["now"] = max(clock["now"], deadline)
+
+    def slow_generate(request):
+        clock["now"] += 0.1  # the text takes 0.1 s to make
+        return real_generate(request)
+
+    real_generate = simulated.generate_output
+    monkeypatch.setattr(simulated, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(simulated, "_sleep_until", sleep_until)
+    monkeypatch.setattr(simulated, "generate_output", slow_generate)
+    request = make_request(options={"latency": {"dist": "fixed", "seconds": 1.0}})
+    seen = []
+
+    async def consume() -> None:
+        async for item in SimulatedProvider().stream(request):
+            seen.append((type(item).__name__, clock["now"]))
+
+    asyncio.run(consume())
+    assert seen[0] == ("UsageSoFar", 100.0)  # the request is answered at once
+    assert seen[-1] == ("Completed", pytest.approx(101.0))  # and ends its latency after it
 
 
 def test_estimate_duration_is_the_distribution_mean():
