@@ -40,7 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-report", action="store_true", help="full run: do not write docs/benchmarks.md and docs/benchmarks/*.png"
     )
-    parser.add_argument("--keep-workdir", action="store_true", help="keep the databases' folder, logs and traces")
+    parser.add_argument(
+        "--keep-workdir",
+        action="store_true",
+        help="keep the databases (the embedded file, the PostgreSQL database), logs and traces",
+    )
     parser.add_argument(
         "--dags", default=None, help="full run: only these DAGs, comma-separated (layered, fan, chain, random)"
     )

@@ -262,7 +262,9 @@ def base_env(workdir: Path) -> dict[str, str]:
     return env
 
 
-def make_profile(name: str, workdir: Path) -> Profile:
+def make_profile(name: str, workdir: Path, *, keep_database: bool = False) -> Profile:
+    """A profile's environment in `workdir`; with `keep_database` its PostgreSQL database outlives
+    the run (the embedded one is a file in `workdir`), for a look at the rows afterwards."""
     workdir.mkdir(parents=True, exist_ok=True)
     env = base_env(workdir)
     token = f"{os.getpid()}-{secrets.token_hex(3)}"
@@ -312,7 +314,9 @@ def make_profile(name: str, workdir: Path) -> Profile:
                 client.delete(*keys)
             client.close()
 
-        profile._cleanups += [drop_database, delete_redis_keys]
+        if keep_database:
+            log(f"{name}: database {database} kept")
+        profile._cleanups += [delete_redis_keys] if keep_database else [drop_database, delete_redis_keys]
         return profile
     raise BenchError(f"unknown profile {name!r}: use embedded or production")
 
@@ -476,7 +480,7 @@ def run_benchmark(config: Config, *, keep_workdir: bool = False) -> dict:
     root = Path(tempfile.mkdtemp(prefix="glassbox-bench-"))
     try:
         for name in config.profiles:
-            profile = make_profile(name, root / name)
+            profile = make_profile(name, root / name, keep_database=keep_workdir)
             try:
                 results["profiles"][name] = run_profile_process(profile, config)
             finally:

@@ -365,8 +365,10 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
         "`SimulatedProvider.stream` call with the same options: **waves** starts up to *cap* ready nodes (key "
         "order), waits for all of them, repeats; **naive** starts every node as soon as it is ready, with no cap. "
         "Both retry a 429 after its Retry-After, like a client library. They run in threads of the runner process "
-        "*at the same time* as the engine's run of the same DAG (they sleep and touch no database, so they take "
-        "almost nothing from it), so every ratio compares runs made on the same machine state.",
+        "*at the same time* as the engine's run of the same DAG, started right after its launch (which runs in "
+        "that process: their first burst of threads would hold its GIL against the launch); they sleep and touch "
+        "no database, so they take almost nothing from it, and every ratio compares runs made on the same "
+        "machine state.",
         "- **Prefect, side by side** (`bench/peer.py`, `bench/prefect_peer.py`): Prefect 3.8.8 runs the same "
         "DAG with the same per-node durations (it imports `bench/dags.py`) in its in-process thread pool "
         "(`ThreadPoolTaskRunner(max_workers=cap)`) with its ephemeral local server, in a process of its own "

@@ -348,7 +348,8 @@ class ProfileRunner:
 
         The reference strategies sleep in threads of this process and touch no database (the
         simulated server has no limit in this section), so running them alongside the engine
-        costs it almost nothing and puts both on exactly the same machine state. Prefect runs
+        costs it almost nothing and puts both on exactly the same machine state; they start right
+        after the engine's launch (which runs in this process), not before it. Prefect runs
         tasks in a thread pool of its own process with a local server: it is run after the
         engine, not beside it, so neither takes the other's CPU.
         """
@@ -370,10 +371,12 @@ class ProfileRunner:
                 call = strategies.ProviderCall(agent)
                 for index, cap in enumerate(caps):
                     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="reference") as pool:
+                        cpu0 = self.cluster.cpu_seconds()
+                        # The engine's run is launched first: its launch runs in this process, and
+                        # the strategies' first burst of threads would hold the GIL against it.
+                        run = launch_run(plan, cap)
                         waves_future = pool.submit(strategies.waves, dag, cap, call)
                         naive_future = pool.submit(strategies.naive, dag, call) if index == 0 else None
-                        cpu0 = self.cluster.cpu_seconds()
-                        run = launch_run(plan, cap)
                         run = wait_for_run(run.pk, 120 + 5 * dag.lower_bound_s(cap), self.cluster)
                         cluster_cpu = self.cluster.cpu_seconds() - cpu0
                         theirs = waves_future.result()

@@ -13,7 +13,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from pydantic import ConfigDict, Field
 
-from orchestrator import events, plans, wording
+from orchestrator import events, plans, sql, wording
 from orchestrator.engine import approvers, cost_estimates, scheduler, tool_approvals, transitions, waits
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.governance.audit import record_denial
@@ -95,18 +95,19 @@ def launch(
         EventSequence.objects.create(run=run)
         # Before the plan's approval every task says what it waits for (cleared when approved).
         held = waits.PlanApproval() if require_plan_approval else None
-        TaskRun.objects.bulk_create(
+        sql.insert(  # one statement of text: the run is already started, and a plan may have hundreds
+            TaskRun,
             [
                 TaskRun(
-                    run=run,
-                    subtask=s,
-                    agent_id=s.agent_id,
-                    rank=ranks.get(s.key, 0.0),
+                    run_id=run.pk,
+                    subtask_id=subtask_id,
+                    agent_id=agent_id,
+                    rank=ranks.get(key, 0.0),
                     wait_code=held.code if held else "",
                     wait_reason=held.message if held else "",
                 )
-                for s in plan.subtasks.all()
-            ]
+                for subtask_id, key, agent_id in plan.subtasks.values_list("pk", "key", "agent_id")
+            ],
         )
         events.record(
             "run.created",
