@@ -8,12 +8,12 @@ model instances): most of the ~13 ms that transaction took on PostgreSQL, and ne
 on SQLite, where the statements themselves take microseconds (docs/benchmarks.md).
 
 These helpers write the same statements as text and keep what the ORM guarantees: values are
-adapted by their fields (`get_db_prep_save` / `get_db_prep_value`), rows are converted by the
-backend's and the fields' converters, objects are made by `Model.from_db` — a row read here is
-the instance the ORM would have made. Conditions are `filter()`-style lookups (`name=value`,
-`name__in=[...]`, `name__gt=value` and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column + n``)
-or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the hot path
-needs; anything else goes through the ORM.
+adapted by their fields (`get_db_prep_save`), rows are converted by the backend's and the fields'
+converters, objects are made by `Model.from_db` — a row read here is the instance the ORM would
+have made. Conditions are `filter()`-style lookups (`name=value`, `name__in=[...]`, `name__gt=value`
+and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column
++ n``) or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the
+hot path needs; anything else goes through the ORM.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import Field, Model
 
 M = TypeVar("M", bound=Model)
+Match = tuple[tuple[str, ...], Sequence[tuple]]
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,9 @@ def _db():
     return connections[DEFAULT_DB_ALIAS]
 
 
+@functools.cache
 def quote(name: str) -> str:
+    """A table or column name quoted for the database (one database per process)."""
     return _db().ops.quote_name(name)
 
 
@@ -70,6 +73,14 @@ def can_return_from_update() -> bool:
     return vendor == "postgresql"
 
 
+def in_list(values: Sequence[Any]) -> str:
+    """`%s` placeholders for an IN list of `values`."""
+    return ", ".join(["%s"] * len(values))
+
+
+# --- Fields: their columns, how their values go in and come out ------------------------------
+
+
 @functools.cache
 def _field(model: type[Model], name: str) -> Field:
     field = model._meta.pk if name == "pk" else model._meta.get_field(name)
@@ -78,7 +89,18 @@ def _field(model: type[Model], name: str) -> Field:
 
 
 @functools.cache
-def _converters_of(vendor: str, model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
+def _columns(model: type[Model], names: tuple[str, ...]) -> str:
+    return ", ".join(quote(_field(model, name).column) for name in names)
+
+
+@functools.cache
+def _all_fields(model: type[Model]) -> tuple[str, ...]:
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
+@functools.cache
+def _converters(vendor: str, model: type[Model], names: tuple[str, ...]) -> tuple[tuple[int, list, Any], ...]:
+    """The ORM's converters of each column read (index, converters, the column's expression)."""
     db, found = _db(), []
     for index, name in enumerate(names):
         field = _field(model, name)
@@ -86,18 +108,13 @@ def _converters_of(vendor: str, model: type[Model], names: tuple[str, ...]) -> l
         converters = db.ops.get_db_converters(column) + field.get_db_converters(db)  # type: ignore[attr-defined]
         if converters:
             found.append((index, converters, column))
-    return found
+    return tuple(found)
 
 
-def _converters(model: type[Model], names: tuple[str, ...]) -> list[tuple[int, list, Any]]:
-    """The ORM's converters of each column read (index, converters, the column's expression)."""
-    return _converters_of(_db().vendor, model, names)
-
-
-def _convert(rows: list[tuple], converters: list[tuple[int, list, Any]]) -> list[tuple]:
+def _convert(db, rows: list[tuple], converters: tuple[tuple[int, list, Any], ...]) -> list[tuple]:
     if not converters:
         return rows
-    db, converted = _db(), []
+    converted = []
     for row in rows:
         values = list(row)
         for index, funcs, column in converters:
@@ -128,25 +145,25 @@ _PLAIN = frozenset(
 
 
 @functools.cache
-def _adapter_of(vendor: str, field: Field):
+def _adapter(vendor: str, field: Field):
+    """How a value of `field` goes to the database: as it is, or through the field's preparation."""
     target = field.target_field if field.is_relation else field  # type: ignore[attr-defined]
     if target.get_internal_type() in _PLAIN:
         return lambda value, db: value
     return field.get_db_prep_save
 
 
-def _adapt(field: Field, value: Any) -> Any:
-    """`value` as the ORM would send it for `field` in an INSERT or UPDATE."""
-    db = _db()
-    return _adapter_of(db.vendor, field)(value, db)
+def _adapt(db, field: Field, value: Any) -> Any:
+    """`value` as the ORM would send it for `field`."""
+    return _adapter(db.vendor, field)(value, db)
 
+
+# --- Conditions -----------------------------------------------------------------------------------
 
 _COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
-def _where(
-    model: type[Model], lookups: dict[str, Any], match: tuple[tuple[str, ...], Sequence[tuple]] | None = None
-) -> tuple[str, list]:
+def _where(db, model: type[Model], lookups: dict[str, Any], match: Match | None = None) -> tuple[str, list]:
     parts: list[str] = []
     params: list = []
     if match is not None:
@@ -155,10 +172,11 @@ def _where(
             parts.append("1 = 0")
         else:
             fields = [_field(model, name) for name in names]
-            columns = ", ".join(quote(f.column) for f in fields)
-            row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-            parts.append(f"({columns}) IN ({', '.join([row] * len(combinations))})")
-            params += [_adapt(f, v) for combination in combinations for f, v in zip(fields, combination, strict=True)]
+            row = "(" + in_list(fields) + ")"
+            parts.append(f"({_columns(model, names)}) IN ({', '.join([row] * len(combinations))})")
+            params += [
+                _adapt(db, f, v) for combination in combinations for f, v in zip(fields, combination, strict=True)
+            ]
     for key, value in lookups.items():
         name, _, op = key.partition("__")
         field = _field(model, name)
@@ -168,19 +186,22 @@ def _where(
             if not values:
                 parts.append("1 = 0")
                 continue
-            parts.append(f"{column} IN ({', '.join(['%s'] * len(values))})")
-            params += [_adapt(field, v) for v in values]
+            parts.append(f"{column} IN ({in_list(values)})")
+            params += [_adapt(db, field, v) for v in values]
         elif op in _COMPARISONS:
             parts.append(f"{column} {_COMPARISONS[op]} %s")
-            params.append(_adapt(field, value))
+            params.append(_adapt(db, field, value))
         elif op:
             raise ValueError(f"sql: unsupported lookup {key!r}")
         elif value is None:
             parts.append(f"{column} IS NULL")
         else:
             parts.append(f"{column} = %s")
-            params.append(_adapt(field, value))
+            params.append(_adapt(db, field, value))
     return " AND ".join(parts) or "1 = 1", params
+
+
+# --- Statements ------------------------------------------------------------------------------------
 
 
 def fetch(statement: str, params: Sequence[Any] = ()) -> list[tuple]:
@@ -195,39 +216,51 @@ def select(
     *,
     order_by: Sequence[str] = (),
     lock: bool = False,
-    match: tuple[tuple[str, ...], Sequence[tuple]] | None = None,
+    match: Match | None = None,
+    extra: Sequence[str] = (),
     **where: Any,
 ) -> list[tuple]:
     """Rows of the fields `names` (attnames, or "pk") of `model`'s rows matching `where` (and
-    `match`, as in `update`), converted as the ORM converts them; with `lock`, locked for the
-    transaction (`lock_clause`)."""
-    names = tuple(names)
-    condition, params = _where(model, where, match)
-    columns = ", ".join(quote(_field(model, name).column) for name in names)
-    order = f" ORDER BY {', '.join(quote(_field(model, name).column) for name in order_by)}" if order_by else ""
-    statement = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {condition}{order}"
-    return _convert(fetch(statement + (lock_clause() if lock else ""), params), _converters(model, names))
+    `match`, as in `update`), converted as the ORM converts them, followed by the values of the SQL
+    expressions `extra`; with `lock`, locked for the transaction (`lock_clause`)."""
+    db, names = _db(), tuple(names)
+    condition, params = _where(db, model, where, match)
+    columns = _columns(model, names) + "".join(f", {expression}" for expression in extra)
+    order = f" ORDER BY {_columns(model, tuple(order_by))}" if order_by else ""
+    lock_text = lock_clause() if lock else ""
+    statement = f"SELECT {columns} FROM {quote(model._meta.db_table)} WHERE {condition}{order}{lock_text}"
+    return _convert(db, fetch(statement, params), _converters(db.vendor, model, names))
 
 
-def objects(model: type[M], *, order_by: Sequence[str] = (), lock: bool = False, **where: Any) -> list[M]:
-    """Instances of `model` for its rows matching `where`, every concrete field loaded (`select`)."""
-    names = tuple(f.attname for f in model._meta.concrete_fields)
-    rows = select(model, names, order_by=order_by, lock=lock, **where)
-    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
+def objects(
+    model: type[M], *, order_by: Sequence[str] = (), lock: bool = False, extra: dict[str, str] | None = None, **where
+) -> list[M]:
+    """Instances of `model` for its rows matching `where`, every concrete field loaded (`select`);
+    `extra`: attributes to set on each, by name, from SQL expressions read with the row."""
+    names = _all_fields(model)
+    expressions = list((extra or {}).values())
+    rows = select(model, names, order_by=order_by, lock=lock, extra=expressions, **where)
+    made = []
+    for row in rows:
+        instance = model.from_db(DEFAULT_DB_ALIAS, names, row[: len(names)])
+        for name, value in zip(extra or {}, row[len(names) :], strict=True):
+            setattr(instance, name, value)
+        made.append(instance)
+    return made
 
 
-def _assignment(field: Field, value: Any) -> tuple[str, list]:
+def _assignment(db, field: Field, value: Any) -> tuple[str, list]:
     column = quote(field.column)
     if isinstance(value, Add):
-        return f"{column} = {column} + %s", [_adapt(field, value.amount)]
+        return f"{column} = {column} + %s", [_adapt(db, field, value.amount)]
     if isinstance(value, PerRow):
         if not value.values:
             return f"{column} = {column}", []
         pk = quote(field.model._meta.pk.column)
         whens = " ".join(["WHEN %s THEN %s"] * len(value.values))
-        params = [item for pk_value, v in value.values.items() for item in (pk_value, _adapt(field, v))]
+        params = [item for pk_value, v in value.values.items() for item in (pk_value, _adapt(db, field, v))]
         return f"{column} = CASE {pk} {whens} ELSE {column} END", params
-    return f"{column} = %s", [_adapt(field, value)]
+    return f"{column} = %s", [_adapt(db, field, value)]
 
 
 def update(
@@ -235,33 +268,35 @@ def update(
     values: dict[str, Any],
     *,
     returning: bool = False,
-    match: tuple[tuple[str, ...], Sequence[tuple]] | None = None,
+    match: Match | None = None,
     **where: Any,
 ) -> int | list[M]:
     """UPDATE `model`'s rows matching `where` with `values`; the count of rows changed, or with
     `returning` the rows as changed (instances, every concrete field: UPDATE … RETURNING where the
     database has it, else a read of the same rows by primary key). `match`: ((field, …), [(value,
     …), …]), the rows whose fields hold one of those combinations (a row value IN list)."""
-    sets: list[str] = []
-    params: list = []
-    for name, value in values.items():
-        text, more = _assignment(_field(model, name), value)
-        sets.append(text)
-        params += more
     if returning and not can_return_from_update():
         ids = [row[0] for row in select(model, ("pk",), match=match, **where)]
         update(model, values, match=match, **{**where, "pk__in": ids})
         return objects(model, pk__in=ids)
-    condition, where_params = _where(model, where, match)
+    db = _db()
+    sets: list[str] = []
+    params: list = []
+    for name, value in values.items():
+        text, more = _assignment(db, _field(model, name), value)
+        sets.append(text)
+        params += more
+    condition, where_params = _where(db, model, where, match)
     statement = f"UPDATE {quote(model._meta.db_table)} SET {', '.join(sets)} WHERE {condition}"
     if not returning:
-        with _db().cursor() as cursor:
+        with db.cursor() as cursor:
             cursor.execute(statement, params + where_params)
             return cursor.rowcount
-    names = tuple(f.attname for f in model._meta.concrete_fields)
-    columns = ", ".join(quote(_field(model, name).column) for name in names)
-    rows = _convert(fetch(f"{statement} RETURNING {columns}", params + where_params), _converters(model, names))
-    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
+    names = _all_fields(model)
+    rows = fetch(f"{statement} RETURNING {_columns(model, names)}", params + where_params)
+    return [
+        model.from_db(DEFAULT_DB_ALIAS, names, row) for row in _convert(db, rows, _converters(db.vendor, model, names))
+    ]
 
 
 def insert(model: type[Model], instances: Iterable[Model]) -> None:
@@ -272,10 +307,10 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
         return
     meta = model._meta
     fields = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created)]
-    columns = ", ".join(quote(f.column) for f in fields)
-    row_marks = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    columns = _columns(model, tuple(f.attname for f in fields))
+    row_marks = "(" + in_list(fields) + ")"
     db = _db()
-    adapters = [(f.attname, _adapter_of(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
+    adapters = [(f.attname, _adapter(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
     batch = max(1, db.ops.bulk_batch_size(fields, instances))
     adapted: dict[Any, Any] = {}  # the rows of a batch share their times: each adapted once
     for start in range(0, len(instances), batch):
@@ -301,8 +336,3 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
             obj.pk = pk
             obj._state.adding = False
             obj._state.db = DEFAULT_DB_ALIAS
-
-
-def in_list(values: Sequence[Any]) -> str:
-    """`%s` placeholders for an IN list of `values`."""
-    return ", ".join(["%s"] * len(values))

@@ -18,7 +18,7 @@ from django.db.models import Count, Q
 
 from orchestrator import ratelimit, sql
 from orchestrator.engine import context, run_shape, waits
-from orchestrator.models import Agent, ProviderLimit, Run, TaskRun
+from orchestrator.models import Agent, ProviderLimit, Run, TaskRun, ToolGrant
 
 if TYPE_CHECKING:
     from orchestrator.engine.scheduler import TaskRow
@@ -54,7 +54,12 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
     active tasks (and, under an in-flight cap, the provider's).
     """
     agent_ids = sorted(set(agent_ids))
-    agents = {a.pk: a for a in sql.objects(Agent, lock=True, order_by=("pk",), pk__in=agent_ids)}
+    agents = {
+        a.pk: a
+        for a in sql.objects(
+            Agent, lock=True, order_by=("pk",), pk__in=agent_ids, extra={"has_tool_grants": holds_tool_grants()}
+        )
+    }
     pairs = sorted({(a.provider, a.model) for a in agents.values()})
     limits = {
         (pl.provider, pl.model): pl
@@ -95,6 +100,13 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
         limits=limits,
         budget_left=run.budget_usd - run.cost_usd - run.reserved_usd,
     )
+
+
+def holds_tool_grants() -> str:
+    """An agent row's column saying whether the agent holds any tool grant (read with its lock, for
+    the attempts a step claims: engine/dispatch.py)."""
+    grant, agent = sql.quote(ToolGrant._meta.db_table), sql.quote(Agent._meta.db_table)
+    return f"EXISTS (SELECT 1 FROM {grant} WHERE {grant}.agent_id = {agent}.id)"
 
 
 def active_counts(agent_ids: list[int]) -> dict[int, int]:

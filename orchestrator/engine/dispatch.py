@@ -190,7 +190,11 @@ def claimed_requests(
         task.run = run  # as locked by this step (its plan's goal comes from the run's shape)
         task.agent = known[task.agent_id]
         task.subtask = shape.subtask(task.subtask_id)
-    with_grants = execution.agents_with_tool_grants({task.agent_id for task in tasks})
+    agents_of_tasks = {task.agent_id: task.agent for task in tasks}.values()
+    if all(hasattr(agent, "has_tool_grants") for agent in agents_of_tasks):  # read with admission's lock
+        with_grants = {agent.pk for agent in agents_of_tasks if getattr(agent, "has_tool_grants")}  # noqa: B009
+    else:
+        with_grants = execution.agents_with_tool_grants({agent.pk for agent in agents_of_tasks})
     requests = execution.requests_for(run, [(task, task.attempt_count) for task in tasks], known=ended)
     return {task.pk: (task, requests[task.pk], task.agent_id in with_grants) for task in tasks}
 
