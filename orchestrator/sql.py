@@ -267,18 +267,21 @@ def update(
     model: type[M],
     values: dict[str, Any],
     *,
-    returning: bool = False,
+    returning: bool | Sequence[str] = False,
     match: Match | None = None,
     **where: Any,
-) -> int | list[M]:
+) -> Any:
     """UPDATE `model`'s rows matching `where` with `values`; the count of rows changed, or with
-    `returning` the rows as changed (instances, every concrete field: UPDATE … RETURNING where the
-    database has it, else a read of the same rows by primary key). `match`: ((field, …), [(value,
-    …), …]), the rows whose fields hold one of those combinations (a row value IN list)."""
+    `returning` the rows as changed: instances (every concrete field) when True, rows of those
+    fields when a list of names (UPDATE … RETURNING where the database has it, else a read of the
+    same rows by primary key). `match`: ((field, …), [(value, …), …]), the rows whose fields hold
+    one of those combinations (a row value IN list)."""
     if returning and not can_return_from_update():
         ids = [row[0] for row in select(model, ("pk",), match=match, **where)]
         update(model, values, match=match, **{**where, "pk__in": ids})
-        return objects(model, pk__in=ids)
+        if returning is True:
+            return objects(model, pk__in=ids)
+        return select(model, tuple(returning), pk__in=ids)
     db = _db()
     sets: list[str] = []
     params: list = []
@@ -292,11 +295,12 @@ def update(
         with db.cursor() as cursor:
             cursor.execute(statement, params + where_params)
             return cursor.rowcount
-    names = _all_fields(model)
+    names = _all_fields(model) if returning is True else tuple(returning)
     rows = fetch(f"{statement} RETURNING {_columns(model, names)}", params + where_params)
-    return [
-        model.from_db(DEFAULT_DB_ALIAS, names, row) for row in _convert(db, rows, _converters(db.vendor, model, names))
-    ]
+    rows = _convert(db, rows, _converters(db.vendor, model, names))
+    if returning is not True:
+        return rows
+    return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
 
 
 def insert(model: type[Model], instances: Iterable[Model]) -> None:

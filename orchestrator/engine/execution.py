@@ -341,19 +341,45 @@ def still_ours(claims: list[Claim]) -> dict[int, str]:
 def save_progress(items: list[tuple[Claim, Progress]]) -> None:
     """Save the output, progress and usage so far of running attempts, in one transaction, each
     only while its attempt holds the lease. A reconnecting viewer reads the output from the row;
-    a lost attempt's usage so far is kept (see `settlement.settle`). No event, no run row."""
+    a lost attempt's usage so far is kept (see `settlement.settle`). No event, no run row.
+
+    Two statements for all of them (orchestrator/sql.py: a value per row): the attempts that are
+    still this worker's, then their tasks that still hold the lease. A host saves every second or
+    two for everything it runs, and a statement each held their rows (and, on SQLite, the
+    database) long enough to delay the successes behind them."""
     if not items:
         return
     now = timezone.now()
+    latest = {claim.attempt.pk: (claim, progress) for claim, progress in items}
+    usage = {pk: progress.usage for pk, (_, progress) in latest.items()}
     with transaction.atomic():
-        for claim, progress in items:  # the attempt first, then the task (see renew_leases)
-            if Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING, worker=claim.worker).update(
-                input_tokens=progress.usage.input_tokens,
-                output_tokens=progress.usage.output_tokens,
-                cache_read_tokens=progress.usage.cache_read_tokens,
-                cache_creation_tokens=progress.usage.cache_creation_tokens,
-            ):
-                owned(claim).update(output=progress.output, progress=progress.progress, progress_at=now)
+        saved = sql.update(  # the attempts first, then the tasks (see renew_leases)
+            Attempt,
+            {
+                "input_tokens": sql.PerRow({pk: u.input_tokens for pk, u in usage.items()}),
+                "output_tokens": sql.PerRow({pk: u.output_tokens for pk, u in usage.items()}),
+                "cache_read_tokens": sql.PerRow({pk: u.cache_read_tokens for pk, u in usage.items()}),
+                "cache_creation_tokens": sql.PerRow({pk: u.cache_creation_tokens for pk, u in usage.items()}),
+            },
+            returning=("pk",),
+            match=(("pk", "worker"), [(pk, claim.worker) for pk, (claim, _) in latest.items()]),
+            state=Attempt.State.RUNNING,
+        )
+        ours = [latest[pk] for (pk,) in saved]
+        if ours:
+            sql.update(
+                TaskRun,
+                {
+                    "output": sql.PerRow({c.task.pk: p.output for c, p in ours}),
+                    "progress": sql.PerRow({c.task.pk: p.progress for c, p in ours}),
+                    "progress_at": now,
+                },
+                match=(
+                    ("pk", "attempt_count", "lease_owner"),
+                    [(c.task.pk, c.attempt.number, c.worker) for c, _ in ours],
+                ),
+                state=State.RUNNING,
+            )
 
 
 # --- How an attempt ends ------------------------------------------------------------------------

@@ -111,6 +111,30 @@ def test_a_rate_limit_answer_backs_off_the_provider_without_spending_retries(mak
     assert event.payload["status"] == 429 and event.payload["retry_after_s"] >= 1
 
 
+def test_progress_of_many_attempts_is_saved_together_and_only_where_the_lease_is_held(make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "abc"}), cap=3)
+    claims = {k: execution.claim_attempt(queued_attempt(run, k).pk, "w1") for k in "abc"}
+    TaskRun.objects.filter(pk=claims["b"].task.pk).update(lease_owner="another worker")  # b's lease was taken
+    Attempt.objects.filter(pk=claims["c"].attempt.pk).update(state="lost")  # c was declared lost
+    execution.save_progress(
+        [
+            (claims[k], execution.Progress(f"{k} so far", n, Usage(input_tokens=n, output_tokens=n + 1)))
+            for k, n in zip("abc", (10, 20, 30), strict=True)
+        ]
+    )
+    tasks = {t.subtask.key: t for t in TaskRun.objects.filter(run=run).select_related("subtask")}
+    attempts = {
+        a.task_run.subtask.key: a for a in Attempt.objects.filter(task_run__run=run).select_related("task_run__subtask")
+    }
+    assert (tasks["a"].output, tasks["a"].progress, tasks["a"].progress_at is not None) == ("a so far", 10, True)
+    assert (attempts["a"].input_tokens, attempts["a"].output_tokens) == (10, 11)
+    assert (tasks["b"].output, tasks["b"].progress) == ("", 0)  # not its attempt's any more: output left alone
+    assert (attempts["b"].input_tokens, attempts["b"].output_tokens) == (20, 21)  # the usage is the attempt's own
+    assert (tasks["c"].output, attempts["c"].input_tokens) == ("", 0)  # a lost attempt saves nothing
+    assert Event.objects.filter(run=run, type__startswith="task.progress").count() == 0
+
+
 def test_a_late_result_from_a_lost_attempt_is_discarded_but_its_usage_counted(make_agent, make_plan, priced_limit):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", [])}))
