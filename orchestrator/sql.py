@@ -28,6 +28,7 @@ from django.db.models import Field, Model
 
 M = TypeVar("M", bound=Model)
 Match = tuple[tuple[str, ...], Sequence[tuple]]
+MAX_PARAMETERS = 65_535
 
 
 @dataclass(frozen=True)
@@ -233,13 +234,20 @@ def select(
 
 
 def objects(
-    model: type[M], *, order_by: Sequence[str] = (), lock: bool = False, extra: dict[str, str] | None = None, **where
+    model: type[M],
+    *,
+    order_by: Sequence[str] = (),
+    lock: bool = False,
+    match: Match | None = None,
+    extra: dict[str, str] | None = None,
+    **where: Any,
 ) -> list[M]:
-    """Instances of `model` for its rows matching `where`, every concrete field loaded (`select`);
-    `extra`: attributes to set on each, by name, from SQL expressions read with the row."""
+    """Instances of `model` for its rows matching `where` (and `match`), every concrete field
+    loaded (`select`); `extra`: attributes to set on each, by name, from SQL expressions read with
+    the row."""
     names = _all_fields(model)
     expressions = list((extra or {}).values())
-    rows = select(model, names, order_by=order_by, lock=lock, extra=expressions, **where)
+    rows = select(model, names, order_by=order_by, lock=lock, match=match, extra=expressions, **where)
     made = []
     for row in rows:
         instance = model.from_db(DEFAULT_DB_ALIAS, names, row[: len(names)])
@@ -315,7 +323,8 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
     row_marks = "(" + in_list(fields) + ")"
     db = _db()
     adapters = [(f.attname, _adapter(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
-    batch = max(1, db.ops.bulk_batch_size(fields, instances))
+    # SQLite's backend bounds a statement's parameters; PostgreSQL's protocol allows 65,535.
+    batch = max(1, min(db.ops.bulk_batch_size(fields, instances), MAX_PARAMETERS // len(fields)))
     adapted: dict[Any, Any] = {}  # the rows of a batch share their times: each adapted once
     for start in range(0, len(instances), batch):
         chunk = instances[start : start + batch]

@@ -63,14 +63,7 @@ def read_capacity(run: Run, rows: dict[int, TaskRow], agent_ids) -> Capacity:
     pairs = sorted({(a.provider, a.model) for a in agents.values()})
     limits = {
         (pl.provider, pl.model): pl
-        for pl in sql.objects(
-            ProviderLimit,
-            lock=True,
-            order_by=("pk",),
-            provider__in=sorted({p for p, _ in pairs}),
-            model__in=sorted({m for _, m in pairs}),
-        )
-        if (pl.provider, pl.model) in pairs  # the IN lists may match a pair no agent here is on (locked all the same)
+        for pl in sql.objects(ProviderLimit, lock=True, order_by=("pk",), match=(("provider", "model"), pairs))
     }
     agent_busy = active_counts(agent_ids)
     capped = {

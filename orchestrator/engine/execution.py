@@ -102,16 +102,20 @@ def claim_attempt(attempt_id: int, worker: str) -> Claim | None:
     return claim_attempts([attempt_id], worker).get(attempt_id)
 
 
-def claim_attempts(attempt_ids: list[int], worker: str, *, more: int = 0) -> dict[int, Claim]:
+def claim_attempts(
+    attempt_ids: list[int], worker: str, *, more: int = 0, pending: Collection[int] = ()
+) -> dict[int, Claim]:
     """Claim every attempt of `attempt_ids` that is still ours to run, and up to `more` other
-    attempts queued in the same runs (oldest first); the claims by attempt id.
+    attempts queued in the same runs (oldest first; not those of `pending`, delivered to the
+    caller already and waiting for a claim of their own); the claims by attempt id.
 
     Many at once in one transaction: a run's first wave reaches a worker as dozens of broker
     deliveries, one at a time through django-q2's worker loop (on SQLite most of a second for 64,
     the broker's writes queuing with the engine's), and a transaction each kept the last of them
     waiting for the others' (docs/benchmarks.md). So the first delivery of a wave takes as much of
-    it as the host has room for (`more`); the broker's later deliveries of those attempts find
-    them running and are dropped. The attempt row is the record, the broker only delivers.
+    it as the host has room for (`more`), and so does every delivery while the host has room; the
+    broker's later deliveries of those attempts find them running and are dropped. The attempt row
+    is the record, the broker only delivers.
 
     The attempt rows are locked first, as everywhere; should any task have moved meanwhile (a
     cancellation), or the batch fail in the database, it is rolled back and each delivered
@@ -120,7 +124,7 @@ def claim_attempts(attempt_ids: list[int], worker: str, *, more: int = 0) -> dic
     ids = list(dict.fromkeys(attempt_ids))
     if len(ids) > 1 or more > 0:
         try:
-            claims = _claim(ids, worker, more)
+            claims = _claim(ids, worker, more, pending)
         except DatabaseError as exc:  # e.g. a deadlock with a cancellation: not a reason to fail them all
             log.warning("claiming %s attempts together failed (%s); claiming each alone", len(ids), exc)
             claims = None
@@ -129,7 +133,9 @@ def claim_attempts(attempt_ids: list[int], worker: str, *, more: int = 0) -> dic
     return {attempt_id: claim for attempt_id in ids if (claim := (_claim([attempt_id], worker) or {}).get(attempt_id))}
 
 
-def _claim(attempt_ids: list[int], worker: str, more: int = 0) -> dict[int, Claim] | None:
+def _claim(
+    attempt_ids: list[int], worker: str, more: int = 0, pending: Collection[int] = ()
+) -> dict[int, Claim] | None:
     """queued → running with a lease, for the attempts of `attempt_ids` still queued and up to
     `more` others queued in their runs, in one transaction; None (nothing written) when a task
     did not move with its attempt.
@@ -148,7 +154,8 @@ def _claim(attempt_ids: list[int], worker: str, more: int = 0) -> dict[int, Clai
             task_ids = [a.task_run_id for a in attempts] or [
                 task_id for (task_id,) in sql.select(Attempt, ("task_run_id",), pk__in=attempt_ids)
             ]
-            others = queued_in_runs_of(task_ids, exclude=attempt_ids, limit=more) if task_ids else []
+            exclude = [*attempt_ids, *pending]
+            others = queued_in_runs_of(task_ids, exclude=exclude, limit=more) if task_ids else []
             attempts += sql.objects(Attempt, order_by=("pk",), pk__in=others)  # locked by queued_in_runs_of
         if not attempts:
             return {}
@@ -178,12 +185,14 @@ def _claim(attempt_ids: list[int], worker: str, more: int = 0) -> dict[int, Clai
             return None
         for attempt in attempts:
             mark_started(attempt, worker, now, fields)
-    limits: dict[tuple[str, str], ProviderLimit | None] = {}
-    for task in tasks.values():
-        pair = (task.agent.provider, task.agent.model)
-        if pair not in limits:
-            limits[pair] = admission.provider_limit(task.agent)
-    with_grants = agents_with_tool_grants({task.agent_id for task in tasks.values()})
+        # Read before the commit: a failure here rolls the claims back, so the fallback (each
+        # delivery alone) finds them queued still, rather than running with nobody to run them.
+        limits: dict[tuple[str, str], ProviderLimit | None] = {}
+        for task in tasks.values():
+            pair = (task.agent.provider, task.agent.model)
+            if pair not in limits:
+                limits[pair] = admission.provider_limit(task.agent)
+        with_grants = agents_with_tool_grants({task.agent_id for task in tasks.values()})
     return {
         a.pk: Claim(
             a.task_run,

@@ -254,7 +254,8 @@ class AgentHost:
                 # that the broker's deliveries meanwhile find the slots taken (see _advance_run).
                 more = self._reserve(self.free_slots()) if settings.GLASSBOX_CLAIM_NEXT and self.accepting else 0
                 try:
-                    claims = await db(execution.claim_attempts, delivered, self.worker, more=more)
+                    pending = [attempt_id for attempt_id, _ in self._to_claim]  # delivered, claimed next
+                    claims = await db(execution.claim_attempts, delivered, self.worker, more=more, pending=pending)
                 except Exception as exc:
                     self._release(more)
                     for _, waiter in batch:

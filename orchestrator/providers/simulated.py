@@ -405,8 +405,8 @@ class SimulatedProvider(Provider):
     name = "simulated"
 
     async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
-        # The call's latency runs from the request, as a server's does: what the provider does
-        # meanwhile (the limit check, making the text) happens within it, not before it.
+        # The call's latency runs from the request, as a server's does: the limit check and making
+        # the text happen within it, not before it starts (see the first slice below).
         began = _clock()
         options = SimulationOptions.parse(request.options)
         if options.requests_per_minute or options.tokens_per_minute:
@@ -437,8 +437,8 @@ class SimulatedProvider(Provider):
             # slice does not delay the next, so the call takes its drawn latency (sleeping a slice
             # after each added the caller's work: ~3 ms a call on a loaded worker).
             await _sleep_until(began + duration_s * (index + 1) / slices)
-            if output is None:  # made while the caller waited for its first slice
-                output = generate_output(request)
+            if output is None:  # made once the first slice is due, so a wave's calls all start at once:
+                output = generate_output(request)  # a call of one slice ends that long (~0.2 ms) after its latency
             total = len(output.words)
             start, end = index * total // slices, (index + 1) * total // slices
             yield TextDelta(text="".join(output.words[start:end]), output_tokens=end)

@@ -133,3 +133,18 @@ def test_events_are_written_in_one_statement_with_their_numbers(run):
     assert [(e.message, e.payload) for e in written] == [(f"note {n}", {"n": n}) for n in range(3)]
     assert [e.seq for e in written] == list(range(written[0].seq, written[0].seq + 3))
     assert all(timezone.now() - e.created_at < timedelta(seconds=60) for e in written)
+
+
+def test_insert_keeps_within_the_databases_parameter_limit(run, monkeypatch):
+    monkeypatch.setattr(sql, "MAX_PARAMETERS", 30)  # fewer than three events' worth of fields
+    made = [
+        Event(run_id=run.pk, seq=10_000 + n, type="run.note", message=f"n{n}", created_at=timezone.now())
+        for n in range(7)
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        sql.insert(Event, made)
+    assert len([q for q in queries.captured_queries if q["sql"].startswith("INSERT")]) == 4  # 2 + 2 + 2 + 1
+    assert sorted(Event.objects.filter(seq__gte=10_000).values_list("message", flat=True)) == [
+        f"n{n}" for n in range(7)
+    ]
+    assert all(e.pk is not None for e in made)

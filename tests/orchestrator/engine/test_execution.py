@@ -337,7 +337,7 @@ def test_a_claim_of_many_that_fails_in_the_database_claims_each_alone(make_agent
 
     claim = execution._claim
 
-    def deadlocked_when_many(attempt_ids, worker, more=0):
+    def deadlocked_when_many(attempt_ids, worker, more=0, pending=()):
         if len(attempt_ids) > 1 or more:
             raise OperationalError("deadlock detected")
         return claim(attempt_ids, worker)
@@ -385,3 +385,38 @@ def test_successes_recorded_together_count_once_each_and_take_one_step(make_agen
     assert run.cost_usd == sum(costs) and (run.input_tokens, run.output_tokens) == (51, 16)
     assert run.reserved_usd == Attempt.objects.get(task_run=tasks["d"]).reserved_usd  # d's alone
     assert Event.objects.filter(run=run, type="task.succeeded").count() == 2
+
+
+def test_a_claim_ahead_leaves_what_the_caller_has_delivered_and_waiting(make_agent, make_plan):
+    make_agent("researcher")
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "abcd"}), cap=4)
+    a, b, c, d = (queued_attempt(run, k).pk for k in "abcd")
+    claims = execution.claim_attempts([a], "w1", more=3, pending=[b])
+    assert set(claims) == {a, c, d}  # b is the caller's next claim to make
+    assert Attempt.objects.get(pk=b).state == "queued"
+
+
+def test_a_failure_after_a_claims_writes_rolls_them_back_before_each_is_claimed_alone(
+    make_agent, make_plan, monkeypatch
+):
+    """Nothing is left running with nobody to run it: a batch that fails at its last read is
+    rolled back whole, and each delivery is then claimed alone (the wave's rest stays queued)."""
+    from django.db import OperationalError
+
+    make_agent("researcher")
+    run = runs.launch(make_plan({k: ("researcher", []) for k in "abcd"}), cap=4)
+    a, b, c, d = (queued_attempt(run, k).pk for k in "abcd")
+    real = execution.agents_with_tool_grants
+    failures = [OperationalError("server closed the connection unexpectedly")]
+
+    def failing_once(agent_ids):
+        if failures:
+            raise failures.pop()
+        return real(agent_ids)
+
+    monkeypatch.setattr(execution, "agents_with_tool_grants", failing_once)
+    claims = execution.claim_attempts([a, b], "w1", more=2)
+    assert set(claims) == {a, b}
+    states = dict(Attempt.objects.filter(pk__in=[a, b, c, d]).values_list("pk", "state"))
+    assert states == {a: "running", b: "running", c: "queued", d: "queued"}
+    assert Event.objects.filter(run=run, type="task.started").count() == 2

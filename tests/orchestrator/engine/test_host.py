@@ -291,10 +291,10 @@ def test_deliveries_arriving_together_are_claimed_together(
     batches: list[int] = []
     real = execution.claim_attempts
 
-    def recording(attempt_ids, worker, *, more=0):
+    def recording(attempt_ids, worker, **options):
         batches.append(len(attempt_ids))
         time.sleep(0.2)  # deliveries keep arriving while a claim is under way
-        return real(attempt_ids, worker, more=more)
+        return real(attempt_ids, worker, **options)
 
     monkeypatch.setattr(execution, "claim_attempts", recording)
     submit_queued(make_host(slots=50), run)
@@ -315,9 +315,9 @@ def test_the_first_delivery_of_a_wave_claims_as_much_of_it_as_the_host_has_room_
     calls: list[tuple[int, int]] = []
     real = execution.claim_attempts
 
-    def recording(attempt_ids, worker, *, more=0):
+    def recording(attempt_ids, worker, *, more=0, pending=()):
         calls.append((len(attempt_ids), more))
-        return real(attempt_ids, worker, more=more)
+        return real(attempt_ids, worker, more=more, pending=pending)
 
     monkeypatch.setattr(execution, "claim_attempts", recording)
     agent_host = make_host(slots=8)

@@ -207,8 +207,9 @@ def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_
 
 
 def test_the_text_is_made_within_the_calls_latency(monkeypatch):
-    """Making the answer's text is the server's work: it happens while the caller waits for the
-    first slice, so a slow generator does not lengthen the call (nor delay other calls' starts)."""
+    """Making the answer's text is the server's work: it happens once the first slice is due, so a
+    slow generator neither delays the call's start (nor other calls') nor lengthens a call of
+    several slices."""
     from orchestrator.providers import simulated
 
     clock = {"now": 100.0}
