@@ -700,70 +700,71 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-This run (2026-11-25, 03:55, 2 repeats) was made on a quiet machine (load 0.79) with nothing else
-running. 47 of the 58 goals are met; the previous full run (2026-11-24, 15:06) met 43. Since
-then the simulated provider streams on the answer's own clock: each call took its drawn latency
-plus the caller's work on every slice (~3 ms a call on a loaded worker) where Prefect's peer
-sleeps the duration once, so every link of a chain paid it (the reference strategies too: chain
-12.37 s then, 12.33 s now). The live view's totals and lanes read plain task states, its pacing
-lets one long round pass, and bench-live runs DEBUG off (below). Compare runs made under like
-conditions only.
+This run (2026-11-25, 21:47, 2 repeats, load 0.27 at its start) was made on an Intel Xeon
+machine; the runs before it on an AMD EPYC one, so absolute numbers differ between them (the
+live view on a real run, below, is ~2× slower here for the same code). 46 of the 58 goals are
+met.
 
-- **Against Prefect: ahead on 14 of 16 shapes × caps × profiles**, including **chain 50 on
-  production**, behind in the previous run (12.93 / 12.92 s at cap 8 / 64 against 13.01 s: ahead,
-  but by under 1 %, so a loaded machine can turn it). **Random 300 at cap 64 on production** is
-  level (5.99 s against 6.01 s). Behind: **fan 1-100-1 at cap 64** on both profiles (3.07 s
-  embedded, 3.16 s production against 3.01 s; lower bound 2.83 s). Its first wave starts 64
-  attempts at once and the last of them waits: dispatch p95 219 ms embedded (one SQLite writer),
-  120 ms production (the host that ran the scope task claims what it has room for in its own
-  step, the rest go through the broker to the other worker, one claim transaction for those that
-  arrive together). In the previous run Prefect's two repeats were 3.01 and 4.01 s, and ours was
-  ahead in the medians; this run it made 3.01 s twice. Prefect's makespans are whole seconds
-  plus ~10 ms on every shape, so its real makespan may be shorter than shown. *Next*: start the
-  first wave's broker share before the step's own claims are built, or keep the wave in one
-  host when it fits its slots.
-- **Chain, per link, on production**: a success's transaction (settle the attempt, move the task,
-  the run's totals, the step that admits and claims the next task, its request, the events) is
-  14 statements and 9.2–9.3 ms of engine CPU per task (goal < 10 ms: met on chain now), almost
-  all of it Django building statements and model instances; each statement is well under a
-  millisecond in the database. Per link the run spends ~15 ms beyond the planned durations
-  (12.93 − 12.20 s over 50 links); efficiency 0.943 (goal 0.95), Prefect 0.938. *Next*: the
-  capacity read (agent lock, provider-limit lock, the agent's running count) and the claimed
-  task's re-read (dispatch.claimed_requests) are 4 of the 14 statements; the step holds most of
-  what they read already.
-- **Efficiency at cap 8** (goals ≥ 0.95 production, ≥ 0.92 embedded): embedded layered 0.946 and
-  chain 0.956 meet it, random 0.913 misses by a hair (its policy bound is 0.986: admission cannot
-  know the durations); production layered 0.948 misses by a hair, chain 0.943, random 0.899 miss.
-  What is left is the engine's own CPU per task: 8.0–10.8 ms embedded (goal < 10 ms met except
-  random at cap 8, 10.8), 7.8–12.4 ms on production (missed by fan at cap 8, 10.7, and random at
-  cap 8, 12.4).
-- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 24.2 s embedded, 22.6 s
-  production, 500 in flight, 693 / 737 MiB.
-- **Storm**: every strategy within 1.1 × the bound on both profiles (ours configured 1.047 /
-  1.012, adaptive 1.053 / 1.053); with the limit configured ours sends no 429. **Adaptive
-  without a configured limit still gets 7 429s after its first back-off**: the AIMD cap bounds
-  requests in flight, not requests per minute — at ~1 s a request even one in flight sends 60 a
-  minute against the storm's 16. *Next*: on a refusal without rate-limit headers, learn the
-  per-minute rate from the requests accepted in the last minute and admit by it. Claude's
-  answers carry the headers, so this is the simulated provider's case.
-- **Live view: the goals of section 6 are met on both profiles** (p95 at 20 events/s and 50
-  viewers: 67 ms embedded, 68 ms on Redis). On a real 200-task run with 50 viewers
-  (`make bench-live`, bench/results-live.json, run 2026-11-25 after this run's code) p95 122 ms
-  embedded (goal 250, met) and 101 ms on Redis (goal 100: at its edge; p50 70 / 91 ms). The p95
-  is the fan-out's burst (~400 events in one transaction, one ~150 KB frame per viewer). Timed in
-  the broadcaster: the step's commit and doorbell reach it 15–20 ms after the events' timestamps,
-  the burst renders in 55–65 ms on the loaded machine (198 rows 17 ms, their views 9 ms, the
-  totals 6 ms, the log's page 6 ms) and goes to 50 viewers in 10–17 ms. Until this run, a round
-  was paid for with a pause as long, and the plan approval's round (which redraws the whole
-  table: 120–235 ms) held the burst back as long again in some runs; rounds now run up to 0.25 s
-  ahead of the half-time pace (dashboard/broadcast.py `Pacing`), and records answer Django's
-  template lookups as items (a row renders ~25 % faster). A/B alternately, both with DEBUG off:
-  embedded p95 280 / 249 / 228 → 161 / 168 / 134 ms, Redis 134 / 188 / 102 → 104 / 114 / 106 ms.
-  bench-live had run with DEBUG on (Django's query log); it now runs as deployed. Earlier the same
-  day task views stopped reading agents' and subtasks' settings, and the totals and lanes stopped
-  building every task's view at each round (p50 89 → 85 ms on Redis, 72 → 65 ms embedded).
-  *Next*: a smaller burst (rows of tasks that only became ready sent as a compact list the page
-  applies), or its render spread over the wait for its commit.
+- **Prefect is now measured as Prefect records its runs.** Until this run its makespan was the
+  time until the flow *call returned*, which is always the next whole second after the flow's
+  start plus ~10 ms (Prefect's teardown waits on a one-second tick): it credited Prefect with
+  0.2–0.9 s it did not spend on the DAG (fan 1-100-1 at cap 64: flow recorded 3.01 s, call
+  returned 3.51 s). It is now the flow run's Running → Completed (`end_time - start_time`), our
+  `Run.started_at` → `Run.finished_at`; the return is shown apart (*Prefect call returned s*). By
+  the old measure this run is ahead on all 16 shapes × caps × profiles; by the right one, **ahead
+  on 7 and behind on 9**, 7 of them by 1.3 % or less. Ahead: layered at cap 8 (7 %) and random
+  300 at cap 8 (15–16 %) on both profiles; layered at cap 64 and chain 50 at cap 8 embedded; fan
+  1-100-1 at cap 64 production. Behind by a hair: fan at cap 8 (0.4 / 0.7 %), chain 50 at cap 64
+  embedded (0.2 %), fan at cap 64 embedded (1.2 %: its repeats 3.09 / 3.01 s against 2.98 /
+  3.05 s), layered at cap 64 production (1.3 %), chain 50 production (1.1 % at both caps).
+  **Random 300 at cap 64 is behind by 3–4 %** (5.53 / 5.55 s against 5.37 / 5.34 s).
+- **What changed in the engine this run** (the previous run's numbers, for the same code,
+  were: chain 50 production 13.19 s, random 300 at cap 64 production 5.91 s, on this machine):
+  the path from one attempt's end to the next one's start is SQL text (`orchestrator/sql.py`),
+  not ORM queries — the ORM spent 0.2–1 ms of CPU building each statement; a chain link's
+  transaction measured in-process went 13.5 → 5.5 ms on PostgreSQL and 9.2 → 2.5 ms on SQLite,
+  and engine CPU per task is 3.8–7.4 ms on every shape (goal < 10 ms: met everywhere, 8–12 ms
+  before). A claim of a broker delivery also takes the rest of that run's queued wave as far as
+  its host has slots (a launch's 64 first attempts reached the hosts one delivery at a time,
+  over ~1.5 s on SQLite). A host saves its attempts' progress in two statements, not two per
+  attempt. The simulated provider's latency runs from the request (its text was made before its
+  clock started). The benchmark launches the engine's run before starting the reference
+  strategies in the same process (their first burst of threads held the GIL against the launch:
+  170–230 ms for 300 tasks instead of 20–30).
+- **Chain 50 on production, where a link's time goes** (traces of bench/hooks.py): ~10.2 ms a
+  link beyond the planned duration against Prefect's ~7.5 ms: the success's transaction 8.3 ms
+  (13 statements and one Redis call, 5.0 ms of CPU, the rest waiting on PostgreSQL at ~0.2 ms a
+  round trip), 1.3 ms from the provider's last slice to it, 0.6 ms from its commit to the next
+  call. Prefect's link writes nothing durable. *Next*: fewer round trips — the events' numbers and
+  rows in one statement (a CTE on PostgreSQL), an attempt's settlement read folded into its
+  update — each ~0.2 ms; beyond that the durable record of each success is the floor. Embedded
+  (SQLite, no round trips) is level with Prefect (12.60 s against 12.58–12.63 s).
+- **Random 300 and fan at cap 64**: the first wave waits for the launch's broker delivery
+  (embedded: the ORM broker polls every 0.1 s, ~90 ms to the first claim; production ~40–80 ms
+  through Redis) while Prefect's first tasks start at once; then nearly all of a run stays in the
+  host that claimed its first wave (kept attempts need no broker round trip), one process whose
+  GIL carries 64 streams and every transaction (dispatch p95 110–135 ms). *Next*: a lower ORM
+  poll costs idle CPU (0.03 s: 8 % of a core idle, against 3.6 % at 0.1 s, measured; not
+  taken); spreading a wave over both worker processes was measured slower in an earlier run,
+  worth measuring again now that a step is cheaper.
+- **Efficiency at cap 8**: met on every shape but production random 300 (0.924, goal 0.95; its
+  policy bound is 0.986: admission cannot know the durations). Engine CPU per task: met.
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 22.1 s embedded (24.2 s in the
+  previous run), 21.2 s production, 500 in flight, 702 / 745 MiB.
+- **Storm**: every strategy within 1.1 × the bound on both profiles; configured, ours sends no
+  429. **Adaptive without a configured limit still gets 7 429s after its first back-off**: the
+  AIMD cap bounds requests in flight, not per minute. *Next* (unchanged): on a refusal without
+  rate-limit headers, learn the per-minute rate from the requests accepted in the last minute.
+  Claude's answers carry the headers, so this is the simulated provider's case.
+- **Live view on a real 200-task run with 50 viewers** (`make bench-live`,
+  bench/results-live.json, this code): p95 277 ms embedded (goal 250), 211 ms on Redis (goal
+  100) — **missed on this machine**. The code before this run, measured the same day on the same
+  machine, A/B alternately: Redis p95 186–257 ms (median of 5: 195) against 200–294 ms (232)
+  now, embedded 259–286 against 281–304 ms; p50 alike (115–135 ms on Redis). The previous
+  machine measured 101 / 122 ms for the earlier code. What is left is the fan-out's burst (~400
+  events in one transaction, one ~155 KB frame per viewer) rendered and sent to 50 viewers on a
+  2-core machine that also runs the cluster. *Next* (unchanged): a smaller burst — the rows of
+  tasks that only became ready as a compact list the page applies.
 """
 
 
