@@ -107,10 +107,11 @@ def active_counts(agent_ids: list[int]) -> dict[int, int]:
     if not agent_ids:
         return {}
     table, states = sql.quote(TaskRun._meta.db_table), list(TaskRun.ACTIVE)
+    of_agents, agent_params = sql.one_of("agent_id", TaskRun._meta.get_field("agent"), agent_ids)
     rows = sql.fetch(
         f"SELECT agent_id, COUNT(*) FROM {table} WHERE state IN ({sql.in_list(states)}) "
-        f"AND agent_id IN ({sql.in_list(agent_ids)}) GROUP BY agent_id",
-        [*states, *agent_ids],
+        f"AND {of_agents} GROUP BY agent_id",
+        [*states, *agent_params],
     )
     return {agent_id: count for agent_id, count in rows}
 

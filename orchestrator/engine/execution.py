@@ -212,12 +212,14 @@ def queued_in_runs_of(task_ids: list[int], *, exclude: list[int], limit: int) ->
     another claim holds are passed over (SKIP LOCKED), so two hosts never wait on each other."""
     attempt, task = sql.quote(Attempt._meta.db_table), sql.quote(TaskRun._meta.db_table)
     lock = " FOR NO KEY UPDATE OF a SKIP LOCKED" if sql.lock_clause() else ""
+    of_tasks, task_params = sql.one_of("id", TaskRun._meta.pk, task_ids)
+    excluded, excluded_params = sql.one_of("a.id", Attempt._meta.pk, exclude)
     rows = sql.fetch(
         f"SELECT a.id FROM {attempt} a JOIN {task} t ON t.id = a.task_run_id "
         f"WHERE a.state = %s AND t.state = %s AND a.number = t.attempt_count "
-        f"AND t.run_id IN (SELECT run_id FROM {task} WHERE id IN ({sql.in_list(task_ids)})) "
-        f"AND a.id NOT IN ({sql.in_list(exclude)}) ORDER BY a.id LIMIT %s{lock}",
-        [Attempt.State.QUEUED, State.QUEUED, *task_ids, *exclude, limit],
+        f"AND t.run_id IN (SELECT run_id FROM {task} WHERE {of_tasks}) "
+        f"AND NOT ({excluded}) ORDER BY a.id LIMIT %s{lock}",
+        [Attempt.State.QUEUED, State.QUEUED, *task_params, *excluded_params, limit],
     )
     return [attempt_id for (attempt_id,) in rows]
 

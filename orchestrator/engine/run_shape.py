@@ -34,6 +34,7 @@ class SubtaskShape:
     estimated_input_tokens: int
     instructions: str
     upstreams: tuple[int, ...]  # subtask ids
+    downstreams: tuple[int, ...]  # subtask ids
     downstream_agents: frozenset[int]  # the agents of its direct downstream tasks (ids)
 
     @property
@@ -106,10 +107,12 @@ def read(run: Run) -> RunShape:
     )
     ups: dict[int, list[int]] = {row[1]: [] for row in rows}
     agent_of = {row[1]: row[-2] for row in rows}
+    downs: dict[int, list[int]] = {sid: [] for sid in ups}
     down_agents: dict[int, set[int]] = {sid: set() for sid in ups}
     for up, down in Dependency.objects.filter(plan_id=run.plan_id).values_list("upstream_id", "downstream_id"):
         if down in ups and up in ups:
             ups[down].append(up)
+            downs[up].append(down)
             down_agents[up].add(agent_of[down])
     subtasks = {
         sid: SubtaskShape(
@@ -123,6 +126,7 @@ def read(run: Run) -> RunShape:
             estimate,
             instructions,
             tuple(ups[sid]),
+            tuple(downs[sid]),
             frozenset(down_agents[sid]),
         )
         for pk, sid, key, title, gate, priority, inputs, estimate, instructions, _, _ in rows

@@ -136,6 +136,7 @@ def test_events_are_written_in_one_statement_with_their_numbers(run):
 
 
 def test_insert_keeps_within_the_databases_parameter_limit(run, monkeypatch):
+    monkeypatch.setattr(sql, "takes_arrays", lambda db: False)  # a placeholder per value, as on SQLite
     monkeypatch.setattr(sql, "MAX_PARAMETERS", 30)  # fewer than three events' worth of fields
     made = [
         Event(run_id=run.pk, seq=10_000 + n, type="run.note", message=f"n{n}", created_at=timezone.now())
@@ -148,3 +149,63 @@ def test_insert_keeps_within_the_databases_parameter_limit(run, monkeypatch):
         f"n{n}" for n in range(7)
     ]
     assert all(e.pk is not None for e in made)
+
+
+def test_many_rows_are_written_and_read_by_the_databases_own_form(run):
+    """300 rows, their values of every kind (JSON, None, decimals, long text), each given its own key;
+    on PostgreSQL the INSERT, the IN list, the row-value match and the per-row values are each a
+    parameter per column (arrays), not a placeholder per value."""
+    task = TaskRun.objects.filter(run=run).order_by("pk").first()
+    now = timezone.now()
+    made = [
+        Attempt(
+            task_run=task,
+            number=100 + n,
+            queued_at=now,
+            started_at=None if n % 2 else now,
+            reserved_usd=Decimal(n) / 1000,
+            request={"prompt": f"p{n}", "n": [n]},
+            output="x" * (n * 20),
+        )
+        for n in range(300)
+    ]
+    statements: list[tuple[str, int]] = []  # each statement's text and its number of parameters
+
+    def capture(execute, text, params, many, context):
+        statements.append((text, len(params or ())))
+        return execute(text, params, many, context)
+
+    with connection.execute_wrapper(capture), transaction.atomic():
+        sql.insert(Attempt, made)
+    for attempt in made:
+        assert fields_of(Attempt.objects.get(pk=attempt.pk)) == fields_of(attempt)
+    ids = [a.pk for a in made]
+    with connection.execute_wrapper(capture):
+        assert [row[0] for row in sql.select(Attempt, ("number",), order_by=("pk",), pk__in=ids)] == list(
+            range(100, 400)
+        )
+        changed = sql.update(
+            Attempt,
+            {"error": sql.PerRow({pk: f"e{pk}" for pk in ids[::3]}), "output_tokens": sql.Add(1)},
+            match=(("pk", "number"), [(a.pk, a.number) for a in made[:150]]),
+        )
+    assert changed == 150
+    errors = dict(Attempt.objects.filter(pk__in=ids).values_list("pk", "error"))
+    assert errors == {pk: (f"e{pk}" if i % 3 == 0 and i < 150 else "") for i, pk in enumerate(ids)}
+    if sql.takes_arrays(connection):
+        fields = len(Attempt._meta.concrete_fields) - 1  # all but the key
+        assert [count for _, count in statements] == [fields, 1, 3 + 1 + 2]  # insert, select, update
+
+
+def test_a_field_read_only_where_it_matters_is_none_elsewhere(run):
+    a, b, c = TaskRun.objects.filter(run=run).order_by("pk")
+    now = timezone.now().replace(microsecond=123456)
+    TaskRun.objects.filter(pk__in=[a.pk, b.pk]).update(ready_at=now)
+    TaskRun.objects.filter(pk=b.pk).update(state=TaskRun.State.READY)
+    rows = sql.select(
+        TaskRun,
+        ("pk", sql.OnlyWhere("ready_at", state__in=[TaskRun.State.READY]), "state"),
+        order_by=("pk",),
+        run_id=run.pk,
+    )
+    assert rows == [(a.pk, None, a.state), (b.pk, now, TaskRun.State.READY), (c.pk, None, c.state)]

@@ -114,6 +114,30 @@ def test_failure_skips_downstream_with_reason_and_independent_branches_go_on(dem
 
 
 @pytest.mark.django_db
+def test_a_failure_skips_a_diamond_below_it_in_one_step_each_task_once(demo_agents, make_plan):
+    plan = make_plan(
+        {"a": ("researcher", []), "c": ("writer", ["a", "b"]), "b": ("coder", ["a"]), "d": ("tester", ["c", "b"])}
+    )
+    run = runs.launch(plan)
+    finish(run, "a", State.FAILED, error="boom")
+    assert states(run) == {"a": "failed", "b": "skipped", "c": "skipped", "d": "skipped"}
+    skipped = Event.objects.filter(run=run, type="task.skipped")
+    assert sorted(e.task_run.subtask.key for e in skipped) == ["b", "c", "d"]  # each once
+    assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
+
+
+@pytest.mark.django_db
+def test_a_step_reads_the_times_of_the_tasks_it_may_admit_only(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("writer", ["a"])})
+    run = runs.launch(plan, cap=1)  # a queued, b ready (held by the cap), c pending
+    tasks = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    rows = scheduler.read_tasks(run)
+    read = {key: (rows[t.subtask_id].state, rows[t.subtask_id].ready_at) for key, t in tasks.items()}
+    assert tasks["a"].ready_at is not None and tasks["b"].ready_at is not None
+    assert read == {"a": ("queued", None), "b": ("ready", tasks["b"].ready_at), "c": ("pending", None)}
+
+
+@pytest.mark.django_db
 def test_a_person_skipping_a_task_lets_downstream_go_on(demo_agents, make_plan):
     plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
     run = runs.launch(plan)
