@@ -700,71 +700,76 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
 FINDINGS = """
 ## Where the time goes, and what would close the gaps
 
-This run (2026-11-25, 21:47, 2 repeats, load 0.27 at its start) was made on an Intel Xeon
-machine; the runs before it on an AMD EPYC one, so absolute numbers differ between them (the
-live view on a real run, below, is ~2× slower here for the same code). 46 of the 58 goals are
-met.
+This run (2026-11-25, 23:40, 2 repeats, load 0.49 at its start) was made on an AMD EPYC machine;
+the run before it (21:47) on an Intel Xeon one, so absolute numbers differ between them (this
+machine is the slower of the two today: a 300-task step's CPU ~40 % higher for the same code,
+measured before this run's changes). 43 of the 58 goals are met (46 on the Intel machine).
 
-- **Prefect is now measured as Prefect records its runs.** Until this run its makespan was the
-  time until the flow *call returned*, which is always the next whole second after the flow's
-  start plus ~10 ms (Prefect's teardown waits on a one-second tick): it credited Prefect with
-  0.2–0.9 s it did not spend on the DAG (fan 1-100-1 at cap 64: flow recorded 3.01 s, call
-  returned 3.51 s). It is now the flow run's Running → Completed (`end_time - start_time`), our
-  `Run.started_at` → `Run.finished_at`; the return is shown apart (*Prefect call returned s*). By
-  the old measure this run is ahead on all 16 shapes × caps × profiles; by the right one, **ahead
-  on 7 and behind on 9**, 7 of them by 1.3 % or less. Ahead: layered at cap 8 (7 %) and random
-  300 at cap 8 (15–16 %) on both profiles; layered at cap 64 and chain 50 at cap 8 embedded; fan
-  1-100-1 at cap 64 production. Behind by a hair: fan at cap 8 (0.4 / 0.7 %), chain 50 at cap 64
-  embedded (0.2 %), fan at cap 64 embedded (1.2 %: its repeats 3.09 / 3.01 s against 2.98 /
-  3.05 s), layered at cap 64 production (1.3 %), chain 50 production (1.1 % at both caps).
-  **Random 300 at cap 64 is behind by 3–4 %** (5.53 / 5.55 s against 5.37 / 5.34 s).
-- **What changed in the engine this run** (the previous run's numbers, for the same code,
-  were: chain 50 production 13.19 s, random 300 at cap 64 production 5.91 s, on this machine):
-  the path from one attempt's end to the next one's start is SQL text (`orchestrator/sql.py`),
-  not ORM queries — the ORM spent 0.2–1 ms of CPU building each statement; a chain link's
-  transaction measured in-process went 13.5 → 5.5 ms on PostgreSQL and 9.2 → 2.5 ms on SQLite,
-  and engine CPU per task is 3.8–7.4 ms on every shape (goal < 10 ms: met everywhere, 8–12 ms
-  before). A claim of a broker delivery also takes the rest of that run's queued wave as far as
-  its host has slots (a launch's 64 first attempts reached the hosts one delivery at a time,
-  over ~1.5 s on SQLite). A host saves its attempts' progress in two statements, not two per
-  attempt. The simulated provider's latency runs from the request (its text was made before its
-  clock started). The benchmark launches the engine's run before starting the reference
-  strategies in the same process (their first burst of threads held the GIL against the launch:
-  170–230 ms for 300 tasks instead of 20–30).
-- **Chain 50 on production, where a link's time goes** (traces of bench/hooks.py): ~10.2 ms a
-  link beyond the planned duration against Prefect's ~7.5 ms: the success's transaction 8.3 ms
-  (13 statements and one Redis call, 5.0 ms of CPU, the rest waiting on PostgreSQL at ~0.2 ms a
-  round trip), 1.3 ms from the provider's last slice to it, 0.6 ms from its commit to the next
-  call. Prefect's link writes nothing durable. *Next*: fewer round trips — the events' numbers and
-  rows in one statement (a CTE on PostgreSQL), an attempt's settlement read folded into its
-  update — each ~0.2 ms; beyond that the durable record of each success is the floor. Embedded
-  (SQLite, no round trips) is level with Prefect (12.60 s against 12.58–12.63 s).
-- **Random 300 and fan at cap 64**: the first wave waits for the launch's broker delivery
-  (embedded: the ORM broker polls every 0.1 s, ~90 ms to the first claim; production ~40–80 ms
-  through Redis) while Prefect's first tasks start at once; then nearly all of a run stays in the
-  host that claimed its first wave (kept attempts need no broker round trip), one process whose
-  GIL carries 64 streams and every transaction (dispatch p95 110–135 ms). *Next*: a lower ORM
-  poll costs idle CPU (0.03 s: 8 % of a core idle, against 3.6 % at 0.1 s, measured; not
-  taken); spreading a wave over both worker processes was measured slower in an earlier run,
-  worth measuring again now that a step is cheaper.
-- **Efficiency at cap 8**: met on every shape but production random 300 (0.924, goal 0.95; its
-  policy bound is 0.986: admission cannot know the durations). Engine CPU per task: met.
-- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 22.1 s embedded (24.2 s in the
-  previous run), 21.2 s production, 500 in flight, 702 / 745 MiB.
-- **Storm**: every strategy within 1.1 × the bound on both profiles; configured, ours sends no
+- **Prefect** (measured as Prefect records its runs: the flow run's Running → Completed): **ahead
+  on 6 of 16** shapes × caps × profiles — layered at cap 8 (7.6 / 6.3 %) and random 300 at cap 8
+  (16 / 14 %) on both profiles, layered at cap 64 embedded, fan at cap 64 production — and
+  behind on 10: by 1 % or less on 5 (chain 50 embedded 0.1 / 0.5 %, fan at cap 8 embedded, fan at
+  cap 64 embedded, layered at cap 64 production), by 1.3–2.1 % on 4 (fan at cap 8 production,
+  random 300 at cap 64 embedded, chain 50 production at both caps) and by **3.6 % on random 300
+  at cap 64 production** (5.78 s against 5.58 s).
+- **What changed in the engine this run.** On PostgreSQL a list of values is one array parameter
+  (`= ANY`, `UNNEST` for inserts and row matches): psycopg splits a statement on its `%s` in
+  Python and caches that only up to 50 parameters, so a 300-task launch's INSERT spent 60–100 ms
+  there (a launch measured in-process 250 → 180 ms, and every statement now keeps one text, one
+  prepared statement, whatever its rows). A scheduling step reads the times of the tasks it may
+  admit only (it parsed every task's two times at every step: the largest CPU item of a 300-task
+  step after the statements), and applies the ready rule in one pass (it went over every pending
+  task twice). In-process, one success of a 300-task random run: 11.1 → 10.1 ms of CPU on
+  PostgreSQL; a chain link 5.9 → 5.7 ms. daphne builds Django's URL reverse tables and compiles
+  the live view's fragments when it starts (dashboard/warmup.py): a run's first frame did that
+  work (in-process 0.31 → 0.15–0.25 s), and the broadcaster's pacing made the next frame wait as
+  long.
+- **Where a task's time goes on production at cap 8** (random 300, traces of bench/hooks.py and
+  the rows): from a success's end to the next attempt's first slice ~20 ms a turnover — the
+  success's transaction (it records the success, takes the run's step and claims the next task
+  for the same host: ~15 ms wall on this machine, 13–14 statements, ~10 ms of CPU in a 300-task
+  run, 6 in a chain) and ~5 ms of hops. At cap 8 a turnover per task per slot, so efficiency
+  0.90 (goal 0.95; its policy bound 0.986) until that transaction is a few ms: most of it is the
+  Python that builds the step (the statements themselves ~0.4 ms each). Embedded, where a
+  statement costs microseconds, random 300 makes 0.928.
+- **Cap 64 (random 300, fan)**: the host that claims a run's first wave keeps nearly all of the
+  run (kept attempts need no broker round trip): in one production run of random 300 one host
+  recorded 179 of the 190 successes' transactions, busy 2.84 s of the 5.93 s (wall twice its CPU:
+  PostgreSQL round trips and its GIL shared with ~50 streams), and a success waits for the one
+  before it (per run, one at a time): a success was recorded up to ~170 ms (p95 over the run)
+  after its stream ended; the first wave starts ~120 ms after the launch (its
+  transaction, the broker's delivery and a 50-attempt claim). Dispatch p95 95–164 ms (goal
+  < 50 ms on Redis: missed at cap 64, met at cap 8). *Next*: a shorter step transaction for a
+  wave — the claims of what a host keeps in a transaction of their own, after the step's commit,
+  so that the run's next success need not wait for them; spreading a wave over both worker
+  processes was measured slower in an earlier run.
+- **Measured and not taken this run**: a SQLite writer lock queued by the kernel (an open file
+  description lock beside the database, instead of SQLite's busy handler, which sleeps up to
+  100 ms at a time: a claim waited 437 ms behind one host's successes) — 0.5 % faster on the
+  cap-64 shapes, within the noise, so not worth a backend of our own; the reference strategies
+  run after the engine instead of beside it (they take 1.3 s of CPU per random 300): no
+  measurable change.
+- **Efficiency at cap 8**: embedded met on layered, random and chain (0.954 / 0.928 / 0.964);
+  production missed on all three (0.942 / 0.899 / 0.945, goal 0.95). Engine CPU per task: met
+  everywhere (4.9–9.8 ms).
+- **Width: met** (500 × 20 s at cap 500 on 2 worker processes): 23.95 s embedded, 21.77 s
+  production, 500 in flight, 702 / 742 MiB.
+- **Storm**: every strategy within 1.07 × the bound on both profiles; configured, ours sends no
   429. **Adaptive without a configured limit still gets 7 429s after its first back-off**: the
   AIMD cap bounds requests in flight, not per minute. *Next* (unchanged): on a refusal without
   rate-limit headers, learn the per-minute rate from the requests accepted in the last minute.
   Claude's answers carry the headers, so this is the simulated provider's case.
 - **Live view on a real 200-task run with 50 viewers** (`make bench-live`,
-  bench/results-live.json, this code): p95 277 ms embedded (goal 250), 211 ms on Redis (goal
-  100) — **missed on this machine**. The code before this run, measured the same day on the same
-  machine, A/B alternately: Redis p95 186–257 ms (median of 5: 195) against 200–294 ms (232)
-  now, embedded 259–286 against 281–304 ms; p50 alike (115–135 ms on Redis). The previous
-  machine measured 101 / 122 ms for the earlier code. What is left is the fan-out's burst (~400
-  events in one transaction, one ~155 KB frame per viewer) rendered and sent to 50 viewers on a
-  2-core machine that also runs the cluster. *Next* (unchanged): a smaller burst — the rows of
-  tasks that only became ready as a compact list the page applies.
+  bench/results-live.json, this code): p95 501 ms embedded (goal 250), 335 ms on Redis (goal 100)
+  — **missed**; before daphne's warm-up, on this machine the same evening: 704–778 / 665 ms
+  (the code of the previous stop 676 ms embedded: no regression, a slower machine). p95 is one
+  burst: the plan approval's frame (the whole task table, ~114 KB) and the fan-out's (198 rows
+  that became ready, ~153 KB), each ~0.13–0.15 s to render in-process unloaded, on a 2-core
+  machine that also runs 4 workers and the 50 viewers' client; every later frame ~0.15 s.
+  *Next* (unchanged): a smaller burst — the rows of tasks that only became ready as a compact
+  list the page applies — and the run's totals without the plan's graph and weights read and
+  rebuilt at every frame (the totals are ~30 % of daphne's rendering on bench-live, two thirds of
+  that the plan's graph, weights and critical path; they cannot change once the plan is approved).
 """
 
 

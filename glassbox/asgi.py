@@ -21,12 +21,15 @@ from django.middleware.security import SecurityMiddleware  # noqa: E402
 
 from dashboard.origin import AllowedHostsOriginValidator  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from dashboard.warmup import warm_up  # noqa: E402
 
 # The URL configuration (every view, the admin, the API) is imported now, not by the first
 # `{% url %}` a live frame renders: a websocket reaches the run's broadcaster with no HTTP request
 # before it (a browser reconnecting after a restart), and that import (~350 ms, the interpreter's
 # lock held) made the first round slow, which the broadcaster's pacing then doubled for the next.
 import_module(settings.ROOT_URLCONF)
+# And the rest of a first frame's one-off work: the URL reverse tables, the fragments compiled.
+warm_up()
 
 
 class StaticFiles(ASGIStaticFilesHandler):
