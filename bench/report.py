@@ -715,11 +715,11 @@ measured before this run's changes). 43 of the 58 goals are met (46 on the Intel
 - **What changed in the engine this run.** On PostgreSQL a list of values is one array parameter
   (`= ANY`, `UNNEST` for inserts and row matches): psycopg splits a statement on its `%s` in
   Python and caches that only up to 50 parameters, so a 300-task launch's INSERT spent 60–100 ms
-  there (a launch measured in-process 250 → 180 ms, and every statement now keeps one text, one
-  prepared statement, whatever its rows). A scheduling step reads the times of the tasks it may
+  there (a launch measured in-process 250 → 180 ms, and an IN list or a multi-row insert now
+  keeps one text whatever its number of rows). A scheduling step reads the times of the tasks it may
   admit only (it parsed every task's two times at every step: the largest CPU item of a 300-task
-  step after the statements), and applies the ready rule in one pass (it went over every pending
-  task twice). In-process, one success of a 300-task random run: 11.1 → 10.1 ms of CPU on
+  step after the statements), and applies the ready rule to each pending task once, then to the
+  pending tasks below those it decided (it went over every pending task at least twice). In-process, one success of a 300-task random run: 11.1 → 10.1 ms of CPU on
   PostgreSQL; a chain link 5.9 → 5.7 ms. daphne builds Django's URL reverse tables and compiles
   the live view's fragments when it starts (dashboard/warmup.py): a run's first frame did that
   work (in-process 0.31 → 0.15–0.25 s), and the broadcaster's pacing made the next frame wait as

@@ -3,7 +3,7 @@
 Django builds its URL reverse tables at the first `reverse()` (a `{% url %}` in a fragment) and
 compiles each template at its first render, and the live view's first frames are where those
 happen: a run's first round after daphne starts (its plan's approval, or a viewer that resumed)
-took 0.55 s instead of 0.13 s in-process, and the broadcaster's pacing then made the next round
+took 0.31 s instead of 0.13 s in-process, and the broadcaster's pacing then made the next round
 wait as long (bench-live: the approval's and the fan-out's events 0.6-0.9 s late on a 2-core
 machine, every later frame ~0.15 s). A websocket needs no HTTP request before it (a browser
 reconnecting after a restart), so nothing else would have done this work first.

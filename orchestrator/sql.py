@@ -13,12 +13,14 @@ converters, objects are made by `Model.from_db` — a row read here is the insta
 have made. Conditions are `filter()`-style lookups (`name=value`, `name__in=[...]`, `name__gt=value`
 and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column
 + n``) or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the
-hot path needs; anything else goes through the ORM.
+hot path needs; anything else goes through the ORM. On PostgreSQL a list of values (an IN list, a
+row match, per-row values, a multi-row insert's columns) is one array parameter (`takes_arrays`).
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -41,7 +43,8 @@ class Add:
 @dataclass(frozen=True)
 class PerRow:
     """An UPDATE's value per row: ``values[pk]`` for the rows whose primary key is there, the
-    others unchanged (``CASE pk WHEN … THEN … ELSE column END``)."""
+    others unchanged (``CASE pk WHEN … THEN … ELSE column END``, or the value at the row's key's
+    position in an array of the keys where the database takes arrays)."""
 
     values: dict[Any, Any]
 
@@ -105,11 +108,20 @@ def _array_type(vendor: str, field: Field) -> str:
     so that no value is cut short by the cast."""
     db_type = field.db_type(_db())
     assert db_type, f"{field} has no column type"
-    return db_type.split("(")[0] + "[]"
+    return re.sub(r"\s*\([^)]*\)", "", db_type) + "[]"
 
 
 def _array(db, field: Field) -> str:
     return f"%s::{_array_type(db.vendor, field)}"
+
+
+def _uniform(field: Field, values: list) -> list:
+    """`values` as one array parameter takes them: psycopg refuses a list of mixed Python types
+    (ints and floats for a FloatField, say), which a placeholder per value accepted; such a list
+    is converted by the field (`to_python`), None left as it is."""
+    if len({type(v) for v in values if v is not None}) <= 1:
+        return values
+    return [None if v is None else field.to_python(v) for v in values]
 
 
 def one_of(column: str, field: Field, values: Sequence[Any]) -> tuple[str, list]:
@@ -121,7 +133,7 @@ def one_of(column: str, field: Field, values: Sequence[Any]) -> tuple[str, list]
         return "1 = 0", []
     adapted = [_adapt(db, field, v) for v in values]
     if takes_arrays(db):
-        return f"{column} = ANY({_array(db, field)})", [adapted]
+        return f"{column} = ANY({_array(db, field)})", [_uniform(field, adapted)]
     return f"{column} IN ({in_list(adapted)})", adapted
 
 
@@ -222,7 +234,8 @@ def _where(db, model: type[Model], lookups: dict[str, Any], match: Match | None 
             arrays = ", ".join(_array(db, f) for f in fields)
             parts.append(f"({_columns(model, names)}) IN (SELECT * FROM UNNEST({arrays}))")
             params += [
-                [_adapt(db, f, combination[index]) for combination in combinations] for index, f in enumerate(fields)
+                _uniform(f, [_adapt(db, f, combination[index]) for combination in combinations])
+                for index, f in enumerate(fields)
             ]
         else:
             fields = [_field(model, name) for name in names]
@@ -332,8 +345,8 @@ def _assignment(db, field: Field, value: Any) -> tuple[str, list]:
         pk_field = field.model._meta.pk
         pk = quote(pk_field.column)
         if takes_arrays(db):  # the value at the row's key's position in the keys
-            keys = [_adapt(db, pk_field, k) for k in value.values]
-            values = [_adapt(db, field, v) for v in value.values.values()]
+            keys = _uniform(pk_field, [_adapt(db, pk_field, k) for k in value.values])
+            values = _uniform(field, [_adapt(db, field, v) for v in value.values.values()])
             position = f"array_position({_array(db, pk_field)}, {pk})"
             return (
                 f"{column} = CASE WHEN {position} IS NULL THEN {column} ELSE ({_array(db, field)})[{position}] END",
@@ -418,7 +431,7 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
                 else:
                     params.append(adapt(value, db))
         if arrays:
-            params = [params[index :: len(fields)] for index in range(len(fields))]
+            params = [_uniform(f, params[index :: len(fields)]) for index, f in enumerate(fields)]
             rows = f"SELECT * FROM UNNEST({', '.join(_array(db, f) for f in fields)})"
         else:
             rows = f"VALUES {', '.join([row_marks] * len(chunk))}"

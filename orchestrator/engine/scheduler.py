@@ -132,18 +132,21 @@ class TaskRow:
 
 
 TASK_ROW_FIELDS = tuple(f.name for f in dataclass_fields(TaskRow))
-# Admission alone reads a task's times, and only of the tasks it may admit: the others' are left
-# unread (None), not parsed for every task of the run at every step (on PostgreSQL, parsing them
-# was the largest CPU item of a 300-task run's step after the statements themselves).
+# Admission alone reads a task's times, and only of the tasks it may admit (and, for its back-off,
+# of the pending ones this step may promote: a task put back to pending can keep one): the others'
+# are left unread (None), not parsed for every task of the run at every step (on PostgreSQL,
+# parsing them was the largest CPU item of a 300-task run's step after the statements themselves).
 _TASK_ROW_COLUMNS = tuple(
-    sql.OnlyWhere(name, state__in=list(TaskRun.ADMISSIBLE)) if name in ("not_before", "ready_at") else name
+    sql.OnlyWhere(name, state__in=[*TaskRun.ADMISSIBLE, *([State.PENDING] if name == "not_before" else [])])
+    if name in ("not_before", "ready_at")
+    else name
     for name in TASK_ROW_FIELDS
 )
 
 
 def read_tasks(run: Run) -> dict[int, TaskRow]:
-    """Every task of the run, by subtask id (one query); `not_before` and `ready_at` of the
-    admissible ones only (the others' are None)."""
+    """Every task of the run, by subtask id (one query); `ready_at` of the admissible ones only,
+    `not_before` of those and the pending ones (the others' are None)."""
     return {values[1]: TaskRow(*values) for values in sql.select(TaskRun, _TASK_ROW_COLUMNS, run_id=run.pk)}
 
 
@@ -154,8 +157,8 @@ def promote_pending(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow
     """Apply the ready rule to every pending task; cascade skips below failed branches. Returns
     how many tasks it moved, and those that became ready.
 
-    Decided on the rows in memory (a skip can unblock the decision of a task further down: the
-    rule is applied until nothing changes). Skips and gates are written one by one (they are rare
+    Decided on the rows in memory: every pending task once, then again each pending task below one
+    just decided (a skip or a promotion can decide a task further down in the same step). Skips and gates are written one by one (they are rare
     and each has its own reason). The tasks that became ready are not written here: they are
     still pending in the database, and the step's admission writes each one once — those it admits
     straight to queued or running (`dispatch`), the rest to ready (`write_ready`). A chain's next

@@ -209,3 +209,12 @@ def test_a_field_read_only_where_it_matters_is_none_elsewhere(run):
         run_id=run.pk,
     )
     assert rows == [(a.pk, None, a.state), (b.pk, now, TaskRun.State.READY), (c.pk, None, c.state)]
+
+
+def test_a_list_of_mixed_number_types_is_written_and_matched(run):
+    """Ints and floats for one float column, as the ORM takes them (one array parameter on
+    PostgreSQL takes a single type: the field converts them)."""
+    a, b, c = TaskRun.objects.filter(run=run).order_by("pk")
+    assert sql.update(TaskRun, {"rank": sql.PerRow({a.pk: 1, b.pk: 2.5})}, pk__in=[a.pk, b.pk]) == 2
+    assert dict(TaskRun.objects.filter(run=run).values_list("pk", "rank")) == {a.pk: 1.0, b.pk: 2.5, c.pk: c.rank}
+    assert sql.select(TaskRun, ("pk",), order_by=("pk",), rank__in=[1, 2.5]) == [(a.pk,), (b.pk,)]

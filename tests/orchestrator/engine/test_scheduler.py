@@ -138,6 +138,19 @@ def test_a_step_reads_the_times_of_the_tasks_it_may_admit_only(demo_agents, make
 
 
 @pytest.mark.django_db
+def test_a_task_promoted_with_a_back_off_left_from_before_waits_for_it(demo_agents, make_plan):
+    """A task put back to pending keeps its back-off (a fail-fast stop cancelled it mid-back-off,
+    then a person retried its failed upstream): promoted, it is not admitted before it."""
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
+    run = runs.launch(plan)
+    later = timezone.now() + timezone.timedelta(hours=1)
+    TaskRun.objects.filter(run=run, subtask__key="b").update(not_before=later)
+    finish(run, "a")
+    b = run.tasks.get(subtask__key="b")
+    assert (b.state, b.attempt_count) == ("ready", 0)
+
+
+@pytest.mark.django_db
 def test_a_person_skipping_a_task_lets_downstream_go_on(demo_agents, make_plan):
     plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
     run = runs.launch(plan)
