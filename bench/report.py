@@ -720,7 +720,8 @@ measured before this run's changes). 43 of the 58 goals are met (46 on the Intel
   admit only (it parsed every task's two times at every step: the largest CPU item of a 300-task
   step after the statements), and applies the ready rule to each pending task once, then to the
   pending tasks below those it decided (it went over every pending task at least twice). In-process, one success of a 300-task random run: 11.1 → 10.1 ms of CPU on
-  PostgreSQL; a chain link 5.9 → 5.7 ms. daphne builds Django's URL reverse tables and compiles
+  PostgreSQL; a chain link 5.9 → 5.7 ms. After this run (so not in section 6, but in bench-live
+  below): daphne builds Django's URL reverse tables and compiles
   the live view's fragments when it starts (dashboard/warmup.py): a run's first frame did that
   work (in-process 0.31 → 0.15–0.25 s), and the broadcaster's pacing made the next frame wait as
   long.
