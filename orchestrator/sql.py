@@ -222,28 +222,28 @@ def _adapt(db, field: Field, value: Any) -> Any:
 _COMPARISONS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 
 
+def _match_condition(db, model: type[Model], match: Match) -> tuple[str, list]:
+    """The rows whose fields `names` hold one of `combinations` (a row value IN list)."""
+    names, combinations = match
+    if not combinations:
+        return "1 = 0", []
+    fields = [_field(model, name) for name in names]
+    if takes_arrays(db):
+        arrays = ", ".join(_array(db, f) for f in fields)
+        columns = [_uniform(f, [_adapt(db, f, row[index]) for row in combinations]) for index, f in enumerate(fields)]
+        return f"({_columns(model, names)}) IN (SELECT * FROM UNNEST({arrays}))", columns
+    row = "(" + in_list(fields) + ")"
+    values = [_adapt(db, f, v) for combination in combinations for f, v in zip(fields, combination, strict=True)]
+    return f"({_columns(model, names)}) IN ({', '.join([row] * len(combinations))})", values
+
+
 def _where(db, model: type[Model], lookups: dict[str, Any], match: Match | None = None) -> tuple[str, list]:
     parts: list[str] = []
     params: list = []
     if match is not None:
-        names, combinations = match
-        if not combinations:
-            parts.append("1 = 0")
-        elif takes_arrays(db):
-            fields = [_field(model, name) for name in names]
-            arrays = ", ".join(_array(db, f) for f in fields)
-            parts.append(f"({_columns(model, names)}) IN (SELECT * FROM UNNEST({arrays}))")
-            params += [
-                _uniform(f, [_adapt(db, f, combination[index]) for combination in combinations])
-                for index, f in enumerate(fields)
-            ]
-        else:
-            fields = [_field(model, name) for name in names]
-            row = "(" + in_list(fields) + ")"
-            parts.append(f"({_columns(model, names)}) IN ({', '.join([row] * len(combinations))})")
-            params += [
-                _adapt(db, f, v) for combination in combinations for f, v in zip(fields, combination, strict=True)
-            ]
+        text, more = _match_condition(db, model, match)
+        parts.append(text)
+        params += more
     for key, value in lookups.items():
         name, _, op = key.partition("__")
         field = _field(model, name)
