@@ -286,11 +286,11 @@ class AgentChangeIn(Schema):
     """An agent's settings to change; fields left out keep their value. Ranges and the provider's
     options are checked as in the admin (a 422 `invalid_agent` names every problem)."""
 
-    role: str | None = Field(None, max_length=200)
-    capabilities: list[str] | None = None
+    role: str | None = Field(None, max_length=200, json_schema_extra=NO_NUL)
+    capabilities: list[Annotated[str, AfterValidator(_no_nul), Field(json_schema_extra=NO_NUL)]] | None = None
     provider: AgentProvider | None = None
-    model: str | None = Field(None, min_length=1, max_length=100)
-    system_prompt: str | None = None
+    model: str | None = Field(None, min_length=1, max_length=100, json_schema_extra=NO_NUL)
+    system_prompt: str | None = Field(None, json_schema_extra=NO_NUL)
     # The model's validators, stated in the schema (orchestrator/models.py Agent).
     max_concurrency: Annotated[JsonInt | None, AfterValidator(_between(1, MAX_INT))] = Field(
         None, json_schema_extra={"minimum": 1, "maximum": MAX_INT}

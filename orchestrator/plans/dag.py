@@ -81,12 +81,31 @@ def remaining_path_lengths(keys: Sequence[str], edges: Iterable[Edge], weight: M
     The scheduler ranks ready tasks by this number (critical path first). A key missing from
     `weight` weighs 0.
     """
-    graph = _acyclic_graph(keys, edges)
-    remaining: dict[str, float] = {}
-    for key in reversed(list(nx.topological_sort(graph))):
-        downstream = max((remaining[successor] for successor in graph.successors(key)), default=0.0)
-        remaining[key] = float(weight.get(key, 0.0)) + downstream
-    return {key: remaining[key] for key in keys}
+    return SinksFirst.of(keys, edges).remaining_path_lengths(weight)
+
+
+@dataclass(frozen=True)
+class SinksFirst:
+    """A DAG in reverse topological order with each key's successors: what remaining path lengths
+    need, prepared once for a graph whose weights change (the run page's ETA at every frame)."""
+
+    keys: tuple[str, ...]
+    order: tuple[str, ...]  # every key after all of its successors
+    successors: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def of(cls, keys: Sequence[str], edges: Iterable[Edge]) -> SinksFirst:
+        graph = _acyclic_graph(keys, edges)
+        order = tuple(reversed(list(nx.topological_sort(graph))))
+        return cls(tuple(keys), order, {key: tuple(graph.successors(key)) for key in order})
+
+    def remaining_path_lengths(self, weight: Mapping[str, float]) -> dict[str, float]:
+        """As the module's `remaining_path_lengths`, without building a graph."""
+        remaining: dict[str, float] = {}
+        for key in self.order:
+            downstream = max((remaining[successor] for successor in self.successors[key]), default=0.0)
+            remaining[key] = float(weight.get(key, 0.0)) + downstream
+        return {key: remaining[key] for key in self.keys}
 
 
 def critical_path(keys: Sequence[str], edges: Iterable[Edge], weight: Mapping[str, float]) -> tuple[list[str], float]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from orchestrator.models import Dependency, Run, TaskRun
 from orchestrator.plans import dag
 
+from .approved_plan import fixed_once_approved
 from .tasks import tasks_query
 
 # Siblings with the same upstream tasks and agent form a group from this many on ...
@@ -234,7 +235,9 @@ def final_tasks(run: Run) -> list[TaskRun]:
     return list(tasks_query(run.pk).exclude(subtask_id__in=with_downstream))
 
 
-def final_task_ids(run: Run) -> set[int]:
+@fixed_once_approved
+def final_task_ids(run: Run) -> frozenset[int]:
+    """The ids of final_tasks (asked at every live frame)."""
     with_downstream = Dependency.objects.filter(plan_id=run.plan_id).values("upstream_id")
     finals = TaskRun.objects.filter(run_id=run.pk).exclude(subtask_id__in=with_downstream)
-    return set(finals.values_list("pk", flat=True))
+    return frozenset(finals.values_list("pk", flat=True))

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 
 from django.utils import timezone
 
@@ -18,6 +19,7 @@ from orchestrator import plans, wording
 from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag
 
+from .approved_plan import fixed_once_approved
 from .tasks import (
     DISPLAY_ORDER,
     STATE_LABELS,
@@ -30,21 +32,34 @@ from .tasks import (
 )
 
 
-def remaining_seconds(
-    keys: Sequence[str], edges: Iterable[tuple[str, str]], remaining: Mapping[str, float], cap: int
-) -> float:
+def remaining_seconds(graph: dag.SinksFirst, remaining: Mapping[str, float], cap: int) -> float:
     """Lower bound on the time left: max(remaining critical path, remaining work / cap).
 
     `remaining` gives each task's seconds of work left (0 for finished tasks). The makespan of
     a DAG under a concurrency cap can be no shorter than its longest chain, nor than its total
     work spread over every slot; a good scheduler stays close to the larger of the two.
     """
-    if not keys:
+    if not graph.keys:
         return 0.0
-    lengths = dag.remaining_path_lengths(keys, edges, remaining)
+    lengths = graph.remaining_path_lengths(remaining)
     critical = max(lengths.values(), default=0.0)
-    work = sum(remaining.get(k, 0.0) for k in keys)
+    work = sum(remaining.get(k, 0.0) for k in graph.keys)
     return max(critical, work / max(1, cap))
+
+
+@dataclass(frozen=True)
+class EtaPlan:
+    """What the ETA needs of a run's plan: its DAG, ready for path lengths, and each subtask's
+    estimated seconds (as the scheduler ranked them at launch: engine/runs.py)."""
+
+    graph: dag.SinksFirst
+    estimates: Mapping[str, float]
+
+
+@fixed_once_approved
+def eta_plan(run: Run) -> EtaPlan:
+    keys, edges = plans.plan_graph(run.plan)
+    return EtaPlan(dag.SinksFirst.of(keys, edges), MappingProxyType(plans.plan_weights(run.plan)))
 
 
 def pace(tasks: Iterable[TaskRun | TaskState], estimates: Mapping[str, float]) -> float:
@@ -171,7 +186,8 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
     if not run.is_finished and unfinished:
-        estimates = plans.plan_weights(run.plan)
+        plan = eta_plan(run)
+        estimates = plan.estimates
         speed = pace(tasks, estimates)
         remaining = {}
         for v in tasks:
@@ -185,9 +201,8 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
                 remaining[v.key] = max(guess - ran, 0.1 * guess)
             else:
                 remaining[v.key] = guess
-        keys, edges = plans.plan_graph(run.plan)
         cap_now = effective_cap(run, {t.agent_id for t in unfinished})
-        eta = remaining_seconds(keys, edges, remaining, max(1, cap_now.value))
+        eta = remaining_seconds(plan.graph, remaining, max(1, cap_now.value))
         cap = cap_now
     else:
         cap = effective_cap(run)

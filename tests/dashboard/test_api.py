@@ -554,6 +554,21 @@ def test_invalid_agent_settings_are_refused_naming_every_problem_and_nothing_is_
     assert not Agent.objects.filter(name="typo").exists()
 
 
+def test_an_agent_text_with_a_nul_character_is_refused_as_its_schema_says(api):
+    """PostgreSQL stores no NUL in text or JSON: the API refuses one with a 422 naming the field,
+    and its schema says so (the fuzz test sends what the schema allows)."""
+    for body in ({"system_prompt": "be\x00brief"}, {"capabilities": ["search", "web\x00"]}):
+        response = api["agent_admin"].post("/agents", {"name": "nul", **body})
+        assert response.status_code == 422
+        assert f"{next(iter(body))}" in error(response)["message"]
+        assert "must not contain NUL characters" in error(response)["message"]
+    assert not Agent.objects.filter(name="nul").exists()
+    schema = api["agent_admin"].get("/openapi.json").json()["components"]["schemas"]["AgentCreateIn"]["properties"]
+    for field in ("role", "model", "system_prompt"):
+        assert schema[field]["pattern"] == "^[^\\u0000]*$"
+    assert schema["capabilities"]["anyOf"][0]["items"]["pattern"] == "^[^\\u0000]*$"
+
+
 @pytest.mark.parametrize("raw", ['"garbage"', "[null, null]", "3"])
 def test_a_body_that_is_not_an_object_is_refused_and_approves_nothing(api, personas, make_plan, raw):
     run = runs.launch(

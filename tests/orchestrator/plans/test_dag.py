@@ -24,6 +24,16 @@ def test_remaining_path_lengths_include_own_weight_and_heaviest_branch():
     assert remaining == {"a": 9.0, "b": 7.0, "c": 3.0, "d": 2.0, "e": 1.0, "f": 3.0}
 
 
+def test_a_graph_prepared_once_serves_changing_weights():
+    prepared = dag.SinksFirst.of(KEYS, EDGES)
+
+    assert prepared.remaining_path_lengths(WEIGHT) == dag.remaining_path_lengths(KEYS, EDGES, WEIGHT)
+    done_b = {**WEIGHT, "a": 0.0, "b": 0.0}
+    assert prepared.remaining_path_lengths(done_b) == {"a": 3.0, "b": 2.0, "c": 3.0, "d": 2.0, "e": 1.0, "f": 3.0}
+    with pytest.raises(dag.CycleError):
+        dag.SinksFirst.of(["a", "b"], [("a", "b"), ("b", "a")])
+
+
 def test_missing_weight_counts_as_zero():
     assert dag.remaining_path_lengths(["a", "b"], [("a", "b")], {"b": 4.0}) == {"a": 4.0, "b": 4.0}
 

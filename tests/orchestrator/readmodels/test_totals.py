@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.engine import runs
 from orchestrator.models import ProviderLimit, Run, TaskRun
+from orchestrator.plans.dag import SinksFirst
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, tasks_query
 from orchestrator.readmodels.totals import effective_cap, pace, remaining_seconds, totals
 
@@ -15,17 +16,17 @@ State = TaskRun.State
 
 
 def test_remaining_seconds_is_the_larger_of_critical_path_and_work_over_cap():
-    chain = ["a", "b", "c"]
-    assert remaining_seconds(chain, [("a", "b"), ("b", "c")], {"a": 1, "b": 2, "c": 3}, cap=4) == 6
-    wide = [f"t{i}" for i in range(8)]
-    assert remaining_seconds(wide, [], {k: 2.0 for k in wide}, cap=2) == 8
-    assert remaining_seconds(wide, [], {k: 2.0 for k in wide}, cap=100) == 2
-    assert remaining_seconds([], [], {}, cap=1) == 0
+    chain = SinksFirst.of(["a", "b", "c"], [("a", "b"), ("b", "c")])
+    assert remaining_seconds(chain, {"a": 1, "b": 2, "c": 3}, cap=4) == 6
+    keys = [f"t{i}" for i in range(8)]
+    wide = SinksFirst.of(keys, [])
+    assert remaining_seconds(wide, {k: 2.0 for k in keys}, cap=2) == 8
+    assert remaining_seconds(wide, {k: 2.0 for k in keys}, cap=100) == 2
+    assert remaining_seconds(SinksFirst.of([], []), {}, cap=1) == 0
 
 
 def test_finished_tasks_weigh_nothing_in_the_remaining_time():
-    keys = ["a", "b"]
-    assert remaining_seconds(keys, [("a", "b")], {"a": 0.0, "b": 5.0}, cap=1) == 5
+    assert remaining_seconds(SinksFirst.of(["a", "b"], [("a", "b")]), {"a": 0.0, "b": 5.0}, cap=1) == 5
 
 
 def test_totals_count_states_and_estimate_the_time_left(launched):
