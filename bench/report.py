@@ -760,17 +760,28 @@ measured before this run's changes). 43 of the 58 goals are met (46 on the Intel
   AIMD cap bounds requests in flight, not per minute. *Next* (unchanged): on a refusal without
   rate-limit headers, learn the per-minute rate from the requests accepted in the last minute.
   Claude's answers carry the headers, so this is the simulated provider's case.
-- **Live view on a real 200-task run with 50 viewers** (`make bench-live`,
-  bench/results-live.json, this code): p95 501 ms embedded (goal 250), 335 ms on Redis (goal 100)
-  — **missed**; before daphne's warm-up, on this machine the same evening: 704–778 / 665 ms
-  (the code of the previous stop 676 ms embedded: no regression, a slower machine). p95 is one
-  burst: the plan approval's frame (the whole task table, ~114 KB) and the fan-out's (198 rows
-  that became ready, ~153 KB), each ~0.13–0.15 s to render in-process unloaded, on a 2-core
-  machine that also runs 4 workers and the 50 viewers' client; every later frame ~0.15 s.
-  *Next* (unchanged): a smaller burst — the rows of tasks that only became ready as a compact
-  list the page applies — and the run's totals without the plan's graph and weights read and
-  rebuilt at every frame (the totals are ~30 % of daphne's rendering on bench-live, two thirds of
-  that the plan's graph, weights and critical path; they cannot change once the plan is approved).
+- **Live view on a real 200-task run with 50 viewers** (`make bench-live`, bench/results-live.json,
+  re-measured 2026-11-26 ~05:20 on this session's machine after the change below, three runs per
+  profile): p95 **109 / 117 / 123 ms embedded (goal 250: met)**, **134 / 166 / 235 ms on Redis
+  (goal 100: missed)**; the same machine before the change, two runs: 123 / 240 ms embedded,
+  142 / 260 ms Redis (the 2026-11-25 run on the EPYC machine: 501 / 335 ms). bench-live now
+  reports the latency per event type, which shows what the tail is: **the fan-out's frame**.
+  When the scoping task ends, 198 tasks become ready and 194 of them are held back by the cap in
+  one transaction: ~40 % of the run's events arrive in that one frame (~155 KB: 199 task rows
+  and the log's page), so p95 is that frame's latency whatever the others do; the plan
+  approval's frame (205–263 ms) is 0.2 % of the samples. Other events: p50 50–70 ms, p95
+  106–145 ms. *What changed*: what a frame reads of the plan (the ETA's graph and estimates, the
+  final tasks) is kept per process once the plan's approval has fixed it (it was rebuilt with
+  networkx at every frame), and the task rows, timeline bars and log rows render numbers
+  unlocalized (Django's `number_format` was a quarter of a row's time): a one-event frame of a
+  running 200-task run 20 → 12 ms in-process, the fan-out's frame ~70 → ~45 ms; under the
+  benchmark's load (4 workers, PostgreSQL, Redis and the 50 viewers' client on 2 cores) it still
+  takes 80–170 ms to render. *Measured and not taken*: frames at most every 25 ms instead of
+  50 (the other events' p95 ~115 → ~90 ms, but the fan-out's frame came later on Redis: 162 /
+  186 ms against 114 / 116 in back-to-back runs); one template loop for all the rows instead of
+  one render per row (no gain). *Next*: a fan-out's rows that only changed state sent as a
+  compact list the page applies (~45 ms of the frame is building and rendering 199 rows at
+  ~140 µs each).
 """
 
 
