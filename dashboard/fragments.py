@@ -38,6 +38,7 @@ from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.tools import workspace
 
+from . import task_rows
 from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN
 
 T = "dashboard/partials/"
@@ -52,7 +53,6 @@ TEMPLATES = {
     "gantt_bar": T + "gantt_bar.html",
     "graph": T + "dag_graph.html",
     "task_table": T + "task_table.html",
-    "task_row": T + "task_row.html",
     "event_rows": T + "event_rows.html",
     "event_rows_older": T + "event_rows_older.html",
     "panel": T + "task_panel.html",
@@ -251,7 +251,8 @@ def graph_context(run: Run) -> dict:
 
 
 def task_table_context(run: Run) -> dict:
-    return {"tasks": run_tasks.task_views(run)}
+    views = run_tasks.task_views(run)
+    return {"tasks": views, "task_rows": mark_safe("".join(task_rows.render_rows({"run": run, "oob": False}, views)))}
 
 
 def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
@@ -364,8 +365,7 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
             html.append(render(part, {**ctx, **builders[part]()}))
     task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
-        for view in run_tasks.task_views(run, task_ids):
-            html.append(render("task_row", {**ctx, "view": view}))
+        html.extend(task_rows.render_rows(ctx, run_tasks.task_views(run, task_ids)))
     if task_ids and "gantt_bars" in parts:
         # The bars of these tasks' attempts, each replacing its old self or joining its lane.
         for attempt in run_gantt.started_attempts(run.pk, task_ids):
