@@ -761,27 +761,28 @@ measured before this run's changes). 43 of the 58 goals are met (46 on the Intel
   rate-limit headers, learn the per-minute rate from the requests accepted in the last minute.
   Claude's answers carry the headers, so this is the simulated provider's case.
 - **Live view on a real 200-task run with 50 viewers** (`make bench-live`, bench/results-live.json,
-  re-measured 2026-11-26 ~05:20 on this session's machine after the change below, three runs per
-  profile): p95 **109 / 117 / 123 ms embedded (goal 250: met)**, **134 / 166 / 235 ms on Redis
-  (goal 100: missed)**; the same machine before the change, two runs: 123 / 240 ms embedded,
-  142 / 260 ms Redis (the 2026-11-25 run on the EPYC machine: 501 / 335 ms). bench-live now
-  reports the latency per event type, which shows what the tail is: **the fan-out's frame**.
-  When the scoping task ends, 198 tasks become ready and 194 of them are held back by the cap in
-  one transaction: ~40 % of the run's events arrive in that one frame (~155 KB: 199 task rows
-  and the log's page), so p95 is that frame's latency whatever the others do; the plan
-  approval's frame (205–263 ms) is 0.2 % of the samples. Other events: p50 50–70 ms, p95
-  106–145 ms. *What changed*: what a frame reads of the plan (the ETA's graph and estimates, the
-  final tasks) is kept per process once the plan's approval has fixed it (it was rebuilt with
-  networkx at every frame), and the task rows, timeline bars and log rows render numbers
-  unlocalized (Django's `number_format` was a quarter of a row's time): a one-event frame of a
-  running 200-task run 20 → 12 ms in-process, the fan-out's frame ~70 → ~45 ms; under the
-  benchmark's load (4 workers, PostgreSQL, Redis and the 50 viewers' client on 2 cores) it still
-  takes 80–170 ms to render. *Measured and not taken*: frames at most every 25 ms instead of
-  50 (the other events' p95 ~115 → ~90 ms, but the fan-out's frame came later on Redis: 162 /
-  186 ms against 114 / 116 in back-to-back runs); one template loop for all the rows instead of
-  one render per row (no gain). *Next*: a fan-out's rows that only changed state sent as a
-  compact list the page applies (~45 ms of the frame is building and rendering 199 rows at
-  ~140 µs each).
+  re-measured 2026-11-26 ~04:35 on this session's machine with this code; 3 runs embedded, 6 on
+  Redis): p95 **86 / 114 / 145 ms embedded (goal 250: met)**, **94 / 101 / 118 / 120 / 132 / 150
+  ms on Redis (goal 100: met in 1 of 6 runs, median ~119 ms)**; p50 72–77 / 68–80 ms. The same
+  machine before this session's changes: 123 / 240 ms embedded, 142 / 260 ms Redis (the
+  2026-11-25 run on the EPYC machine: 501 / 335 ms). bench-live now reports the latency per
+  event type, which shows what the tail is: **the fan-out's frame**. When the scoping task ends,
+  198 tasks become ready and 194 of them are held back by the cap in one transaction: ~40 % of
+  the run's events arrive in that one frame (~146 KB: 199 task rows and the log's page), so p95
+  is that frame's latency; the plan approval's frame (164–234 ms) is 0.2 % of the samples; the
+  other events' p95 is 84–101 ms. Traced on Redis (daphne's rounds against the viewers' receipts):
+  a one-event frame waits p50 4 / p90 50 ms from its commit to its round (the round in progress
+  and the frame interval), renders in p50 28 ms under the benchmark's load (12 ms unloaded), and
+  reaches the viewers in ~5 ms; the fan-out's frame renders in ~80 ms under load (~30 unloaded).
+  *What changed*: what a frame reads of the plan (the ETA's graph and estimates, the final
+  tasks) is kept per process once the plan's approval has fixed it (it was rebuilt with networkx
+  at every frame); task rows that differ only in which task they are share one render
+  (dashboard/task_rows.py: a fan-out's held-back rows 17 → 3 ms); the rows, timeline bars and log
+  rows render numbers unlocalized (Django's `number_format` was a quarter of a row's time); frames
+  at most every 25 ms instead of 50. In-process, a one-event frame of a running 200-task run
+  20 → 12 ms, the fan-out's frame ~70 → ~30 ms. *Next*: the frame's remaining fixed work (the
+  tasks' states, totals and lanes read afresh for every frame: ~6 ms), and the task views of a
+  fan-out's rows (Django model instances for 3 × 199 rows: ~9 ms of the fan-out's frame).
 """
 
 

@@ -68,8 +68,9 @@ log = logging.getLogger(__name__)
 # An idle poll is two small indexed reads (the latest event, the saved progress).
 POLL_S = 0.05
 # At 20 events a second an event waited up to a whole interval for its frame: 0.1 s made the p95
-# event-to-screen 135 ms on Redis (docs/benchmarks.md); rounds are a few ms, so 20 frames a second.
-MIN_FRAME_INTERVAL_S = 0.05
+# event-to-screen 135 ms on Redis (docs/benchmarks.md). With a small frame of a 200-task run at
+# ~12 ms, 0.05 -> 0.025 s took bench-live's other events' p95 ~115 -> ~90 ms on Redis.
+MIN_FRAME_INTERVAL_S = 0.025
 # A round that took long to render (a large run, many viewers far behind) spaces the next ones
 # out: a pause as long as the round, at most this much, so that the live view takes at most
 # half of the server's time. (Twice the round held a fan-out's burst ~250 ms behind the plan's
