@@ -244,6 +244,30 @@ def test_edit_the_plan_then_reject_it_with_a_comment(logged_in_page, demo_agents
     assert (checkpoint.status, checkpoint.comment) == (Checkpoint.Status.REJECTED, "Too broad: split the scope first.")
 
 
+def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_content(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """The review table of a plan awaiting approval scrolls inside its box; its hidden field labels
+    stretched the page far below its content (~11,000 blank px under a 200-subtask plan)."""
+    page = logged_in_page
+    probes = {f"probe_{i:02}": ("researcher", ["scope"]) for i in range(60)}
+    subtasks = {"scope": ("researcher", []), **probes, "merge": ("writer", list(probes))}
+    run = runs.launch(make_plan(subtasks, goal="A long plan to review"), budget_usd="5", require_plan_approval=True)
+    open_run(page, run)
+    expect(page.locator(".plan-review")).to_be_visible()
+    expect(page.get_by_label("Instructions of merge")).to_be_attached()
+    page_height, content_bottom = page.evaluate(
+        """() => [
+            document.documentElement.scrollHeight,
+            Math.max(...[...document.body.children].map(e => e.getBoundingClientRect().bottom + window.scrollY)),
+        ]"""
+    )
+    screenshot(page, "long-plan-under-review")
+    assert page_height <= content_bottom + 50, (
+        f"the page is {page_height} px tall, its content ends at {content_bottom}"
+    )
+
+
 def test_untrusted_goal_titles_and_outputs_show_as_text_and_run_nothing(
     logged_in_page, demo_agents, priced_limit, make_plan, screenshot
 ):

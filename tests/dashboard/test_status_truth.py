@@ -156,6 +156,7 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), require_plan_approval=True)
     page = run_page(viewer, run)
     assert "waits for the plan's approval" in text_of(page)
+    assert "run cap 4" in text_of(page) and "at most 0" not in text_of(page)  # no peak before a start
     for task in run.tasks.all():
         assert (task.wait_code, task.wait_reason) == ("plan_approval", "waits for the plan's approval")
         assert "waits for the plan's approval" in task_row(page, task)

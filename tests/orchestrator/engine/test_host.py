@@ -192,7 +192,10 @@ def test_claiming_the_next_task_can_be_turned_off(make_agent, make_plan, make_ho
     submit_queued(agent_host, run)
     wait_until(lambda: run.tasks.get(subtask__key="b").state == State.QUEUED, 30, "b admitted")
     assert run.tasks.get(subtask__key="a").state == State.SUCCEEDED
-    assert broker.queue_size() == 1  # b went to the broker
+    # b goes to the broker, once its admission has committed (from the host's thread: the state can
+    # be seen here a moment before the delivery is sent).
+    wait_until(lambda: broker.queue_size() == 1, 10, "b sent to the broker")
+    assert Attempt.objects.get(task_run__run=run, task_run__subtask__key="b").state == Attempt.State.QUEUED
 
 
 def test_cancelling_a_run_stops_its_running_attempt_at_the_next_heartbeat(make_agent, make_plan, make_host):
