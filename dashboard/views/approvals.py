@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
@@ -135,10 +136,19 @@ def inbox(request):
     return render(request, "dashboard/approvals.html", {"approvals": items, "form": DecisionForm()})
 
 
+COUNT_PART = "dashboard/partials/approvals_count.html"
+
+
 @permission_required(DECIDE_CHECKPOINT)
 def count(request):
     """The header's count of pending checkpoints (polled every 5 s)."""
-    return render(request, "dashboard/partials/approvals_count.html", {"count": pending_checkpoints().count()})
+    return render(request, COUNT_PART, {"count": pending_checkpoints().count()})
+
+
+def count_part() -> str:
+    """The header's count, out of band: an answer to a decision taken elsewhere (the run page)
+    brings it at once rather than at its next poll."""
+    return render_to_string(COUNT_PART, {"count": pending_checkpoints().count(), "oob": True})
 
 
 @permission_required(VIEW_RUN)

@@ -31,6 +31,7 @@ from orchestrator.wording import counted
 from .. import fragments
 from ..markdown import render_markdown
 from ..permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN, permission_required
+from . import approvals
 
 
 def is_htmx(request) -> bool:
@@ -54,12 +55,13 @@ def _detail_url(run: Run, task: TaskRun | None = None) -> str:
     return f"{url}?task={task.pk}" if task is not None else url
 
 
-def _answer(request, run: Run, *, message: str, ok: bool, parts=(), tasks=(), panel: TaskRun | None = None):
+def _answer(request, run: Run, *, message: str, ok: bool, parts=(), tasks=(), panel: TaskRun | None = None, also=None):
     """The answer to an action: htmx gets the message and the changed parts, a form post a redirect.
 
     A refused action (the engine's message says why) still answers 200 to htmx, with the message
     as an error: the request was handled, and browsers log every 4xx answer as a console error.
-    The header `X-Glassbox-Refused: 1` marks it for scripts.
+    The header `X-Glassbox-Refused: 1` marks it for scripts. `also` renders more out-of-band parts
+    for a done action (a decision: the header's count of pending checkpoints).
     """
     if not is_htmx(request):
         (messages.success if ok else messages.error)(request, message)
@@ -71,6 +73,8 @@ def _answer(request, run: Run, *, message: str, ok: bool, parts=(), tasks=(), pa
         html += fragments.render_parts(run, viewer, parts, tasks=tasks)
         if panel is not None:
             html += fragments.render_panel_parts(panel, viewer)
+        if also is not None:
+            html += also()
     response = HttpResponse(html)
     if not ok:
         response["X-Glassbox-Refused"] = "1"
@@ -367,7 +371,15 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
     }
     what = what_of_kind[checkpoint.kind]
     tasks = [checkpoint.task_run_id] if checkpoint.task_run_id else []
-    return _answer(request, run, message=f"{what} was {decision}d.", ok=True, parts=RUN_PARTS, tasks=tasks)
+    return _answer(
+        request,
+        run,
+        message=f"{what} was {decision}d.",
+        ok=True,
+        parts=RUN_PARTS,
+        tasks=tasks,
+        also=approvals.count_part,  # the header's count of pending checkpoints
+    )
 
 
 PLAN_PARTS = ("header", "totals", "checkpoints", "graph", "task_table", "lanes")

@@ -192,6 +192,16 @@ def test_approve_with_htmx_answers_the_fragment_and_the_new_count(client, person
     assert (gate.status, gate.comment) == ("approved", "Go ahead")
 
 
+def test_a_decision_on_the_run_page_also_brings_the_headers_count(client, personas, gated_run):
+    run, gate = gated_run
+    client.force_login(personas["approver"])
+    url = f"/runs/{run.pk}/checkpoints/{gate.pk}/decide/"
+    response = client.post(url, {"decision": "approve"}, **HTMX)
+    assert response.status_code == 200 and "was approved" in response.text
+    count = response.text[response.text.index('<span id="approvals-count"') :]
+    assert 'hx-swap-oob="true"' in count.split(">", 1)[0] and count.split(">", 1)[1].startswith("0</span>")
+
+
 def test_reject_needs_a_comment(client, personas, gated_run):
     _, gate = gated_run
     client.force_login(personas["approver"])
