@@ -376,7 +376,7 @@ def measure(args, profile: Profile) -> dict:
         client.wait(timeout=args.drain_timeout + 30)
         sampling.set()
         state = json.loads(receipts.read_text())
-        rows = Event.objects.filter(run=run).values_list("seq", "created_at", "type")
+        rows = list(Event.objects.filter(run=run).values_list("seq", "created_at", "type"))
         created = {seq: at.timestamp() for seq, at, _ in rows}
         types = {seq: type_ for seq, _, type_ in rows}
         result = summarise(args, run, run_s, state, created, watched_from, baseline_kb, samples, connection.vendor)
@@ -390,6 +390,14 @@ def measure(args, profile: Profile) -> dict:
         stop(daphne)
 
 
+def event_latencies(record: dict, created: dict[int, float], watched_from: int):
+    """(event, ms) for every event a viewer's frames brought after `watched_from`: the frame's
+    arrival minus the event's created_at."""
+    for start, end, _, arrived in record["frames"]:
+        for seq in range(max(start, watched_from + 1), end + 1):
+            yield seq, (arrived - created[seq]) * 1000
+
+
 def summarise(args, run, run_s, state, created, watched_from, baseline_kb, samples, vendor) -> dict:
     every_seq = list(range(1, run.last_event_seq + 1))
     latencies_ms: list[float] = []
@@ -398,9 +406,7 @@ def summarise(args, run, run_s, state, created, watched_from, baseline_kb, sampl
         covered = sorted({seq for start, end, _, _ in record["frames"] for seq in range(start, end + 1)})
         complete += covered == every_seq and not record["gaps"]
         rows_complete += record["rows"] == every_seq
-        for start, end, _, arrived in record["frames"]:
-            for seq in range(max(start, watched_from + 1), end + 1):
-                latencies_ms.append((arrived - created[seq]) * 1000)
+        latencies_ms += [ms for _, ms in event_latencies(record, created, watched_from)]
     frames = [len(record["frames"]) for record in state.values()]
     return {
         "benchmark": "live-view load",
@@ -450,9 +456,8 @@ def latency_by_type(state: dict, created: dict[int, float], types: dict[int, str
     """p50 / p95 of the latency per event type, slowest p95 first: which events the tail is made of."""
     by_type: dict[str, list[float]] = {}
     for record in state.values():
-        for start, end, _, arrived in record["frames"]:
-            for seq in range(max(start, watched_from + 1), end + 1):
-                by_type.setdefault(types[seq], []).append((arrived - created[seq]) * 1000)
+        for seq, ms in event_latencies(record, created, watched_from):
+            by_type.setdefault(types[seq], []).append(ms)
     rows = {
         type_: {
             "samples": len(values),

@@ -251,6 +251,8 @@ def graph_context(run: Run) -> dict:
 
 
 def task_table_context(run: Run) -> dict:
+    """The table's rows, rendered here (shared looks once: dashboard/task_rows.py) with what a row
+    reads besides its task: the run and no out-of-band swap."""
     views = run_tasks.task_views(run)
     return {"tasks": views, "task_rows": mark_safe("".join(task_rows.render_rows({"run": run, "oob": False}, views)))}
 

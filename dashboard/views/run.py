@@ -10,6 +10,7 @@ brings the rest); a plain form post is redirected back to the page with a messag
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -55,7 +56,17 @@ def _detail_url(run: Run, task: TaskRun | None = None) -> str:
     return f"{url}?task={task.pk}" if task is not None else url
 
 
-def _answer(request, run: Run, *, message: str, ok: bool, parts=(), tasks=(), panel: TaskRun | None = None, also=None):
+def _answer(
+    request,
+    run: Run,
+    *,
+    message: str,
+    ok: bool,
+    parts=(),
+    tasks=(),
+    panel: TaskRun | None = None,
+    also: Callable[[], str] | None = None,
+):
     """The answer to an action: htmx gets the message and the changed parts, a form post a redirect.
 
     A refused action (the engine's message says why) still answers 200 to htmx, with the message
