@@ -3,8 +3,11 @@
 django-q2's Redis broker is at-most-once: a restarted Redis (without persistence) forgets every
 task still in its list, and while it is down a worker that admits the next task cannot enqueue
 it. Neither is a loss for Glassbox: the attempt is `queued` in the database with a short queue
-lease, and the reaper hands it to the broker again once the lease runs out (GLASSBOX_QUEUED_GRACE_S); while Redis is still down those attempts fail and are
-tried again at the next tick.
+lease, and the reaper hands it to the broker again once the lease runs out
+(GLASSBOX_QUEUED_GRACE_S); while Redis is still down those attempts fail and are tried again at
+the next tick. A lost attempt may also be taken before its lease runs out by a host claiming a
+delivery of its run (execution.claim_attempts takes queued attempts of the same run while it has
+room): the attempt row is the record, the broker only delivers.
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ def test_tasks_lost_in_a_redis_restart_are_requeued_by_the_reaper_and_the_run_co
     # Freeze the cluster so that its pusher takes nothing more while we look and pull the plug.
     os.killpg(cluster.pid, signal.SIGSTOP)
     try:
-        lost = attempt_ids_in(own_redis.client().lrange(queue_key(), 0, -1))
+        delivering = attempt_ids_in(own_redis.client().lrange(queue_key(), 0, -1))
+        # Those a host has not taken with an earlier delivery of their run (see the docstring).
+        lost = set(Attempt.objects.filter(pk__in=delivering, state="queued").values_list("pk", flat=True))
         before_outage = set(Attempt.objects.filter(task_run__run=run).values_list("pk", flat=True))
         own_redis.kill()
     finally:
@@ -77,9 +82,14 @@ def test_tasks_lost_in_a_redis_restart_are_requeued_by_the_reaper_and_the_run_co
     assert run.status == "succeeded", run.summary
     assert_each_task_succeeded_exactly_once(run)
     assert no_task_ran_twice_at_once(run)
-    for attempt in Attempt.objects.filter(pk__in=lost):
-        assert requeued(attempt), f"attempt {attempt.pk} was lost with Redis but never handed to the broker again"
+    lost_attempts = list(Attempt.objects.filter(pk__in=lost))
+    # Each ran as its task's only attempt: handed to the broker again, or claimed with a later
+    # delivery of its run by a host that had room; never declared lost and retried.
+    for attempt in lost_attempts:
         assert attempt.state == Attempt.State.SUCCEEDED, (attempt.pk, attempt.state, attempt.error)
+    assert any(requeued(attempt) for attempt in lost_attempts), (
+        "no attempt lost with Redis was handed to the broker again: the reaper's path did not run"
+    )
     # Admitted while Redis was down: run by the worker that admitted it (it keeps one for itself)
     # or, when its enqueue failed, re-queued like the lost ones. Either way, it succeeded.
     for attempt in Attempt.objects.filter(pk__in=admitted_in_outage):
