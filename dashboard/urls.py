@@ -6,6 +6,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from .views import approvals, health, new_run, plans, runs
+from .views.favicon import FaviconRedirect
 
 urlpatterns = [
     path("", runs.home, name="home"),
@@ -23,6 +24,7 @@ urlpatterns = [
     path("approvals/<int:checkpoint_id>/approve/", approvals.approve, name="approval_approve"),
     path("approvals/<int:checkpoint_id>/reject/", approvals.reject, name="approval_reject"),
     path("health/", health.health, name="health"),
+    path("favicon.ico", FaviconRedirect.as_view(), name="favicon"),
     path("accounts/", RedirectView.as_view(pattern_name="login"), name="accounts"),
     path("runs/<int:run_id>/", include("dashboard.run_urls")),
 ]

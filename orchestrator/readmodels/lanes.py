@@ -12,7 +12,27 @@ from django.db.models import Count
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
-from .tasks import State, TaskState, outcome_text, task_states
+from .tasks import DISPLAY_ORDER, STATE_LABELS, WAITING, State, TaskState, outcome_text, task_states
+
+# A ready task not yet admitted, as the task table calls it (display states), with what each means.
+NOT_ADMITTED = {
+    State.READY: "ready: admitted at the next scheduling step",
+    WAITING: "held back by a concurrency cap or a retry delay",
+    State.THROTTLED: "held back by the provider's rate budget or a backoff",
+}
+
+
+@dataclass(frozen=True)
+class LaneCount:
+    """One of a lane's counts: "3 held back", with what it means as a tooltip."""
+
+    n: int
+    label: str
+    meaning: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.n} {self.label}"
 
 
 @dataclass
@@ -20,7 +40,7 @@ class Lane:
     agent: Agent
     running: list[TaskState]
     queued: int
-    waiting: int  # ready, held back or throttled
+    not_admitted: list[LaneCount]  # ready tasks by display state (only those with any): "2 held back"
     upcoming: int  # pending or at a gate
     done: int  # ended, whichever way
     succeeded: int
@@ -88,7 +108,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
                 agent=agents[agent_id],
                 running=[v for v in items if v.state == State.RUNNING],
                 queued=states[State.QUEUED],
-                waiting=states[State.READY] + states[State.THROTTLED],
+                not_admitted=not_admitted(items),
                 upcoming=states[State.PENDING] + states[State.WAITING_GATE],
                 done=sum(states[s] for s in TaskRun.TERMINAL),
                 succeeded=states[State.SUCCEEDED],
@@ -101,3 +121,13 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
             )
         )
     return result
+
+
+def not_admitted(tasks: Sequence[TaskState]) -> list[LaneCount]:
+    """The ready tasks not admitted yet, counted under the task table's words for them."""
+    shown = Counter(task.display_state for task in tasks)
+    return [
+        LaneCount(shown[state], STATE_LABELS[state], NOT_ADMITTED[state])
+        for state in DISPLAY_ORDER
+        if state in NOT_ADMITTED and shown[state]
+    ]

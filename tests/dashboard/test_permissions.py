@@ -59,6 +59,7 @@ VIEWS = {
     "approval_approve": (["POST"], DECIDE),
     "approval_reject": (["POST"], DECIDE),
     "health": (["GET"], PUBLIC),
+    "favicon": (["GET"], PUBLIC),
     "run_detail": (["GET"], VIEW_RUN),
     "run_graph": (["GET"], VIEW_RUN),
     "run_events": (["GET"], VIEW_RUN),

@@ -27,7 +27,7 @@ def test_lanes_show_running_work_slots_across_runs_queue_tokens_and_cost(launche
     researcher = by_agent["researcher"]
     assert [v.key for v in researcher.running] == ["s1"]
     assert researcher.queued == 1
-    assert researcher.waiting == 1
+    assert [count.text for count in researcher.not_admitted] == ["1 throttled"]
     assert researcher.slots_used == 3  # s1 and s2 here, x in the other run
     assert researcher.cap == demo_agents["researcher"].max_concurrency
     assert researcher.slot_marks.count(True) == 3
@@ -59,3 +59,18 @@ def test_a_lane_says_its_slots_are_busy_in_other_runs_only_when_other_runs_hold_
     TaskRun.objects.filter(pk=second.tasks.get().pk).update(state=State.QUEUED)
     (lane,) = lanes(second)
     assert lane.idle_text == "1 queued, waiting for a worker; 1 of 2 slots busy in other runs"
+
+
+def test_a_lanes_ready_tasks_are_counted_in_the_task_tables_words(launched):
+    run = launched({f"s{i}": ("researcher", []) for i in range(4)})
+    s0, s1, s2, s3 = (run.tasks.get(subtask__key=f"s{i}") for i in range(4))
+    TaskRun.objects.filter(pk__in=[s0.pk, s1.pk]).update(state=State.READY, wait_reason="run cap 2 reached")
+    TaskRun.objects.filter(pk=s2.pk).update(state=State.THROTTLED, wait_reason="provider busy")
+    TaskRun.objects.filter(pk=s3.pk).update(state=State.READY, wait_reason="")
+    (lane,) = lanes(run)
+    assert [count.text for count in lane.not_admitted] == ["1 throttled", "2 held back", "1 ready"]
+    assert "rate budget" in lane.not_admitted[0].meaning and "cap" in lane.not_admitted[1].meaning
+
+    TaskRun.objects.filter(run=run).update(state=State.QUEUED, wait_reason="")
+    (lane,) = lanes(run)
+    assert lane.not_admitted == [] and lane.queued == 4
