@@ -570,7 +570,8 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
             "**Bound**: the earliest moments at which the limit can accept each request (computed from the same "
             "sliding-window rule), with the longest tasks on the earliest slots. "
             f"**ours, adaptive**: the engine at cap {storm['ours_cap']} knowing nothing of the limit (no RPM in its "
-            "ProviderLimit): it learns from the 429s (provider back-off + AIMD effective cap). **ours, configured**: "
+            "ProviderLimit): it learns from the 429s (provider back-off, AIMD effective cap, and the request rate the "
+            "provider accepted in the minute before its first 429). **ours, configured**: "
             'the same with the limit entered in ProviderLimit.requests_per_minute. "429 after the first back-off" '
             "counts 429s to requests sent after the first back-off (its Retry-After) had ended. "
             "Both profiles' limiters follow the rule the bound is computed by (the probe in "

@@ -6,11 +6,13 @@ data, small derived properties and the guards that keep history append-only.
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 
 class Agent(models.Model):
@@ -78,6 +80,15 @@ class ProviderLimit(models.Model):
     output_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
     # A 429/529 backs off the whole provider until this moment.
     backoff_until = models.DateTimeField(null=True, blank=True)
+    # With no requests_per_minute configured or reported: how many requests the provider accepted
+    # in the minute before its last 429, and when that was (engine/adaptive.py learn_request_rate).
+    learned_requests_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Learned from the provider's 429s while requests per minute is empty: admission keeps to it, "
+        "plus one per minute since it was learned. Setting requests per minute overrides it.",
+    )
+    learned_at = models.DateTimeField(null=True, blank=True, help_text="When the request rate was last learned.")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["provider", "model"], name="unique_provider_model")]
@@ -85,6 +96,23 @@ class ProviderLimit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.model}"
+
+    # A learned request rate grows by one per minute without a 429: it probes upwards, as a limit
+    # learned low (another client's burst, a token limit's refusal) must not hold for ever.
+    LEARNED_RATE_GROWTH_PER_MINUTE = 1
+
+    def per_minute(self, field: str, now: datetime | None = None) -> int | None:
+        """The per-minute budget admission keeps to for `field` (requests_per_minute,
+        input_tokens_per_minute, output_tokens_per_minute): the value configured or reported by
+        the provider; for requests, failing both, the rate learned from the provider's 429s."""
+        value = getattr(self, field)
+        if value or field != "requests_per_minute" or not self.learned_requests_per_minute:
+            return value
+        minutes = 0
+        if self.learned_at is not None:
+            elapsed = ((now or timezone.now()) - self.learned_at).total_seconds()
+            minutes = max(0, int(elapsed // 60))
+        return self.learned_requests_per_minute + minutes * self.LEARNED_RATE_GROWTH_PER_MINUTE
 
     # Anthropic bills prompt-cache reads at 0.1× and (5-minute) cache writes at 1.25× the base
     # input price (https://docs.anthropic.com/en/docs/about-claude/pricing); both are reported
@@ -415,6 +443,8 @@ class Attempt(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["task_run", "number"], name="unique_attempt_number")]
         ordering = ["task_run", "number"]
+        # The requests a provider accepted in the last minute, counted after its 429 (adaptive.py).
+        indexes = [models.Index(fields=["started_at"], name="attempt_started_at")]
 
     def __str__(self) -> str:
         return f"{self.task_run} #{self.number}"

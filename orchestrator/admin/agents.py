@@ -80,6 +80,7 @@ class ProviderLimitAdmin(AuditedAdmin):
         "provider",
         "model",
         "requests_per_minute",
+        "learned_requests_per_minute",
         "input_tokens_per_minute",
         "output_tokens_per_minute",
         "max_in_flight",
@@ -89,8 +90,14 @@ class ProviderLimitAdmin(AuditedAdmin):
         "backoff_until",
     ]
     list_filter = ["provider"]
-    # Written by the engine (adaptive concurrency, 429 backoff), shown for information.
-    readonly_fields = ["effective_in_flight", "successes_since_change", "backoff_until"]
+    # Written by the engine (adaptive concurrency, 429 backoff, learned request rate), shown for information.
+    readonly_fields = [
+        "effective_in_flight",
+        "successes_since_change",
+        "backoff_until",
+        "learned_requests_per_minute",
+        "learned_at",
+    ]
 
     def save_model(self, request, obj, form, change):
         registry.save_provider_limit(obj, user=request.user)

@@ -6,14 +6,23 @@ configured cap", or no cap), so every worker process and cluster reads the same 
 scheduler's admission uses it. It grows by one after a window of successes as long as the cap
 itself, like TCP's congestion window, so a run finds the provider's sweet spot by itself.
 Every change is an Event, so the dashboard can show it.
+
+A provider that answers 429 without saying its limits (no rate-limit headers, no
+requests_per_minute configured) also teaches a request rate: `learn_request_rate`.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
+from datetime import timedelta
 
-from orchestrator import events
-from orchestrator.models import ProviderLimit, Run, TaskRun
+from django.conf import settings
+from django.utils import timezone
+
+from orchestrator import events, ratelimit
+from orchestrator.engine.admission import admission_key
+from orchestrator.models import Attempt, Event, ProviderLimit, Run, TaskRun
+
+RATE_WINDOW = timedelta(seconds=60)
 
 
 def in_flight(limit: ProviderLimit) -> int:
@@ -61,3 +70,53 @@ def increase(provider: str, model: str, *, run: Run | None = None, task=None) ->
     new = old + 1 if old + 1 < ceiling(limit) else None
     ProviderLimit.objects.filter(pk=limit.pk).update(effective_in_flight=new, successes_since_change=0)
     record_change(limit, old, new, f"{successes} successes in a row", run, task)
+
+
+def learn_request_rate(limit: ProviderLimit, *, run: Run | None = None, task=None) -> int | None:
+    """After a 429 from a provider whose request rate nobody configured and no header reported:
+    keep to what it accepted in the minute before (call under the row lock, before this refusal's
+    `provider.backoff` event). Returns the rate learned (None when the rate is known already).
+
+    Accepted: the attempts on this provider and model that started in the last minute, less the
+    refusals of that minute, this one included. Each refusal learns again, so the answers to
+    requests that were in flight together lower it to what was really accepted. An attempt that
+    uses tools makes several calls but counts once: the rate learned is then lower than the
+    provider's, and it grows back (ProviderLimit.per_minute: one more per minute without a 429).
+
+    The admission budget is charged up to the rate learned: the provider says it is full now, so
+    admission waits for the same minute window the provider waits for, not for another refusal.
+    """
+    if limit.requests_per_minute:
+        return None
+    now = timezone.now()
+    since = now - RATE_WINDOW
+    started = Attempt.objects.filter(
+        task_run__agent__provider=limit.provider, task_run__agent__model=limit.model, started_at__gte=since
+    ).count()
+    refused = Event.objects.filter(
+        type="provider.backoff",
+        created_at__gte=since,
+        payload__provider=limit.provider,
+        payload__model=limit.model,
+        payload__status=429,
+    ).count()
+    accepted = max(1, started - refused - 1)
+    old = limit.per_minute("requests_per_minute", now)
+    ProviderLimit.objects.filter(pk=limit.pk).update(learned_requests_per_minute=accepted, learned_at=now)
+    limit.learned_requests_per_minute, limit.learned_at = accepted, now
+    key = admission_key(limit.provider, limit.model, "rpm")
+    remaining, _ = ratelimit.peek(key, accepted)
+    if remaining > 0:
+        ratelimit.acquire(key, remaining, accepted)
+    if old != accepted:
+        events.record(
+            "provider.rate_learned",
+            run=run,
+            task=task,
+            message=(
+                f"{limit} answered 429 after accepting {accepted} request(s) in the last minute: admission keeps "
+                f"to {accepted} per minute, one more each minute without a 429"
+            ),
+            payload={"provider": limit.provider, "model": limit.model, "old": old, "new": accepted},
+        )
+    return accepted

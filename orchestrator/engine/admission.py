@@ -207,11 +207,14 @@ UNITS = (
 def budgets_of(
     agent: Agent, limit: ProviderLimit, input_tokens: int
 ) -> list[tuple[str, int, int, Callable[[str], waits.Wait]]]:
-    """(unit, amount one call takes, per-minute budget, the wait it causes) for each configured
-    budget: a request counts one, input tokens the prompt's estimate, output tokens max_tokens."""
+    """(unit, amount one call takes, per-minute budget, the wait it causes) for each budget in force
+    (ProviderLimit.per_minute): a request counts one, input tokens the prompt's estimate, output
+    tokens max_tokens."""
     amounts = {"rpm": 1, "itpm": input_tokens, "otpm": agent.max_output_tokens}
     return [
-        (suffix, amounts[suffix], getattr(limit, field), wait) for suffix, field, wait in UNITS if getattr(limit, field)
+        (suffix, amounts[suffix], per_minute, wait)
+        for suffix, field, wait in UNITS
+        if (per_minute := limit.per_minute(field))
     ]
 
 
@@ -245,7 +248,7 @@ def take_together(
     shares = [{suffix: amount for suffix, amount, _, _ in budgets_of(agent, limit, n)} for agent, n in admissions]
     taken: dict[str, ratelimit.Reservation] = {}
     for suffix, field, _ in UNITS:
-        per_minute = getattr(limit, field)
+        per_minute = limit.per_minute(field)
         if not per_minute:
             continue
         total = sum(share[suffix] for share in shares)

@@ -114,7 +114,7 @@ def _back_off_when_empty(limit: ProviderLimit, reports: dict[str, BudgetReport],
 def _sync_admission_budgets(limit: ProviderLimit, reports: dict[str, BudgetReport], result: FeedbackResult) -> None:
     for budget, (field_name, suffix) in BUDGETS.items():
         report = reports.get(budget)
-        per_minute = getattr(limit, field_name) if field_name else None
+        per_minute = limit.per_minute(field_name) if field_name else None
         if suffix is None or report is None or report.remaining is None or not per_minute:
             continue
         key = admission_key(limit.provider, limit.model, suffix)

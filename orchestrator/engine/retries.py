@@ -35,7 +35,8 @@ def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
     """A 429/529 is not the task's fault: the whole provider waits, every run on it.
 
     Only the first refusal of a burst halves the effective cap: answers to requests that were
-    already in flight when the provider started refusing do not halve it again.
+    already in flight when the provider started refusing do not halve it again. A 429 from a
+    provider whose request rate is unknown teaches one (adaptive.learn_request_rate).
     """
     wait = error.retry_after_s or 1.0
     now = timezone.now()
@@ -47,6 +48,8 @@ def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
     fresh = not limit.backoff_until or limit.backoff_until <= now
     if not limit.backoff_until or limit.backoff_until < until:
         ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=until)
+    if error.status_code == 429:  # a rate limit (529 is an overload: it says nothing of the rate)
+        adaptive.learn_request_rate(limit, run=run, task=task)
     events.record(
         "provider.backoff",
         run=run,

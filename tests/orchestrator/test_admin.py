@@ -322,9 +322,13 @@ def test_agent_changelist_filters_by_status_and_provider(client, make_agent):
 
 
 def test_provider_limit_edits_are_audited_and_engine_fields_read_only(client, db):
-    limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", effective_in_flight=3)
+    limit = ProviderLimit.objects.create(
+        provider="simulated", model="sim-1", effective_in_flight=3, learned_requests_per_minute=16
+    )
     admin_user = staff_in("Agent admin")
     client.force_login(admin_user)
+    page = client.get(reverse("admin:orchestrator_providerlimit_change", args=[limit.pk])).content.decode()
+    assert "Learned requests per minute" in page and "Learned from the provider" in page
     data = {
         "provider": "simulated",
         "model": "sim-1",
@@ -335,11 +339,12 @@ def test_provider_limit_edits_are_audited_and_engine_fields_read_only(client, db
         "input_price_per_mtok": "3",
         "output_price_per_mtok": "15",
         "effective_in_flight": "99",
+        "learned_requests_per_minute": "1000",
     }
     response = client.post(reverse("admin:orchestrator_providerlimit_change", args=[limit.pk]), data)
     assert response.status_code == 302
     limit.refresh_from_db()
-    assert (limit.requests_per_minute, limit.effective_in_flight) == (120, 3)
+    assert (limit.requests_per_minute, limit.effective_in_flight, limit.learned_requests_per_minute) == (120, 3, 16)
     event = Event.objects.get(type="provider_limit.changed")
     assert event.actor_user == admin_user
     assert event.payload["changes"]["requests_per_minute"] == [None, 120]

@@ -8,8 +8,8 @@ import pytest
 from django.utils import timezone
 
 from orchestrator.engine import adaptive, retries, runs
-from orchestrator.models import Event, ProviderLimit
-from orchestrator.providers.base import RateLimited
+from orchestrator.models import Attempt, Event, ProviderLimit
+from orchestrator.providers.base import Overloaded, RateLimited
 
 pytestmark = pytest.mark.django_db
 
@@ -84,3 +84,71 @@ def test_admission_uses_the_effective_cap(make_agent, make_plan, limit):
     run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(4)}), cap=4)
     assert run.tasks.filter(state="queued").count() == 1
     assert "at its in-flight limit" in run.tasks.filter(state="ready").first().wait_reason
+
+
+# --- The request rate learned from 429s ----------------------------------------------------------
+
+
+def started_run(make_agent, make_plan, tasks: int):
+    """A run of `tasks` tasks on simulated:sim-1, each attempt started just now (a request sent)."""
+    make_agent("researcher", max_concurrency=tasks)
+    run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(tasks)}), cap=tasks)
+    assert Attempt.objects.filter(task_run__run=run).count() == tasks
+    Attempt.objects.filter(task_run__run=run).update(state="running", started_at=timezone.now())
+    return run
+
+
+def test_a_429_teaches_the_request_rate_the_provider_accepted_when_nobody_set_one(make_agent, make_plan, limit):
+    run = started_run(make_agent, make_plan, 5)
+    retries.back_off_provider(run, run.tasks.first(), RateLimited("429", retry_after_s=5))
+    limit.refresh_from_db()
+    assert limit.learned_requests_per_minute == 4  # five requests sent, this one refused
+    assert limit.per_minute("requests_per_minute") == 4
+    event = Event.objects.get(type="provider.rate_learned")
+    assert event.payload == {"provider": "simulated", "model": "sim-1", "old": None, "new": 4}
+    assert "accepting 4 request(s) in the last minute" in event.message
+
+    # The provider said its minute is full: once the back-off is over, admission waits for the
+    # minute window, not for another refusal.
+    ProviderLimit.objects.filter(pk=limit.pk).update(backoff_until=None, effective_in_flight=None)
+    make_agent("writer")  # same provider and model, slots of its own
+    later = runs.launch(make_plan({"x": ("writer", [])}), cap=1)
+    waiting = later.tasks.get()
+    assert waiting.state == "throttled" and waiting.wait_code == "rate_limit_requests", waiting.wait_reason
+
+
+def test_each_refusal_of_a_burst_lowers_the_rate_to_what_was_really_accepted(make_agent, make_plan, limit):
+    run = started_run(make_agent, make_plan, 5)
+    first, second = run.tasks.all()[:2]
+    retries.back_off_provider(run, first, RateLimited("429", retry_after_s=5))
+    retries.back_off_provider(run, second, RateLimited("429", retry_after_s=5))  # was in flight with it
+    limit.refresh_from_db()
+    assert limit.learned_requests_per_minute == 3
+    assert [e.payload["new"] for e in Event.objects.filter(type="provider.rate_learned").order_by("seq")] == [4, 3]
+
+
+def test_a_learned_rate_grows_by_one_per_minute_without_a_429(limit):
+    learned_at = timezone.now()
+    ProviderLimit.objects.filter(pk=limit.pk).update(learned_requests_per_minute=10, learned_at=learned_at)
+    limit.refresh_from_db()
+    assert limit.per_minute("requests_per_minute", learned_at + timedelta(seconds=59)) == 10
+    assert limit.per_minute("requests_per_minute", learned_at + timedelta(seconds=60)) == 11
+    assert limit.per_minute("requests_per_minute", learned_at + timedelta(minutes=5, seconds=1)) == 15
+
+
+def test_a_configured_or_reported_request_rate_is_never_replaced_by_a_learned_one(make_agent, make_plan, limit):
+    ProviderLimit.objects.filter(pk=limit.pk).update(requests_per_minute=50)
+    run = started_run(make_agent, make_plan, 3)
+    retries.back_off_provider(run, run.tasks.first(), RateLimited("429", retry_after_s=5))
+    limit.refresh_from_db()
+    assert limit.learned_requests_per_minute is None
+    assert limit.per_minute("requests_per_minute") == 50
+    assert not Event.objects.filter(type="provider.rate_learned").exists()
+
+
+def test_an_overload_teaches_no_request_rate(make_agent, make_plan, limit):
+    run = started_run(make_agent, make_plan, 3)
+    retries.back_off_provider(run, run.tasks.first(), Overloaded("529", retry_after_s=1))
+    limit.refresh_from_db()
+    assert limit.learned_requests_per_minute is None
+    assert limit.per_minute("requests_per_minute") is None
