@@ -326,9 +326,17 @@ class RunBroadcaster:
         finally:
             renew.cancel()
             try:
-                await asyncio.shield(layer.group_discard(group, channel))
+                await asyncio.shield(self._leave_group(layer, group, channel, renew))
             except Exception:  # the layer is down: the membership expires by itself
                 log.debug("run %s: could not leave the group", self.run_id, exc_info=True)
+
+    @staticmethod
+    async def _leave_group(layer, group: str, channel: str, renew: asyncio.Task) -> None:
+        """Leave the group once the renewal has stopped: a renewal still on its way to Redis,
+        on another connection of the layer's pool, could otherwise add the channel back after
+        it left (it would then stay until the group expiry)."""
+        await asyncio.wait({renew}, timeout=LISTENER_STOP_TIMEOUT_S)
+        await layer.group_discard(group, channel)
 
     @staticmethod
     async def _renew_membership(layer, group: str, channel: str) -> None:

@@ -87,6 +87,8 @@ def test_admission_uses_the_effective_cap(make_agent, make_plan, limit):
 
 
 # --- The request rate learned from 429s ----------------------------------------------------------
+# Learning charges the simulated model's request budget, which on Redis outlives the test
+# database: `still_budgets` empties it before and after each of these tests.
 
 
 def started_run(make_agent, make_plan, tasks: int):
@@ -98,7 +100,9 @@ def started_run(make_agent, make_plan, tasks: int):
     return run
 
 
-def test_a_429_teaches_the_request_rate_the_provider_accepted_when_nobody_set_one(make_agent, make_plan, limit):
+def test_a_429_teaches_the_request_rate_the_provider_accepted_when_nobody_set_one(
+    make_agent, make_plan, limit, still_budgets
+):
     run = started_run(make_agent, make_plan, 5)
     retries.back_off_provider(run, run.tasks.first(), RateLimited("429", retry_after_s=5))
     limit.refresh_from_db()
@@ -117,7 +121,9 @@ def test_a_429_teaches_the_request_rate_the_provider_accepted_when_nobody_set_on
     assert waiting.state == "throttled" and waiting.wait_code == "rate_limit_requests", waiting.wait_reason
 
 
-def test_each_refusal_of_a_burst_lowers_the_rate_to_what_was_really_accepted(make_agent, make_plan, limit):
+def test_each_refusal_of_a_burst_lowers_the_rate_to_what_was_really_accepted(
+    make_agent, make_plan, limit, still_budgets
+):
     run = started_run(make_agent, make_plan, 5)
     first, second = run.tasks.all()[:2]
     retries.back_off_provider(run, first, RateLimited("429", retry_after_s=5))
@@ -136,7 +142,9 @@ def test_a_learned_rate_grows_by_one_per_minute_without_a_429(limit):
     assert limit.per_minute("requests_per_minute", learned_at + timedelta(minutes=5, seconds=1)) == 15
 
 
-def test_a_configured_or_reported_request_rate_is_never_replaced_by_a_learned_one(make_agent, make_plan, limit):
+def test_a_configured_or_reported_request_rate_is_never_replaced_by_a_learned_one(
+    make_agent, make_plan, limit, still_budgets
+):
     ProviderLimit.objects.filter(pk=limit.pk).update(requests_per_minute=50)
     run = started_run(make_agent, make_plan, 3)
     retries.back_off_provider(run, run.tasks.first(), RateLimited("429", retry_after_s=5))
@@ -146,7 +154,7 @@ def test_a_configured_or_reported_request_rate_is_never_replaced_by_a_learned_on
     assert not Event.objects.filter(type="provider.rate_learned").exists()
 
 
-def test_an_overload_teaches_no_request_rate(make_agent, make_plan, limit):
+def test_an_overload_teaches_no_request_rate(make_agent, make_plan, limit, still_budgets):
     run = started_run(make_agent, make_plan, 3)
     retries.back_off_provider(run, run.tasks.first(), Overloaded("529", retry_after_s=1))
     limit.refresh_from_db()
