@@ -114,6 +114,11 @@ class ProviderLimit(models.Model):
             minutes = max(0, int(elapsed // 60))
         return self.learned_requests_per_minute + minutes * self.LEARNED_RATE_GROWTH_PER_MINUTE
 
+    @property
+    def rate_is_learned(self) -> bool:
+        """Admission keeps to a request rate learned from 429s (none configured or reported)."""
+        return not self.requests_per_minute and bool(self.learned_requests_per_minute)
+
     # Anthropic bills prompt-cache reads at 0.1× and (5-minute) cache writes at 1.25× the base
     # input price (https://docs.anthropic.com/en/docs/about-claude/pricing); both are reported
     # apart from `input_tokens` in the API's usage.

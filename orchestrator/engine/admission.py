@@ -212,10 +212,14 @@ def budgets_of(
     tokens max_tokens."""
     amounts = {"rpm": 1, "itpm": input_tokens, "otpm": agent.max_output_tokens}
     return [
-        (suffix, amounts[suffix], per_minute, wait)
+        (suffix, amounts[suffix], per_minute, learned_wait if suffix == "rpm" and limit.rate_is_learned else wait)
         for suffix, field, wait in UNITS
         if (per_minute := limit.per_minute(field))
     ]
+
+
+def learned_wait(provider: str) -> waits.Wait:
+    return waits.RateLimitRequests(provider, " (a rate learned from its 429s)")
 
 
 def give_back(limit: ProviderLimit, taken: dict[str, ratelimit.Reservation]) -> None:

@@ -110,8 +110,9 @@ class RateLimitRequests(Wait):
     """The provider's requests-per-minute budget is used up."""
 
     code = "rate_limit_requests"
-    template = "provider {provider} requests per minute used up"
+    template = "provider {provider} requests per minute used up{basis}"
     provider: str  # as shown: "anthropic:claude-…"
+    basis: str = ""  # " (a rate learned from its 429s)" when nobody configured or reported one
 
 
 @dataclass(frozen=True)

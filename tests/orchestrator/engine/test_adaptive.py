@@ -119,6 +119,7 @@ def test_a_429_teaches_the_request_rate_the_provider_accepted_when_nobody_set_on
     later = runs.launch(make_plan({"x": ("writer", [])}), cap=1)
     waiting = later.tasks.get()
     assert waiting.state == "throttled" and waiting.wait_code == "rate_limit_requests", waiting.wait_reason
+    assert waiting.wait_reason == "provider simulated:sim-1 requests per minute used up (a rate learned from its 429s)"
 
 
 def test_each_refusal_of_a_burst_lowers_the_rate_to_what_was_really_accepted(

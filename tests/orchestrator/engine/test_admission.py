@@ -94,7 +94,7 @@ def test_priority_breaks_ties_between_equal_paths(demo_agents, make_plan):
 
 
 @pytest.mark.django_db
-def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_agents, make_plan):
+def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_agents, make_plan, still_budgets):
     ProviderLimit.objects.create(provider="simulated", model="sim-1", requests_per_minute=2)
     demo_agents["researcher"].max_concurrency = 10
     demo_agents["researcher"].save()
@@ -111,7 +111,7 @@ def test_admission_meters_requests_per_minute_and_shows_throttled_tasks(demo_age
 
 
 @pytest.mark.django_db
-def test_admission_meters_output_tokens_per_minute(demo_agents, make_plan):
+def test_admission_meters_output_tokens_per_minute(demo_agents, make_plan, still_budgets):
     ProviderLimit.objects.create(provider="simulated", model="sim-1", output_tokens_per_minute=2500)
     run = runs.launch(make_plan({f"t{i}": ("researcher", []) for i in range(4)}), cap=4)
     assert run.tasks.filter(state=State.QUEUED).count() == 2  # 2 × 1,024 max output tokens fit in 2,500
