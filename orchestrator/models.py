@@ -105,9 +105,9 @@ class ProviderLimit(models.Model):
         """The per-minute budget admission keeps to for `field` (requests_per_minute,
         input_tokens_per_minute, output_tokens_per_minute): the value configured or reported by
         the provider; for requests, failing both, the rate learned from the provider's 429s."""
-        value = getattr(self, field)
-        if value or field != "requests_per_minute" or not self.learned_requests_per_minute:
-            return value
+        if field != "requests_per_minute" or not self.rate_is_learned:
+            return getattr(self, field)
+        assert self.learned_requests_per_minute is not None  # rate_is_learned
         minutes = 0
         if self.learned_at is not None:
             elapsed = ((now or timezone.now()) - self.learned_at).total_seconds()
