@@ -347,10 +347,14 @@ def test_a_claim_of_many_that_fails_in_the_database_claims_each_alone(make_agent
     assert set(Attempt.objects.filter(pk__in=ids).values_list("state", flat=True)) == {"running"}
 
 
-def test_successes_recorded_together_count_once_each_and_take_one_step(make_agent, make_plan, priced_limit):
+def test_successes_recorded_together_count_once_each_and_take_one_step(
+    make_agent, make_plan, priced_limit, monkeypatch
+):
     """An agent host's wave of successes of one run: one transaction records each (output, usage,
     cost, event) and takes one step, whose kept claims quote every output. One of them that lost
     its lease meanwhile is kept aside as late, and the others are recorded all the same."""
+    # The lost task's retry waits past the step (a drawn back-off can be shorter than the time to it).
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 30.0)
     make_agent("researcher")
     plan = make_plan(
         {
