@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from django.contrib.auth.models import User
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
+from django.db.models import Max
 from django.utils import timezone
 
 from orchestrator import sql
@@ -155,15 +156,34 @@ def write(batch: list[Event]) -> None:
     for event in batch:
         if event.run_id is not None:
             by_run[event.run_id].append(event)
-    for run_id, run_events in by_run.items():
-        last = take_numbers(run_id, len(run_events))
-        for offset, event in enumerate(run_events):
-            event.seq = last - len(run_events) + 1 + offset
-        transaction.on_commit(functools.partial(ring_doorbell, run_id, last))
     now = timezone.now()
     for event in batch:
         event.created_at = now  # auto_now_add, as a save would set it
-    sql.insert(Event, batch)  # every engine transaction's last statement: no query building (orchestrator/sql.py)
+    numbered_together = sql.takes_arrays(connection)
+    for run_id, run_events in by_run.items():
+        last = insert_numbered(run_id, run_events) if numbered_together else None
+        if last is None:
+            last = take_numbers(run_id, len(run_events))
+            for offset, event in enumerate(run_events):
+                event.seq = last - len(run_events) + 1 + offset
+            sql.insert(Event, run_events)
+        transaction.on_commit(functools.partial(ring_doorbell, run_id, last))
+    # Every engine transaction's last statements: no query building (orchestrator/sql.py).
+    sql.insert(Event, [event for event in batch if event.run_id is None])
+
+
+def insert_numbered(run_id: int, run_events: list[Event]) -> int | None:
+    """Number run `run_id`'s events and insert them in one statement (PostgreSQL): one round trip
+    fewer in every engine transaction than numbering first. Returns the last number, or None
+    when the run's sequence row is missing (nothing inserted)."""
+    table = EventSequence._meta.db_table
+    return sql.insert_numbered(
+        Event,
+        run_events,
+        "seq",
+        counter=f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq AS last",
+        counter_params=[len(run_events), run_id],
+    )
 
 
 def take_numbers(run_id: int, count: int) -> int:
@@ -175,8 +195,9 @@ def take_numbers(run_id: int, count: int) -> int:
             f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq", [count, run_id]
         )
         row = cursor.fetchone()
-    if row is None:  # a run made before sequences had rows of their own
-        EventSequence.objects.get_or_create(run_id=run_id)
+    if row is None:  # a run made without its sequence row: numbered on from its last event
+        last = Event.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"]
+        EventSequence.objects.get_or_create(run_id=run_id, defaults={"last_seq": last or 0})
         return take_numbers(run_id, count)
     return int(row[0])
 

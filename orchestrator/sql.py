@@ -398,6 +398,41 @@ def update(
     return [model.from_db(DEFAULT_DB_ALIAS, names, row) for row in rows]
 
 
+def _insert_fields(model: type[Model]) -> list[Field]:
+    """The columns an INSERT writes: every concrete field but an automatic primary key."""
+    return [f for f in model._meta.concrete_fields if not (f.primary_key and f.auto_created)]
+
+
+def _row_params(db, fields: Sequence[Field], instances: Sequence[Model]) -> list:
+    """The parameters of `instances` as rows of `fields`, row after row, each value adapted as the
+    ORM would send it (the rows of a batch share their times: each adapted once)."""
+    adapters = [(f.attname, _adapter(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
+    adapted: dict[Any, Any] = {}
+    params = []
+    for obj in instances:
+        for name, adapt, is_time in adapters:
+            value = getattr(obj, name)
+            if is_time and value is not None:
+                if value not in adapted:
+                    adapted[value] = adapt(value, db)
+                params.append(adapted[value])
+            else:
+                params.append(adapt(value, db))
+    return params
+
+
+def _column_arrays(fields: Sequence[Field], params: list) -> list:
+    """Row-after-row `params` as one array parameter per column (UNNEST)."""
+    return [_uniform(f, params[index :: len(fields)]) for index, f in enumerate(fields)]
+
+
+def _saved(model: type[Model], instances: Sequence[Model], ids: Sequence[Any]) -> None:
+    for obj, pk in zip(instances, ids, strict=True):
+        obj.pk = pk
+        obj._state.adding = False
+        obj._state.db = DEFAULT_DB_ALIAS
+
+
 def insert(model: type[Model], instances: Iterable[Model]) -> None:
     """INSERT new instances of `model` (every concrete field but an automatic primary key, as the
     instances hold them: set `auto_now_add` fields first) and give each its primary key."""
@@ -405,11 +440,10 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
     if not instances:
         return
     meta = model._meta
-    fields = [f for f in meta.concrete_fields if not (f.primary_key and f.auto_created)]
+    fields = _insert_fields(model)
     columns = _columns(model, tuple(f.attname for f in fields))
     row_marks = "(" + in_list(fields) + ")"
     db = _db()
-    adapters = [(f.attname, _adapter(db.vendor, f), f.get_internal_type() == "DateTimeField") for f in fields]
     arrays = takes_arrays(db) and len(instances) > 1  # a column per parameter (UNNEST)
     # SQLite's backend bounds a statement's parameters; PostgreSQL's protocol allows 65,535.
     batch = (
@@ -417,21 +451,11 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
         if arrays
         else max(1, min(db.ops.bulk_batch_size(fields, instances), MAX_PARAMETERS // len(fields)))
     )
-    adapted: dict[Any, Any] = {}  # the rows of a batch share their times: each adapted once
     for start in range(0, len(instances), batch):
         chunk = instances[start : start + batch]
-        params = []
-        for obj in chunk:
-            for name, adapt, is_time in adapters:
-                value = getattr(obj, name)
-                if is_time and value is not None:
-                    if value not in adapted:
-                        adapted[value] = adapt(value, db)
-                    params.append(adapted[value])
-                else:
-                    params.append(adapt(value, db))
+        params = _row_params(db, fields, chunk)
         if arrays:
-            params = [_uniform(f, params[index :: len(fields)]) for index, f in enumerate(fields)]
+            params = _column_arrays(fields, params)
             rows = f"SELECT * FROM UNNEST({', '.join(_array(db, f) for f in fields)})"
         else:
             rows = f"VALUES {', '.join([row_marks] * len(chunk))}"
@@ -442,7 +466,39 @@ def insert(model: type[Model], instances: Iterable[Model]) -> None:
             with db.cursor() as cursor:
                 cursor.execute(statement, params)
             ids = [None] * len(chunk)
-        for obj, pk in zip(chunk, ids, strict=True):
-            obj.pk = pk
-            obj._state.adding = False
-            obj._state.db = DEFAULT_DB_ALIAS
+        _saved(model, chunk, ids)
+
+
+def insert_numbered(
+    model: type[Model], instances: Sequence[Model], number: str, *, counter: str, counter_params: Sequence[Any]
+) -> int | None:
+    """INSERT new instances of `model` numbered in their order by the statement that takes their
+    numbers, in one statement (PostgreSQL, `takes_arrays`: a data-modifying WITH): `counter` is an
+    UPDATE … RETURNING the counter's new last value as `last`, already advanced by
+    len(instances). Gives each instance its primary key and its number (field `number`); returns
+    the last number, or None when the counter's row is missing (then nothing was inserted)."""
+    db = _db()
+    assert takes_arrays(db), "insert_numbered needs a database that takes arrays"
+    fields = [f for f in _insert_fields(model) if f.attname != number]
+    names = tuple(f.attname for f in fields)
+    arrays = _column_arrays(fields, _row_params(db, fields, instances))
+    aliases = [f"c{index}" for index in range(len(fields))]
+    number_column = _columns(model, (number,))
+    rows = fetch(
+        f"WITH counter AS ({counter}) "
+        f"INSERT INTO {quote(model._meta.db_table)} ({_columns(model, names)}, {number_column}) "
+        f"SELECT {', '.join(f'item.{a}' for a in aliases)}, counter.last - %s + item.ordinal "
+        f"FROM counter, UNNEST({', '.join(_array(db, f) for f in fields)}) "
+        f"WITH ORDINALITY AS item({', '.join(aliases)}, ordinal) ORDER BY item.ordinal "
+        f"RETURNING {_columns(model, ('pk', number))}",
+        [*counter_params, len(instances), *arrays],
+    )
+    if not rows:
+        return None
+    by_number = {seq: pk for pk, seq in rows}
+    last = max(by_number)
+    first = last - len(instances) + 1
+    for offset, obj in enumerate(instances):
+        setattr(obj, number, first + offset)
+    _saved(model, instances, [by_number[first + offset] for offset in range(len(instances))])
+    return last
