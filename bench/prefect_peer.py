@@ -29,6 +29,9 @@ import time
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_API_ENABLE_HTTP2", "false")
+# Its ephemeral server migrates a new database on its first start: on a slow 2-core machine that
+# took longer than Prefect's default 20 s, and the peer failed before measuring anything.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "180")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location("dags", os.path.join(HERE, "dags.py"))
