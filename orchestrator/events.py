@@ -176,24 +176,22 @@ def insert_numbered(run_id: int, run_events: list[Event]) -> int | None:
     """Number run `run_id`'s events and insert them in one statement (PostgreSQL): one round trip
     fewer in every engine transaction than numbering first. Returns the last number, or None
     when the run's sequence row is missing (nothing inserted)."""
-    table = EventSequence._meta.db_table
     return sql.insert_numbered(
-        Event,
-        run_events,
-        "seq",
-        counter=f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq AS last",
-        counter_params=[len(run_events), run_id],
+        Event, run_events, "seq", counter=_take_numbers_statement(), counter_params=[len(run_events), run_id]
     )
+
+
+def _take_numbers_statement() -> str:
+    """Advance a run's sequence by %s numbers (run id: the second parameter), returning the last as `last`."""
+    table = EventSequence._meta.db_table
+    return f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq AS last"
 
 
 def take_numbers(run_id: int, count: int) -> int:
     """Allocate `count` sequence numbers of run `run_id`; returns the last one. Holds the run's
     sequence row until commit (one statement: an UPDATE … RETURNING, PostgreSQL and SQLite alike)."""
-    table = EventSequence._meta.db_table
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET last_seq = last_seq + %s WHERE run_id = %s RETURNING last_seq", [count, run_id]
-        )
+        cursor.execute(_take_numbers_statement(), [count, run_id])
         row = cursor.fetchone()
     if row is None:  # a run made without its sequence row: numbered on from its last event
         last = Event.objects.filter(run_id=run_id).aggregate(last=Max("seq"))["last"]
