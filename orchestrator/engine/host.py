@@ -161,7 +161,21 @@ class AgentHost:
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            self._close_loop()
+
+    def _close_loop(self) -> None:
+        """Close the stopped loop here, in its own thread: what `_stop` cancelled ends first (up to
+        STOP_S), then the loop's resources go. Left open, the loop was closed by the garbage
+        collector in whatever thread it ran, where channels_redis's close hook, which runs a flush
+        on the loop, failed if another loop was running there."""
+        pending = asyncio.all_tasks(self.loop)
+        if pending:
+            self.loop.run_until_complete(asyncio.wait(pending, timeout=STOP_S))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
 
     async def _start(self) -> None:
         self._heartbeat = asyncio.create_task(self._heartbeat_loop(), name="glassbox-heartbeat")

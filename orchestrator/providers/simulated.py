@@ -425,10 +425,16 @@ class SimulatedProvider(Provider):
         duration_s = self.draw_latency_s(request)
         slices = max(1, math.ceil(duration_s / SLICE_S))
         failing_slice = self._failing_slice(request, options, slices)
-        output: SimulatedOutput | None = None
+        # Made within the latency, as a server makes its answer while the caller waits: after one
+        # turn of the loop (sleep(0)), so the calls of a wave that start together all start before
+        # any of them makes its text, and the text costs a call nothing after its latency (made at
+        # the first slice, it added ~0.5 ms to every call, on a chain's critical path).
+        await asyncio.sleep(0)
+        output = generate_output(request)
+        total = len(output.words)
         for index in range(slices):
             if index == failing_slice:
-                written = index * len(output.words) // slices if output is not None else 0
+                written = index * total // slices
                 raise ProviderError(
                     f"simulated failure after {written} output tokens (failure_rate={options.failure_rate})",
                     retryable=True,
@@ -437,13 +443,8 @@ class SimulatedProvider(Provider):
             # slice does not delay the next, so the call takes its drawn latency (sleeping a slice
             # after each added the caller's work: ~3 ms a call on a loaded worker).
             await _sleep_until(began + duration_s * (index + 1) / slices)
-            if output is None:  # made once the first slice is due, so a wave's calls all start at once:
-                output = generate_output(request)  # a call of one slice ends that long (~0.2 ms) after its latency
-            total = len(output.words)
             start, end = index * total // slices, (index + 1) * total // slices
             yield TextDelta(text="".join(output.words[start:end]), output_tokens=end)
-        assert output is not None
-        total = len(output.words)
         usage = Usage(input_tokens=input_tokens, output_tokens=total)
         yield UsageSoFar(usage)
         yield Completed(

@@ -254,6 +254,7 @@ def test_draining_lets_short_attempts_finish_and_hands_back_the_others(make_agen
     assert stuck.state == State.QUEUED and stuck.attempt_count == 2  # re-admitted at once, for another worker
     assert Event.objects.filter(run=run, type="attempt.handed_back").count() == 1
     assert agent_host.submit(attempt.pk) == "handed to the broker (this worker is stopping)"
+    assert agent_host.loop.is_closed()  # its event loop's resources are released where it ran
 
 
 def test_a_draining_host_hands_attempts_waiting_for_a_slot_to_the_broker(make_agent, make_plan, make_host, broker):

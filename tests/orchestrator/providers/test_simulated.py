@@ -206,10 +206,10 @@ def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_
     assert arrivals == pytest.approx([began + 0.25, began + 0.5, began + 0.75, began + 1.0])
 
 
-def test_the_text_is_made_within_the_calls_latency(monkeypatch):
-    """Making the answer's text is the server's work: it happens once the first slice is due, so a
-    slow generator neither delays the call's start (nor other calls') nor lengthens a call of
-    several slices."""
+@pytest.mark.parametrize("latency_s", [1.0, 0.2])
+def test_the_text_is_made_within_the_calls_latency(monkeypatch, latency_s):
+    """Making the answer's text is the server's work, done while the caller waits: a slow generator
+    neither delays the call's start nor lengthens the call, of several slices or of one."""
     from orchestrator.providers import simulated
 
     clock = {"now": 100.0}
@@ -225,7 +225,7 @@ def test_the_text_is_made_within_the_calls_latency(monkeypatch):
     monkeypatch.setattr(simulated, "_clock", lambda: clock["now"])
     monkeypatch.setattr(simulated, "_sleep_until", sleep_until)
     monkeypatch.setattr(simulated, "generate_output", slow_generate)
-    request = make_request(options={"latency": {"dist": "fixed", "seconds": 1.0}})
+    request = make_request(options={"latency": {"dist": "fixed", "seconds": latency_s}})
     seen = []
 
     async def consume() -> None:
@@ -234,7 +234,33 @@ def test_the_text_is_made_within_the_calls_latency(monkeypatch):
 
     asyncio.run(consume())
     assert seen[0] == ("UsageSoFar", 100.0)  # the request is answered at once
-    assert seen[-1] == ("Completed", pytest.approx(101.0))  # and ends its latency after it
+    assert seen[-1] == ("Completed", pytest.approx(100.0 + latency_s))  # and ends its latency after it
+
+
+def test_calls_that_start_together_all_start_before_any_makes_its_text(monkeypatch):
+    """A wave's calls begin together: none waits on another's text being made."""
+    from orchestrator.providers import simulated
+
+    log = []
+    real_generate = simulated.generate_output
+
+    def logged_generate(request):
+        log.append(f"text {request.agent_name}")
+        return real_generate(request)
+
+    monkeypatch.setattr(simulated, "generate_output", logged_generate)
+
+    async def call(name: str) -> None:
+        async for item in SimulatedProvider().stream(make_request(agent_name=name)):
+            if isinstance(item, UsageSoFar) and not item.usage.output_tokens:
+                log.append(f"start {name}")
+
+    async def wave() -> None:
+        await asyncio.gather(call("a"), call("b"), call("c"))
+
+    asyncio.run(wave())
+    assert log[:3] == ["start a", "start b", "start c"]
+    assert sorted(log[3:]) == ["text a", "text b", "text c"]
 
 
 def test_estimate_duration_is_the_distribution_mean():
