@@ -186,7 +186,7 @@ def test_the_answer_keeps_its_own_clock_however_long_the_caller_takes_with_each_
 
     clock = {"now": 100.0}
 
-    async def sleep_until(deadline: float) -> None:
+    async def sleep_until(deadline: float, **_) -> None:
         clock["now"] = max(clock["now"], deadline)
 
     monkeypatch.setattr(simulated, "_clock", lambda: clock["now"])
@@ -214,7 +214,7 @@ def test_the_text_is_made_within_the_calls_latency(monkeypatch, latency_s):
 
     clock = {"now": 100.0}
 
-    async def sleep_until(deadline: float) -> None:
+    async def sleep_until(deadline: float, **_) -> None:
         clock["now"] = max(clock["now"], deadline)
 
     def slow_generate(request):
@@ -484,3 +484,29 @@ def test_the_simulated_provider_calls_the_tools_its_prompt_names_then_answers():
     assert planned_tool_calls(replace(request, messages=answered)) == []
     unnamed = replace(request, prompt="Write a poem.")
     assert planned_tool_calls(unnamed) == []
+
+
+def test_a_calls_end_is_not_left_to_the_timers_rounding(monkeypatch):
+    """asyncio wakes a sleeper up to a millisecond late; a call's end sleeps to a millisecond before
+    it, then gives the loop its turns until it comes (on a clock of the test's own: each turn 0.2 ms)."""
+    from orchestrator.providers import simulated
+
+    clock = {"now": 0.0}
+    sleeps = []
+    real_sleep = asyncio.sleep
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        clock["now"] += seconds or 0.0002
+        await real_sleep(0)
+
+    monkeypatch.setattr(simulated, "_clock", lambda: clock["now"])
+    monkeypatch.setattr(simulated.asyncio, "sleep", sleep)
+    asyncio.run(simulated._sleep_until(1.0, on_time=True))
+    assert sleeps[0] == pytest.approx(1.0 - simulated.TIMER_SLACK_S)
+    assert set(sleeps[1:]) == {0}
+    assert 1.0 <= clock["now"] < 1.0002 + 1e-9
+    sleeps.clear()
+    start = clock["now"]
+    asyncio.run(simulated._sleep_until(2.0))  # a slice before the last: one sleep, as asyncio keeps it
+    assert sleeps == [pytest.approx(2.0 - start)]
