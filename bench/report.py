@@ -735,6 +735,20 @@ after it (~0.5 ms less at the end of every call).
   Prefect's chain costs ~7 ms a link beyond its tasks here ((12.55 − 12.20) s / 50), ours ~9.4 ms
   in the benchmark (two worker processes, the broker): to pass it, a link must lose ~2.5 ms, most
   of it in the success's transaction.
+- **After this run** (not in the tables): the simulated provider ends a call on time. Its last
+  slice sleeps to a millisecond before the end, then yields to the loop until it: asyncio's timer
+  (epoll waits in whole milliseconds, rounded up) ended calls 0.5–0.9 ms late, 0.07 ms now
+  (in-process, median). A targeted run after it (chain and fan, both profiles, 2 repeats, 14:11):
+  embedded chain at cap 8 12.45 / 12.54 s against Prefect's 12.59 / 12.56 s; production chain at
+  cap 8 12.72 / 12.67 s against 12.54 / 12.57 s (still ~1 % behind), at cap 64 12.61 / 12.73 s
+  against 12.54 / 12.55 s; fan at cap 8 8.10–8.21 s against 8.08–8.10 s. What it saves (~30 ms a
+  chain) is within the spread of the runs.
+- **Measured and not taken (this run's session)**: a success's task move, its attempt's
+  settlement and its run's totals as one statement on PostgreSQL (data-modifying WITH queries
+  conditioned on the move's RETURNING; a chain link 12 → 10 statements). In-process, 6 runs each,
+  alternating: the success's transaction took a median 6.5 ms wall and 3.97 ms of CPU with it,
+  6.45 ms and 4.01 ms without. No measurable change, as the per-statement costs above predict, so
+  it was not taken.
 - **Cap 64 (random 300, fan; measured on the 2026-11-25 machine)**: the host that claims a run's first wave keeps nearly all of the
   run (kept attempts need no broker round trip): in one production run of random 300 one host
   recorded 179 of the 190 successes' transactions, busy 2.84 s of the 5.93 s (wall twice its CPU:
