@@ -99,7 +99,7 @@ clean:
 # The scheduler benchmark: writes bench/results.json, docs/benchmarks.md and docs/benchmarks/*.png.
 # Real qcluster workers and the simulated provider on the embedded default and on PostgreSQL + Redis
 # (the local servers, or BENCH_DATABASE_URL / BENCH_REDIS_URL); databases and keys of its own, removed
-# afterwards. About 15 minutes on 2 cores. Options through BENCH_ARGS, e.g. BENCH_ARGS="--repeats 5".
+# afterwards. About 25 minutes on 2 cores with its default of 3 repeats (19 with BENCH_ARGS="--repeats 2").
 .PHONY: bench
 bench: install
 	$(BIN)/pip install --quiet -e ".[test,bench]"
