@@ -21,6 +21,7 @@ attempt ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -153,8 +154,11 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
     usage = lambda: current.progress.usage  # noqa: E731 - the usage at the moment of the end
     try:
         completed = None
-        async with asyncio.timeout(request.timeout_s):
-            async for item in get_provider(request.provider).stream(request):
+        # Closed here, not by the garbage collector: the provider's connection goes back before
+        # the end is recorded, and a cancellation closes it in this task, on this loop.
+        stream = contextlib.aclosing(get_provider(request.provider).stream(request))
+        async with asyncio.timeout(request.timeout_s), stream as items:
+            async for item in items:
                 if isinstance(item, TextDelta):
                     current.add_text(item)
                 elif isinstance(item, UsageSoFar):

@@ -40,11 +40,12 @@ One attempt is one streamed ``messages.create`` call:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import functools
 import math
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -262,7 +263,7 @@ def _body_error(body: Any, name: str) -> str | None:
 class AnthropicProvider(Provider):
     name = "anthropic"
 
-    async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, request: AgentRequest) -> AsyncGenerator[StreamItem, None]:
         sdk = client(request.timeout_s, who=f"agent {request.agent_name}")
         params: dict[str, Any] = {
             "model": request.model,
@@ -281,12 +282,13 @@ class AnthropicProvider(Provider):
                 feedback = rate_limit_feedback(request.model, stream.response.headers)
                 if feedback.budgets:
                     yield feedback
-                async for item in self._events(stream, request):
-                    yield item
+                async with contextlib.aclosing(self._events(stream, request)) as items:
+                    async for item in items:
+                        yield item
         except SDK_ERRORS as exc:
             raise map_error(exc, timeout_s=request.timeout_s, model=request.model) from None
 
-    async def _events(self, stream: Any, request: AgentRequest) -> AsyncIterator[StreamItem]:
+    async def _events(self, stream: Any, request: AgentRequest) -> AsyncGenerator[StreamItem, None]:
         chars = 0
         so_far = 0
         usage = Usage()

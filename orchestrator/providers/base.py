@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -209,7 +209,7 @@ class Provider(ABC):
     name: str
 
     @abstractmethod
-    def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
+    def stream(self, request: AgentRequest) -> AsyncGenerator[StreamItem, None]:
         """Run ``request``, yielding output as it comes (an async generator).
 
         Yields :class:`TextDelta` items as text arrives, :class:`UsageSoFar` whenever the

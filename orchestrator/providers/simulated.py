@@ -34,11 +34,12 @@ in :mod:`orchestrator.ratelimit`). A request refused for tokens still counts as 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import math
 import random
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
@@ -418,7 +419,7 @@ def _attempt_random(request: AgentRequest, purpose: str) -> random.Random:
 class SimulatedProvider(Provider):
     name = "simulated"
 
-    async def stream(self, request: AgentRequest) -> AsyncIterator[StreamItem]:
+    async def stream(self, request: AgentRequest) -> AsyncGenerator[StreamItem, None]:
         # The call's latency runs from the request, as a server's does: the limit check and making
         # the text happen within it, not before it starts (see the first slice below).
         began = _clock()
@@ -433,8 +434,9 @@ class SimulatedProvider(Provider):
                 await asyncio.sleep(3600)
         calls = planned_tool_calls(request)
         if calls:
-            async for item in self._call_tools(request, calls, input_tokens):
-                yield item
+            async with contextlib.aclosing(self._call_tools(request, calls, input_tokens)) as items:
+                async for item in items:
+                    yield item
             return
         duration_s = self.draw_latency_s(request)
         slices = max(1, math.ceil(duration_s / SLICE_S))
@@ -470,7 +472,7 @@ class SimulatedProvider(Provider):
 
     async def _call_tools(
         self, request: AgentRequest, calls: list[ToolUse], input_tokens: int
-    ) -> AsyncIterator[StreamItem]:
+    ) -> AsyncGenerator[StreamItem, None]:
         """A turn that asks for tools: a sentence, then the calls."""
         text = f"I will use {', '.join(call.name for call in calls)}."
         await asyncio.sleep(min(self.draw_latency_s(request), SLICE_S))

@@ -137,6 +137,35 @@ def test_the_stream_reports_progress_and_the_servers_usage_exactly(fake_anthropi
     assert sent["messages"] == [{"role": "user", "content": "Compare three databases for a small team"}]
 
 
+def test_closing_the_stream_part_way_closes_its_reading_of_the_answer_at_once(fake_anthropic, monkeypatch):
+    """An attempt cancelled or timed out part-way closes the provider's stream; the reading of the
+    server's events inside it closes with it, not later by the garbage collector (which may run on
+    another thread, once the loop is gone)."""
+    from orchestrator import db_threads
+
+    fake_anthropic.enqueue(Reply.text_answer(TEXT, input_tokens=10, output_tokens=52))
+    closed: list[bool] = []
+    real_events = AnthropicProvider._events
+
+    async def events(self, stream, request):
+        try:
+            async for item in real_events(self, stream, request):
+                yield item
+        finally:
+            closed.append(True)
+
+    monkeypatch.setattr(AnthropicProvider, "_events", events)
+
+    async def read_part_then_close() -> list[bool]:
+        stream = AnthropicProvider().stream(make_request())
+        while not isinstance(await anext(stream), TextDelta):  # inside the reading of the events
+            pass
+        await stream.aclose()
+        return list(closed)  # as the caller's aclose() returns
+
+    assert db_threads.run_sync(read_part_then_close) == [True]
+
+
 def test_unscripted_usage_is_the_servers_own_count(fake_anthropic):
     _, completed = drain(make_request(max_tokens=10))
     sent = fake_anthropic.message_requests()[-1].body

@@ -1,0 +1,85 @@
+"""One attempt's course in the agent host: what it does with the provider's stream as it ends."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from orchestrator import db_threads
+from orchestrator.engine import agent_runner, execution, runs
+from orchestrator.models import Attempt
+from orchestrator.providers.base import Completed, Provider, TextDelta, Usage
+from tests.conftest import NoHost, run_attempt
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class RecordingProvider(Provider):
+    """A provider that notes in `log` when its stream is closed, and whose stream, once started,
+    either answers at once or (`hold`) never ends."""
+
+    name = "simulated"
+
+    def __init__(self, log: list[str], *, hold: bool = False) -> None:
+        self.log, self.hold = log, hold
+
+    async def stream(self, request):
+        try:
+            yield TextDelta(text="An answer.", output_tokens=3)
+            if self.hold:
+                await asyncio.Event().wait()
+            yield Completed(usage=Usage(input_tokens=10, output_tokens=3), stop_reason="end_turn", simulated=True)
+        finally:
+            self.log.append("stream closed")
+
+    def estimate_duration_s(self, agent, output_tokens: int) -> float:
+        return 0.0
+
+
+def recording(monkeypatch, log: list[str], name: str) -> None:
+    """Note in `log` when execution.`name` (an attempt's end) is called."""
+    real = getattr(execution, name)
+
+    def noting(*args, **kwargs):
+        log.append(name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(execution, name, noting)
+
+
+class NotingHost(NoHost):
+    """No host, but one that notes in `log` when an attempt hands it its success."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    async def succeed(self, claim, output, usage, *, keep: int) -> str:
+        self.log.append("success handed over")
+        return await super().succeed(claim, output, usage, keep=keep)
+
+
+def test_the_providers_stream_is_closed_before_the_success_is_handed_over(make_agent, make_plan, monkeypatch):
+    """Left to the garbage collector, a Claude answer's connection would outlive the attempt (closed
+    later by a task of the loop's, or by whatever thread collects it once the loop is gone)."""
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    log: list[str] = []
+    monkeypatch.setattr(agent_runner, "get_provider", lambda name: RecordingProvider(log))
+    attempt = Attempt.objects.get(task_run__run=run)
+    outcome, _ = db_threads.run_sync(
+        lambda: agent_runner.run_attempt(NotingHost(log), attempt.pk, execution.worker_name())
+    )
+    assert outcome == "succeeded"
+    assert log == ["stream closed", "success handed over"]
+
+
+def test_a_timed_out_attempts_stream_is_closed_before_its_end_is_recorded(make_agent, make_plan, monkeypatch):
+    make_agent("researcher", timeout_s=1)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    log: list[str] = []
+    monkeypatch.setattr(agent_runner, "get_provider", lambda name: RecordingProvider(log, hold=True))
+    recording(monkeypatch, log, "fail")
+    assert run_attempt(Attempt.objects.get(task_run__run=run).pk) == "retry scheduled"
+    assert log == ["stream closed", "fail"]
+    assert Attempt.objects.get(task_run__run=run, number=1).state == Attempt.State.TIMED_OUT
