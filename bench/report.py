@@ -728,10 +728,21 @@ after it (~0.5 ms less at the end of every call).
   timer rounds its wait up to the millisecond), the transaction starts 0.3 ms after the stream's
   end, and the next call 0.35 ms after the commit. Seen from the client, a statement costs
   0.12–0.55 ms: the run's lock 0.48 (with BEGIN's round trip before it), the events' insert 0.54,
-  the two task updates 0.34 each, the others 0.12–0.29. PostgreSQL executes each in 0.02–0.07 ms
-  (EXPLAIN ANALYZE), so a statement's cost is the client's Python (psycopg's parameter dumping and
-  its send of the prepared statement, Django's cursor wrapper, orchestrator/sql.py) and one round
-  trip: folding two statements into one saves ~0.2–0.3 ms, not a statement's whole cost.
+  the two task updates 0.34 each, the others 0.12–0.29. EXPLAIN ANALYZE puts each statement's
+  execution at 0.02–0.07 ms, but the server's whole turn is longer. Measured later (2026-11-26,
+  PostgreSQL's own log with `log_min_duration_statement = 0`, an 80-link chain), a link's
+  statements take ~2.2 ms of the server's time:
+  - COMMIT 0.5 ms: the WAL's flush, and the foreign-key checks, which Django's deferred constraints
+    leave to the commit;
+  - the events' insert 0.24 ms and the task's success update 0.18 ms;
+  - binding (planning) each admission read 0.11–0.17 ms.
+
+  The client's send of a statement takes ~0.2 ms of wall time but 0.02 ms of CPU: on 2 cores the
+  server's backend runs while the client waits. A statement's cost is thus the server's turn and
+  the client's Python (psycopg, Django's cursor wrapper, orchestrator/sql.py) in about equal parts.
+  Folding two statements into one saves ~0.2–0.3 ms, not a statement's whole cost. Forcing generic
+  plans (`plan_cache_mode`) saved 0.3–0.5 ms of the transaction, within the spread of two runs
+  each; it was not taken, since a generic plan can be a bad one on skewed data.
   Prefect's chain costs ~7 ms a link beyond its tasks here ((12.55 − 12.20) s / 50), ours ~9.4 ms
   in the benchmark (two worker processes, the broker): to pass it, a link must lose ~2.5 ms, most
   of it in the success's transaction.
