@@ -11,7 +11,7 @@ two things, both switched on by the environment variable ``GLASSBOX_BENCH_TRACE_
   Everything else in the simulated provider (server limit, 429 answers, streamed slices,
   generated text) is untouched.
 * **CPU accounting.** ``scheduler.advance``, ``execution.claim_attempt``,
-  ``execution.complete`` (and ``complete_all``, both traced as ``complete``) and ``reaper.tick``
+  ``attempt_ends.complete`` (and ``complete_all``, both traced as ``complete``) and ``reaper.tick``
   are wrapped to measure the CPU time of the calling thread (``time.thread_time``, so the ticker
   thread and the host's database threads are told apart), the wall time and the SQL statements of each call. Every call appends one JSON line to
   ``<trace dir>/<pid>.jsonl``: ``{"f", "run", "cpu", "wall", "t", "n", "q"}``. The engine looks
@@ -58,7 +58,7 @@ def _run_id_of(name: str, args, result) -> int | None:
         return args[0] if args else None
     if name == "claim_attempt":  # execution.claim_attempts: the claims by attempt id
         return next(iter(result.values())).task.run_id if result else None
-    if name == "complete":  # execution.complete(claim, ...), or complete_all(run_id, successes, ...)
+    if name == "complete":  # attempt_ends.complete(claim, ...), or complete_all(run_id, successes, ...)
         return (args[0] if isinstance(args[0], int) else args[0].task.run_id) if args else None
     return None
 
@@ -122,13 +122,13 @@ def install() -> None:
     global _installed
     if _installed:
         return
-    from orchestrator.engine import execution, reaper, scheduler
+    from orchestrator.engine import attempt_ends, execution, reaper, scheduler
     from orchestrator.providers import simulated
 
     scheduler.advance = timed("advance", scheduler.advance)
     execution.claim_attempts = timed("claim_attempt", execution.claim_attempts)  # claim_attempt's too
-    execution.complete = timed("complete", execution.complete)
-    execution.complete_all = timed("complete", execution.complete_all)  # an agent host's successes
+    attempt_ends.complete = timed("complete", attempt_ends.complete)
+    attempt_ends.complete_all = timed("complete", attempt_ends.complete_all)  # an agent host's successes
     reaper.tick = timed("tick", reaper.tick)
 
     original_draw = simulated.SimulatedProvider.draw_latency_s

@@ -385,7 +385,7 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
         "- **Statements**: the SQL statements each `advance`, `claim_attempt` and `complete` ran (counted by "
         "`connection.execute_wrapper` in `bench/hooks.py`), per task; a success records its end and advances its "
         "run in one transaction, so `complete`'s count includes that step's (an agent host records the successes "
-        "of a run that end together in one such transaction, `execution.complete_all`, counted as `complete`).",
+        "of a run that end together in one such transaction, `attempt_ends.complete_all`, counted as `complete`).",
         f"- **Provider limit in sections 1–2**: none binds anybody: the simulated server has no limit, and the "
         f"engine's ProviderLimit carries {DAG_ENGINE_RPM} requests per minute, which no run reaches, so that "
         'admission does its rate-limit bookkeeping as in a deployment. Naive is then the "unlimited '

@@ -65,9 +65,9 @@ class NoHost:
         pass
 
     async def succeed(self, claim, output, usage, *, keep: int) -> str:
-        from orchestrator.engine import agent_runner, execution
+        from orchestrator.engine import agent_runner, attempt_ends
 
-        return await agent_runner.record(execution.complete, claim, output, usage, keep=keep)  # its own step
+        return await agent_runner.record(attempt_ends.complete, claim, output, usage, keep=keep)  # its own step
 
 
 def run_attempt(attempt_id: int) -> str:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from orchestrator.db_threads import run as db
-from orchestrator.engine import agent_loop, execution, feedback, tool_attempt
+from orchestrator.engine import agent_loop, attempt_ends, execution, feedback, tool_attempt
 from orchestrator.engine.agent_loop import LoopOutcome
 from orchestrator.engine.execution import Claim, Progress
 from orchestrator.governance.tool_registry import granted_servers
@@ -144,7 +144,7 @@ async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
         except Exception as exc:  # an agent's bug must not kill the host: it is a failed attempt
             current.interruptible = False
             log.exception("attempt %s crashed", claim.attempt.pk)
-            return await record(execution.fail, claim, f"{type(exc).__name__}: {exc}", usage=current.progress.usage)
+            return await record(attempt_ends.fail, claim, f"{type(exc).__name__}: {exc}", usage=current.progress.usage)
     finally:
         tracker.untrack(current)
 
@@ -176,7 +176,7 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
     except TimeoutError:
         current.interruptible = False
         message = f"timed out after {request.timeout_s:.0f} s"
-        return await record(execution.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage())
+        return await record(attempt_ends.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage())
     except ProviderError as exc:
         return await _provider_failed(current, exc)
 
@@ -185,10 +185,10 @@ async def _provider_failed(current: AttemptRun, exc: ProviderError) -> str:
     current.interruptible = False
     claim, usage = current.claim, current.progress.usage
     if isinstance(exc, ProviderTimeout):
-        return await record(execution.fail, claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+        return await record(attempt_ends.fail, claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=usage)
     if exc.feedback is not None:
         await db(feedback.apply, exc.feedback)
-    return await record(execution.fail, claim, str(exc), error=exc, usage=usage)
+    return await record(attempt_ends.fail, claim, str(exc), error=exc, usage=usage)
 
 
 async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
@@ -206,9 +206,9 @@ async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
     await record(execution.save_progress, [(claim, current.progress)])
     message = loop_stop_message(outcome, request, claim.task.agent.max_steps)
     if outcome.stop == agent_loop.DEADLINE:
-        return await record(execution.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+        return await record(attempt_ends.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage)
     # max_steps and budget: another attempt would stop at the same limit, so the task fails now.
-    return await record(execution.fail, claim, message, error=ProviderError(message, retryable=False), usage=usage)
+    return await record(attempt_ends.fail, claim, message, error=ProviderError(message, retryable=False), usage=usage)
 
 
 def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: int) -> str:
@@ -238,10 +238,10 @@ async def _stopped(current: AttemptRun) -> str:
     current.interruptible = False
     claim, usage = current.claim, current.progress.usage
     if current.stop_reason == CANCELLED:
-        return await record(execution.cancel_attempt, claim, usage)
+        return await record(attempt_ends.cancel_attempt, claim, usage)
     if current.stop_reason == SHUTDOWN:
-        return await record(execution.hand_back, claim, usage)
-    return await record(execution.discard_late, claim, usage, "lease lost while running")
+        return await record(attempt_ends.hand_back, claim, usage)
+    return await record(attempt_ends.discard_late, claim, usage, "lease lost while running")
 
 
 async def record(step, /, *args, **kwargs) -> str:

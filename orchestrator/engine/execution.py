@@ -1,26 +1,17 @@
-"""An attempt's records: claim, saved progress, result, failure, cancellation, hand-back (DESIGN §3).
+"""An attempt's records while it runs: claim, request, lease, saved progress (DESIGN §3).
 
-The synchronous database steps of one attempt. The agent host of a worker process
+The synchronous database steps of one attempt before its end. The agent host of a worker process
 (orchestrator/engine/host.py) runs them on its database threads for the attempts it hosts, and
-orchestrator/engine/agent_runner.py decides which to take as the attempt goes.
+orchestrator/engine/agent_runner.py decides which to take as the attempt goes. How an attempt ends
+(succeeded, failed, timed out, cancelled, handed back, a result that came too late) is
+orchestrator/engine/attempt_ends.py; every end is conditional on the lease this module's `owned`
+names.
 
 - **Claim**: a conditional update (attempt and task queued → running, with a lease owned by this
   process). It does not lock the run row: a cancelled task is simply no longer queued.
 - **Saved progress**: the output, progress and usage so far of all of a host's running attempts,
   in one transaction every few seconds, each conditional on its lease. No run row, no event: what
   viewers see live travels apart (orchestrator/engine/live.py).
-- **The end** (succeeded, failed, timed out, cancelled, handed back, or a result that came too
-  late): one transaction with the state change, the usage, the cost and the event (a success
-  also takes its run's step in it; an agent host records the successes of one run that end
-  together in one transaction, `complete_all`). Whatever the
-  end, the attempt keeps the tokens the provider reported and their cost, the task and the run
-  count them, and the provider's per-minute token budgets are corrected from what admission
-  reserved to what was used (engine/settlement.py). What a failure leads to (a retry, the task
-  failed, the provider backing off) is engine/retries.py.
-
-Every write of an attempt's outcome is conditional on still holding the lease: once the reaper has
-declared an attempt lost, whatever that attempt says later is kept on its Attempt row and never
-applied to the task.
 """
 
 from __future__ import annotations
@@ -38,19 +29,15 @@ from django.utils import timezone
 
 from orchestrator import events, sql
 from orchestrator.engine import (
-    adaptive,
     admission,
     attempt_requests,
     context,
     dispatch,
-    retries,
     run_shape,
-    scheduler,
-    settlement,
     transitions,
 )
-from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, Subtask, TaskRun, ToolGrant
-from orchestrator.providers.base import AgentRequest, ProviderError, Usage
+from orchestrator.models import Agent, Attempt, ProviderLimit, Run, TaskRun, ToolGrant
+from orchestrator.providers.base import AgentRequest, Usage
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +56,7 @@ class Claim:
     worker: str
     limit: ProviderLimit | None = None  # the agent's provider limit as it was when claimed (prices)
     request: AgentRequest | None = None  # what the attempt asks its provider (kept on the attempt)
-    # Set by `complete`: it advanced the run in its own transaction, and these admitted attempts
+    # Set by `attempt_ends.complete`: it advanced the run in its own transaction, and these admitted attempts
     # were kept for the caller and claimed by it already (scheduler.advance's `keep`, `claim_for`).
     advanced: bool = False
     kept: list[Claim] = field(default_factory=list)
@@ -391,229 +378,3 @@ def save_progress(items: list[tuple[Claim, Progress]]) -> None:
                 ),
                 state=State.RUNNING,
             )
-
-
-# --- How an attempt ends ------------------------------------------------------------------------
-
-
-@dataclass
-class Success:
-    """An attempt's successful end, as its host reports it: what it wrote and what it used."""
-
-    claim: Claim
-    output: str
-    usage: Usage
-
-
-def complete(claim: Claim, output: str, usage: Usage, *, keep: int = 0, advance: bool = True) -> str:
-    """Record a successful attempt and, in the same transaction, advance its run (its downstream
-    may start at once); up to `keep` of the attempts admitted are left for the caller to run
-    (`claim.kept`). Without `advance` the run's step is the caller's to take."""
-    (outcome,), step = _complete(claim.task.run_id, [Success(claim, output, usage)], keep, claim.worker, advance)
-    if step is not None:
-        claim.advanced, claim.kept = True, step.claims
-    return outcome
-
-
-def complete_all(run_id: int, successes: Sequence[Success], *, keep: int = 0, claim_for: str = ""):
-    """Record the successes of several attempts of run `run_id` and take the run's scheduling step,
-    all in one transaction: one wait for the run's row and one step for them all, where each
-    success in a transaction of its own waited on the row for every other's (an agent host
-    whose attempts of one run end together: a fan-out's wave). Returns the outcome of each, in
-    order, and the step (scheduler.AdvanceResult; `claim_for` claims what it kept, `keep`)."""
-    return _complete(run_id, successes, keep, claim_for, True)
-
-
-def _complete(run_id: int, successes: Sequence[Success], keep: int, claim_for: str, advance: bool):
-    # Bounded as their downstream agents' providers count tokens (for Claude, maybe a request):
-    # before the transaction, which then holds its locks no longer than it must.
-    summaries = [context.summary_for(s.claim.task, s.output) for s in successes]
-    now = timezone.now()
-    step = None
-    with events.atomic():
-        run = scheduler.lock_run(run_id)
-        moved = _record_successes(run, successes, summaries, now)
-        if advance:
-            ended = [s.claim.task for s, done in zip(successes, moved, strict=True) if done]
-            step = scheduler.advance_locked(run, keep=keep, claim_for=claim_for, ended=ended)
-    outcomes = [
-        "succeeded" if done else late_or_cancelled(s.claim, s.usage, "result arrived after the lease expired")
-        for s, done in zip(successes, moved, strict=True)
-    ]
-    return outcomes, step
-
-
-def _record_successes(run: Run, successes: Sequence[Success], summaries: list[str], now) -> list[bool]:
-    """The successes, inside the transaction holding `run`'s lock (its counters kept up to date, as
-    the step that follows reads them): their attempts read and locked in one statement, a statement
-    per task and per attempt, one for the run. False for a task no longer its attempt's."""
-    settled = settlement.settlements([(s.claim.attempt.pk, s.usage, s.claim.limit) for s in successes], lock=True)
-    moved = []
-    for success, summary, s in zip(successes, summaries, settled, strict=True):
-        task = success.claim.task
-        review = task.subtask.gate == Subtask.Gate.AFTER
-        # The task's end, its output and its totals in one statement, on condition of the lease.
-        moved.append(
-            bool(
-                transitions.move_tasks(
-                    State.AWAITING_REVIEW if review else State.SUCCEEDED,
-                    where=owned_lookups(success.claim),
-                    from_states=[State.RUNNING],
-                    output=success.output,
-                    summary=summary,
-                    progress=100,
-                    progress_at=now,
-                    lease_owner="",
-                    lease_expires_at=None,
-                    finished_at=None if review else now,
-                    error="",
-                    **s.task_totals(),
-                )
-            )
-        )
-    done = [
-        (success, summary, s) for success, summary, s, m in zip(successes, summaries, settled, moved, strict=True) if m
-    ]
-    settlement.apply_settlements([s for _, _, s in done], run_id=run.pk, state=Attempt.State.SUCCEEDED, finished_at=now)
-    for success, summary, s in done:
-        claim, task, usage = success.claim, success.claim.task, success.usage
-        review = task.subtask.gate == Subtask.Gate.AFTER
-        task.state = State.AWAITING_REVIEW if review else State.SUCCEEDED
-        task.output, task.summary = success.output, summary  # as saved: the step quotes them downstream
-        events.record(
-            "task.succeeded" if not review else "task.output_ready",
-            run=run,
-            task=task,
-            actor_name=f"agent:{task.agent.name}",
-            payload={
-                "attempt": claim.attempt.number,
-                "input_tokens": usage.input_tokens,
-                "output_tokens": usage.output_tokens,
-                "cost_usd": str(s.cost),
-            },
-        )
-        if review:
-            scheduler.open_gate(task, Checkpoint.Kind.AFTER)
-        if claim.limit is not None and claim.limit.effective_in_flight is not None:
-            adaptive.increase(task.agent.provider, task.agent.model, run=run, task=task)
-        run.cost_usd += s.more_cost  # as the UPDATE just made them: the step below reads them
-        run.reserved_usd -= s.reserved_usd
-        run.input_tokens += s.more_input
-        run.output_tokens += s.more_output
-    return moved
-
-
-def fail(
-    claim: Claim,
-    message: str,
-    *,
-    error: ProviderError | None = None,
-    attempt_state: str = Attempt.State.FAILED,
-    usage: Usage | None = None,
-) -> str:
-    task = claim.task
-    usage = usage or Usage()
-    with events.atomic():
-        run = scheduler.lock_run(task.run_id)
-        if not owned(claim).exists():
-            late = True
-        else:
-            late = False
-            settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=task.pk)
-            Attempt.objects.filter(pk=claim.attempt.pk).update(
-                state=attempt_state, finished_at=timezone.now(), error=message[:2000]
-            )
-            provider_wide = bool(error and error.provider_wide)
-            if error is not None and error.provider_wide:
-                retries.back_off_provider(run, task, error)
-            retryable = error.retryable if error else True
-            outcome = retries.schedule_retry_or_fail(
-                run,
-                task,
-                message,
-                retryable=retryable,
-                own_fault=not provider_wide,
-                retry_after=error.retry_after_s if error else None,
-            )
-    if late:
-        return late_or_cancelled(claim, usage, f"failure reported after the lease expired: {message}")
-    return outcome
-
-
-def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
-    """The task was cancelled while this attempt ran (a person, the run's end, fail_fast)."""
-    with events.atomic():
-        run = scheduler.lock_run(claim.task.run_id)
-        settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
-        Attempt.objects.filter(pk=claim.attempt.pk).update(
-            state=Attempt.State.CANCELLED, finished_at=timezone.now(), error="run cancelled"
-        )
-        transitions.move_where(
-            TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number),
-            State.CANCELLED,
-            from_states=[State.RUNNING, State.CANCELLED],
-            lease_owner="",
-            lease_expires_at=None,
-            finished_at=timezone.now(),
-        )
-    return "cancelled"
-
-
-def hand_back(claim: Claim, usage: Usage | None = None, why: str = "the worker is shutting down") -> str:
-    """Give a running attempt up without blaming the task (graceful shutdown): the attempt ends
-    ``handed_back`` with what it used, the task is ready again at once and spends no retry."""
-    with events.atomic():
-        run = scheduler.lock_run(claim.task.run_id)
-        if not owned(claim).exists():
-            return discard_late(claim, usage or Usage(), f"handed back after the lease expired ({why})")
-        settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
-        now = timezone.now()
-        Attempt.objects.filter(pk=claim.attempt.pk).update(
-            state=Attempt.State.HANDED_BACK, finished_at=now, error=f"handed back: {why}"
-        )
-        transitions.move_where(
-            owned(claim),
-            State.READY,
-            from_states=[State.RUNNING],
-            lease_owner="",
-            lease_expires_at=None,
-            not_before=None,
-            ready_at=now,
-        )
-        events.record(
-            "attempt.handed_back",
-            run=run,
-            task=claim.task,
-            message=f"attempt {claim.attempt.number} handed back: {why}",
-            payload={"attempt": claim.attempt.number, "worker": claim.worker},
-        )
-    return "handed back"
-
-
-def late_or_cancelled(claim: Claim, usage: Usage, why_late: str) -> str:
-    """An end that found the task no longer this attempt's. Cancelled meanwhile (the run or the
-    task, before the host's next heartbeat said so): the attempt ends cancelled, as it would have
-    at that heartbeat. Otherwise its lease was lost: what it says is kept aside (`discard_late`)."""
-    cancelled = TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number, state=State.CANCELLED)
-    if cancelled.exists():
-        return cancel_attempt(claim, usage)
-    return discard_late(claim, usage, why_late)
-
-
-def discard_late(claim: Claim, usage: Usage, why: str) -> str:
-    """Keep what a dead attempt says on its own row (and count what it used); never apply it."""
-    with events.atomic():
-        run = scheduler.lock_run(claim.task.run_id)
-        settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
-        Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
-            state=Attempt.State.LOST, finished_at=timezone.now(), error=why[:2000]
-        )
-        Attempt.objects.filter(pk=claim.attempt.pk).update(late_result_discarded=True)
-        events.record(
-            "attempt.late_result_discarded",
-            run=run,
-            task=claim.task,
-            message=f"attempt {claim.attempt.number}: {why}",
-            payload={"attempt": claim.attempt.number, "worker": claim.worker, "output_tokens": usage.output_tokens},
-        )
-    return "discarded"

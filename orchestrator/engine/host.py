@@ -43,7 +43,7 @@ from django.conf import settings
 
 from orchestrator import db_threads, events
 from orchestrator.db_threads import run as db
-from orchestrator.engine import agent_runner, dispatch, execution, live, scheduler
+from orchestrator.engine import agent_runner, attempt_ends, dispatch, execution, live, scheduler
 from orchestrator.engine.agent_runner import AttemptRun
 from orchestrator.providers.base import Usage
 
@@ -65,7 +65,7 @@ class _Waiter:
 
     future: asyncio.Future
     keep: bool
-    success: execution.Success | None = None
+    success: attempt_ends.Success | None = None
 
 
 @dataclass
@@ -326,7 +326,7 @@ class AgentHost:
         are recorded together, with one step for all, in the next transaction (`_advance_run`). At
         cap 64 a fan-out's wave ends within a few hundred milliseconds, and a transaction per
         success waited on the run's row for all the others (docs/benchmarks.md)."""
-        outcome, kept = await self._step(claim.task.run_id, keep > 0, execution.Success(claim, output, usage))
+        outcome, kept = await self._step(claim.task.run_id, keep > 0, attempt_ends.Success(claim, output, usage))
         claim.advanced, claim.kept = True, [kept] if kept is not None else []
         assert outcome is not None
         return outcome
@@ -338,7 +338,7 @@ class AgentHost:
         return (await self._step(run_id, keep))[1]
 
     async def _step(
-        self, run_id: int, keep: bool, success: execution.Success | None = None
+        self, run_id: int, keep: bool, success: attempt_ends.Success | None = None
     ) -> tuple[str | None, execution.Claim | None]:
         state = self._advances.setdefault(run_id, _Advance())
         waiter = _Waiter(self.loop.create_future(), keep, success)
@@ -398,14 +398,14 @@ class AgentHost:
             if self._advances.get(run_id) is state and not state.waiters:
                 del self._advances[run_id]
 
-    async def _record_and_step(self, run_id: int, successes: list[execution.Success], keep: int):
+    async def _record_and_step(self, run_id: int, successes: list[attempt_ends.Success], keep: int):
         """The successes recorded and the run's step taken, in one transaction. Should that fail
         with several successes (one of them may be what fails), each is recorded alone, then the
         step: the others are not lost with it. Returns each success's outcome (or exception)."""
         if not successes:
             return [], await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)
         try:
-            return await db(execution.complete_all, run_id, successes, keep=keep, claim_for=self.worker)
+            return await db(attempt_ends.complete_all, run_id, successes, keep=keep, claim_for=self.worker)
         except Exception:
             if len(successes) == 1:
                 raise
@@ -413,7 +413,7 @@ class AgentHost:
         outcomes: list = []
         for s in successes:
             try:
-                outcomes.append(await db(execution.complete, s.claim, s.output, s.usage, advance=False))
+                outcomes.append(await db(attempt_ends.complete, s.claim, s.output, s.usage, advance=False))
             except Exception as exc:
                 outcomes.append(exc)
         return outcomes, await db(scheduler.advance, run_id, keep=keep, claim_for=self.worker)

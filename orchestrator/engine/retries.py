@@ -2,7 +2,7 @@
 a retry after exponential backoff with jitter, or the task failed for good — and, under the
 fail_fast policy, the run stopped.
 
-Called inside the transaction that records the attempt's end (execution.fail) or declares it
+Called inside the transaction that records the attempt's end (attempt_ends.fail) or declares it
 lost (reaper), with the run's row locked.
 """
 

@@ -16,7 +16,7 @@ corrected to its real use when it ends — so our limiter says what the provider
   how long to wait (`take_call_rate`), and that share is corrected when its usage arrives
   (`settle_call_rate`).
 
-The ends of an attempt (engine/execution.py) call it inside their own transactions, which record
+The ends of an attempt (engine/attempt_ends.py) call it inside their own transactions, which record
 the state change and the event; nothing here does either.
 """
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from orchestrator import db_threads
-from orchestrator.engine import agent_runner, execution, runs
+from orchestrator.engine import agent_runner, attempt_ends, execution, runs
 from orchestrator.models import Attempt
 from orchestrator.providers.base import Completed, Provider, TextDelta, Usage
 from tests.conftest import NoHost, run_attempt
@@ -38,14 +38,14 @@ class RecordingProvider(Provider):
 
 
 def recording(monkeypatch, log: list[str], name: str) -> None:
-    """Note in `log` when execution.`name` (an attempt's end) is called."""
-    real = getattr(execution, name)
+    """Note in `log` when attempt_ends.`name` (an attempt's end) is called."""
+    real = getattr(attempt_ends, name)
 
     def noting(*args, **kwargs):
         log.append(name)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(execution, name, noting)
+    monkeypatch.setattr(attempt_ends, name, noting)
 
 
 class NotingHost(NoHost):

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from orchestrator.engine import execution, host, runs
+from orchestrator.engine import attempt_ends, execution, host, runs
 from orchestrator.engine.host import AgentHost
 from orchestrator.models import Attempt, Event, TaskRun
 from tests.conftest import fast_latency, wait_for_run, wait_until
@@ -93,10 +93,10 @@ def test_the_host_runs_the_downstream_task_it_admitted_itself(make_agent, make_p
 
 
 def recording_complete_all(monkeypatch, fail_with_several: bool = False) -> list[int]:
-    """execution.complete_all, slowed so that successes pile up behind it; returns the number of
+    """attempt_ends.complete_all, slowed so that successes pile up behind it; returns the number of
     successes each call was given. `fail_with_several`: a call with more than one fails."""
     batches: list[int] = []
-    real = execution.complete_all
+    real = attempt_ends.complete_all
 
     def recording(run_id, successes, **kwargs):
         batches.append(len(successes))
@@ -105,7 +105,7 @@ def recording_complete_all(monkeypatch, fail_with_several: bool = False) -> list
             raise RuntimeError("one of these successes cannot be recorded")
         return real(run_id, successes, **kwargs)
 
-    monkeypatch.setattr(execution, "complete_all", recording)
+    monkeypatch.setattr(attempt_ends, "complete_all", recording)
     return batches
 
 
@@ -153,13 +153,13 @@ def test_the_slots_a_step_may_keep_are_taken_while_it_runs(make_agent, make_plan
     broker.purge_queue()
     agent_host = make_host(slots=4)
     room_during_step: list[bool] = []
-    real = execution.complete_all
+    real = attempt_ends.complete_all
 
     def looking(run_id, successes, **kwargs):
         room_during_step.append(agent_host.wait_for_room(0))
         return real(run_id, successes, **kwargs)
 
-    monkeypatch.setattr(execution, "complete_all", looking)
+    monkeypatch.setattr(attempt_ends, "complete_all", looking)
     submit_queued(agent_host, run)
     run = wait_for_run(run, 30)
     assert run.status == "succeeded", run.summary

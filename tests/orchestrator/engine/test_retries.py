@@ -1,11 +1,11 @@
 """What a failure leads to: the retry's backoff, and a fail_fast run stopped at its first failure
-(retries and the provider's back-off through attempts' ends: test_execution.py, test_adaptive.py)."""
+(retries and the provider's back-off through attempts' ends: test_attempt_ends.py, test_adaptive.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from orchestrator.engine import execution, retries, runs
+from orchestrator.engine import attempt_ends, execution, retries, runs
 from orchestrator.models import Attempt, Run, TaskRun
 from orchestrator.providers.base import ProviderError
 
@@ -28,7 +28,7 @@ def test_a_fail_fast_run_stops_at_its_first_failure_and_cancels_the_rest(make_ag
     run = runs.launch(plan, cap=4, failure_policy=Run.FailurePolicy.FAIL_FAST)
     attempt = Attempt.objects.get(task_run__run=run, task_run__subtask__key="a")
     claim = execution.claim_attempt(attempt.pk, "w1")
-    assert execution.fail(claim, "bad options", error=ProviderError("bad options", retryable=False)) == "failed"
+    assert attempt_ends.fail(claim, "bad options", error=ProviderError("bad options", retryable=False)) == "failed"
     run.refresh_from_db()
     states = dict(run.tasks.values_list("subtask__key", "state"))
     assert run.status == Run.Status.FAILED
