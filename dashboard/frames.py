@@ -32,10 +32,12 @@ GANTT_TYPES = {
     "task.cancelled",
     "attempt.lost",
     "attempt.late_result_discarded",
+    "attempt.cancelled",
+    "attempt.handed_back",
 }
 RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
 # Events after which the run's workspace may hold new files (a tool wrote one; an attempt ended).
-ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost"}
+ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost", "attempt.cancelled"}
 # Run events that change no task row (the others, a run's start and end, may change every task).
 RUN_TYPES_SPARING_TASKS = {"run.created", "run.paused", "run.resumed"}
 # Events of a task that change only its path and its head (the panel sends those alone).

@@ -17,8 +17,8 @@ the adapters report: providers only stream what the model said; tools only retur
   them live and the runtime keeps them as audit events (``Step.event_type``, ``Step.payload()``:
   arguments and results capped, the whole result in ``Step.result_full`` for the attempt's detail).
 * **Usage.** Every model call's usage goes to ``on_usage`` as soon as it is known, also when the
-  call fails, times out or is cancelled (then with the output tokens seen so far, marked
-  incomplete). Nothing is summed only at the end, so a failure at step 5 loses nothing of steps 1–4.
+  call fails, times out or is cancelled (then with the usage the stream reported so far and the
+  output tokens seen so far, marked incomplete). Nothing is summed only at the end, so a failure at step 5 loses nothing of steps 1–4.
 * **Refusals.** A tool the model asks for that was not granted (it was never offered) is not
   called: the model is told so in the tool's result, and a ``tool_refused`` step is reported.
 * **Approvals.** A call of a tool granted with approval awaits ``approve(call)``; a rejection is
@@ -49,6 +49,7 @@ from orchestrator.providers.base import (
     ToolSpec,
     ToolUse,
     Usage,
+    UsageSoFar,
 )
 from orchestrator.tools.results import ToolResult
 from orchestrator.tools.servers import GrantedTool
@@ -114,7 +115,8 @@ class Decision:
 @dataclass(frozen=True)
 class ModelCallUsage:
     """One model call's usage. ``complete`` is False when the call failed or was cut short: the
-    output tokens are those seen so far and the input tokens are unknown (0)."""
+    usage is what the stream reported so far (the input tokens when the answer started), with the
+    output tokens seen so far."""
 
     step: int
     usage: Usage
@@ -406,7 +408,8 @@ async def _model_call(
     started = time.monotonic()
     chunks: list[str] = []
     uses: list[ToolUse] = []
-    output_tokens = 0
+    output_tokens = 0  # seen in the text so far
+    so_far = Usage()  # as the stream last reported it
     reported = False
     timeout = asyncio.timeout(clock.remaining())
     try:
@@ -418,6 +421,8 @@ async def _model_call(
                         chunks.append(item.text)
                     if hooks.on_text is not None:
                         await hooks.on_text(step, item)
+                elif isinstance(item, UsageSoFar):
+                    so_far = item.usage
                 elif isinstance(item, ToolUse):
                     uses.append(item)
                 elif isinstance(item, ProviderFeedback):
@@ -431,16 +436,18 @@ async def _model_call(
     except TimeoutError:
         if not timeout.expired():
             raise
-        await _report_partial(hooks, step, output_tokens, reported)
+        await _report_partial(hooks, step, so_far, output_tokens, reported)
         return None
     except BaseException:
-        await _report_partial(hooks, step, output_tokens, reported)
+        await _report_partial(hooks, step, so_far, output_tokens, reported)
         raise
 
 
-async def _report_partial(hooks: LoopHooks, step: int, output_tokens: int, reported: bool) -> None:
+async def _report_partial(hooks: LoopHooks, step: int, so_far: Usage, output_tokens: int, reported: bool) -> None:
+    """A call cut short: what the stream reported (its input tokens), with the output seen so far."""
     if not reported:
-        await hooks.on_usage(ModelCallUsage(step=step, usage=Usage(output_tokens=output_tokens), complete=False))
+        usage = replace(so_far, output_tokens=max(so_far.output_tokens, output_tokens))
+        await hooks.on_usage(ModelCallUsage(step=step, usage=usage, complete=False))
 
 
 async def _run_calls(

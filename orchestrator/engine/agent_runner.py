@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from orchestrator.db_threads import run as db
@@ -88,6 +88,13 @@ class AttemptRun:
     def set_usage(self, usage: Usage) -> None:
         self.progress.usage = usage
         self.version += 1
+
+    def count_output(self, output_tokens: int) -> None:
+        """The output tokens the stream has written so far count as used, above what the provider
+        last reported: an attempt that fails, times out or is cancelled part-way keeps them (the
+        provider bills what it generated; the Messages API reports its own count only at the end)."""
+        if output_tokens > self.progress.usage.output_tokens:
+            self.set_usage(replace(self.progress.usage, output_tokens=output_tokens))
 
     def stop(self, reason: str) -> None:
         """Stop this attempt from outside (the host): it ends as the reason says. An attempt that
@@ -161,6 +168,7 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
             async for item in items:
                 if isinstance(item, TextDelta):
                     current.add_text(item)
+                    current.count_output(item.output_tokens)
                 elif isinstance(item, UsageSoFar):
                     current.set_usage(item.usage)
                 elif isinstance(item, ProviderFeedback):

@@ -174,10 +174,13 @@ def fail(
 
 
 def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
-    """The task was cancelled while this attempt ran (a person, the run's end, fail_fast)."""
+    """The task was cancelled while this attempt ran (a person, the run's end, fail_fast): the
+    attempt ends cancelled with what it used, and an event says so, so that viewers see its end
+    and the run's totals with its usage in them (the cancellation itself came before both)."""
+    usage = usage or Usage()
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
-        settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
+        cost = settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.CANCELLED, finished_at=timezone.now(), error="run cancelled"
         )
@@ -188,6 +191,19 @@ def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
             lease_owner="",
             lease_expires_at=None,
             finished_at=timezone.now(),
+        )
+        events.record(
+            "attempt.cancelled",
+            run=run,
+            task=claim.task,
+            message=f"attempt {claim.attempt.number} stopped: its task was cancelled",
+            payload={
+                "attempt": claim.attempt.number,
+                "worker": claim.worker,
+                "input_tokens": usage.input_tokens,
+                "output_tokens": usage.output_tokens,
+                "cost_usd": str(cost),
+            },
         )
     return "cancelled"
 

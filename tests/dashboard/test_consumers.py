@@ -24,8 +24,9 @@ from dashboard import broadcast, consumers, fragments
 from dashboard import frames as live_frames
 from glassbox.asgi import application
 from orchestrator import events
-from orchestrator.engine import dispatch, plan_edits, runs, scheduler
+from orchestrator.engine import attempt_ends, dispatch, execution, plan_edits, runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
+from orchestrator.providers.base import Usage
 
 ORIGIN = (b"origin", b"http://localhost")
 RECEIVE_S = 10
@@ -401,6 +402,21 @@ def test_task_events_bring_the_row_lanes_totals_bars_and_log(run):
     # The new bar joins its agent's lane if the page does not show it yet.
     assert f'data-upsert="#gantt-lane-{task.agent_id}"' in html
     assert "run-header" not in ids and "run-gantt" not in ids
+
+
+def test_an_attempt_ending_after_its_runs_cancellation_brings_its_bar_row_and_the_new_totals(run):
+    """A cancel marks the tasks cancelled at once; a running attempt stops at its host's next beat,
+    after the run's last event. Its end (what it used, its bar no longer running) must still reach
+    the page: the live view would otherwise show the run's totals without it for good."""
+    task = run.tasks.get(subtask__key="scope")
+    claim = execution.claim_attempt(task.attempts.get().pk, "w:1")
+    runs.cancel(run)
+    seen = last_seq(run)
+    assert attempt_ends.cancel_attempt(claim, Usage(input_tokens=1200, output_tokens=340)) == "cancelled"
+    html = batch_after(run, seen)
+    assert {f"task-{task.pk}", "run-totals", f"attempt-{claim.attempt.pk}", "agent-lanes"} <= oob_ids(html)
+    assert "1,540" in html  # the run's tokens now count the stopped attempt's
+    assert Event.objects.filter(run=run, type="attempt.cancelled").get().payload["output_tokens"] == 340
 
 
 def test_progress_events_bring_only_rows_lanes_and_the_watched_output(run):

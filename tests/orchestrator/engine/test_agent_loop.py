@@ -21,6 +21,7 @@ from orchestrator.providers.base import (
     ToolSpec,
     ToolUse,
     Usage,
+    UsageSoFar,
 )
 from orchestrator.tools.results import ToolResult, cap
 from orchestrator.tools.servers import GrantedTool
@@ -272,22 +273,28 @@ def test_a_rejected_call_does_not_run_and_the_model_reads_the_rejection():
 def test_usage_of_every_call_is_kept_when_a_later_call_fails():
     provider = ScriptedProvider(
         tool_turn(("echo", {"text": "x"}), input_tokens=40),
-        [TextDelta("Half an ans", 7), ProviderError("overloaded", retryable=True)],
+        [UsageSoFar(Usage(input_tokens=55)), TextDelta("Half an ans", 7), ProviderError("overloaded", retryable=True)],
     )
     recorder = Recorder()
     with pytest.raises(ProviderError):
         loop(provider, FakeTools(echo=(echo, False)), recorder)
+    # The failed call keeps the input tokens its stream reported as it started, and the output so far.
     assert [(u.step, u.usage.input_tokens, u.usage.output_tokens, u.complete) for u in recorder.usage] == [
         (1, 40, 8, True),
-        (2, 0, 7, False),
+        (2, 55, 7, False),
     ]
 
 
 def test_the_deadline_stops_a_call_that_does_not_end_and_keeps_its_usage():
-    provider = ScriptedProvider(tool_turn(("echo", {"text": "x"})), [TextDelta("Thinking", 4), "hang"])
+    provider = ScriptedProvider(
+        tool_turn(("echo", {"text": "x"})), [UsageSoFar(Usage(input_tokens=30)), TextDelta("Thinking", 4), "hang"]
+    )
     outcome, recorder = loop(provider, FakeTools(echo=(echo, False)), deadline=time.monotonic() + 1.0)
     assert (outcome.stop, outcome.finished) == ("deadline", False)
-    assert [(u.step, u.complete, u.usage.output_tokens) for u in recorder.usage] == [(1, True, 8), (2, False, 4)]
+    assert [(u.step, u.complete, u.usage.input_tokens, u.usage.output_tokens) for u in recorder.usage] == [
+        (1, True, 10, 8),
+        (2, False, 30, 4),
+    ]
     assert recorder.steps[-1].kind == "stopped"
 
 
@@ -318,7 +325,7 @@ def test_the_loop_stops_when_the_budget_cannot_cover_another_call():
 
 
 def test_a_cancelled_attempt_reports_the_usage_seen_so_far():
-    provider = ScriptedProvider([TextDelta("Working on it", 3), "hang"])
+    provider = ScriptedProvider([UsageSoFar(Usage(input_tokens=21)), TextDelta("Working on it", 3), "hang"])
     recorder = Recorder()
 
     async def main():
@@ -331,7 +338,9 @@ def test_a_cancelled_attempt_reports_the_usage_seen_so_far():
             await task
 
     asyncio.run(main())
-    assert [(u.step, u.complete, u.usage.output_tokens) for u in recorder.usage] == [(1, False, 3)]
+    assert [(u.step, u.complete, u.usage.input_tokens, u.usage.output_tokens) for u in recorder.usage] == [
+        (1, False, 21, 3)
+    ]
 
 
 def test_arguments_that_are_not_an_object_fail_that_call():

@@ -9,7 +9,7 @@ import pytest
 from orchestrator import db_threads
 from orchestrator.engine import agent_runner, attempt_ends, execution, runs
 from orchestrator.models import Attempt
-from orchestrator.providers.base import Completed, Provider, TextDelta, Usage
+from orchestrator.providers.base import Completed, Provider, TextDelta, Usage, UsageSoFar
 from tests.conftest import NoHost, run_attempt
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,6 +26,7 @@ class RecordingProvider(Provider):
 
     async def stream(self, request):
         try:
+            yield UsageSoFar(Usage(input_tokens=10))  # as the Messages API's message_start
             yield TextDelta(text="An answer.", output_tokens=3)
             if self.hold:
                 await asyncio.Event().wait()
@@ -74,7 +75,7 @@ def test_the_providers_stream_is_closed_before_the_success_is_handed_over(make_a
     assert log == ["stream closed", "success handed over"]
 
 
-def test_a_timed_out_attempts_stream_is_closed_before_its_end_is_recorded(make_agent, make_plan, monkeypatch):
+def test_a_timed_out_attempt_keeps_its_usage_so_far_and_its_stream_is_closed_first(make_agent, make_plan, monkeypatch):
     make_agent("researcher", timeout_s=1)
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     log: list[str] = []
@@ -82,4 +83,7 @@ def test_a_timed_out_attempts_stream_is_closed_before_its_end_is_recorded(make_a
     recording(monkeypatch, log, "fail")
     assert run_attempt(Attempt.objects.get(task_run__run=run).pk) == "retry scheduled"
     assert log == ["stream closed", "fail"]
-    assert Attempt.objects.get(task_run__run=run, number=1).state == Attempt.State.TIMED_OUT
+    timed_out = Attempt.objects.get(task_run__run=run, number=1)
+    assert timed_out.state == Attempt.State.TIMED_OUT
+    # What the stream reported (its input) and what it wrote (its output so far) stay counted.
+    assert (timed_out.input_tokens, timed_out.output_tokens) == (10, 3)
