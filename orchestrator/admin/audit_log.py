@@ -126,6 +126,7 @@ class EventAdmin(ReadOnlyAdmin):
         "created_at",
     ]
     list_select_related = ["run", "agent", "task_run__subtask"]
+    ordering = ["-id"]  # newest first, as a log is read; the exports stay in the order of the log
     search_fields = ["message", "actor_name", "type"]
     date_hierarchy = "created_at"
     show_full_result_count = False

@@ -88,6 +88,14 @@ def test_the_event_changelist_offers_no_add_and_no_delete(client, superuser, a_r
     assert b"export_csv" in page.content and b"Export as JSON Lines" in page.content
 
 
+def test_the_event_changelist_shows_the_newest_first(client, superuser, a_run):
+    events.record("note", run=a_run, message="the latest")
+    client.force_login(superuser)
+    listed = list(client.get(reverse("admin:orchestrator_event_changelist")).context["cl"].result_list)
+    assert listed[0].message == "the latest"
+    assert [e.pk for e in listed] == sorted((e.pk for e in listed), reverse=True)
+
+
 def test_deleting_events_through_a_bulk_action_is_impossible(client, superuser, a_run):
     client.force_login(superuser)
     count = Event.objects.count()
