@@ -253,6 +253,26 @@ class QCluster:
         return "\n".join(p.read_text(errors="replace")[-4000:] for p in sorted(self.log_dir.glob("qcluster-*.log")))
 
 
+def _processes():
+    """(pid, state, parent pid, process group) of every process, from /proc."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except OSError:
+            continue
+        yield int(stat.parent.name), state, int(ppid), int(pgrp)
+
+
+def child_pids(parent: int) -> list[int]:
+    """Direct children of a process."""
+    return [pid for pid, _, ppid, _ in _processes() if ppid == parent]
+
+
+def process_group(pgid: int) -> list[int]:
+    """The living processes of a process group (a zombie is dead)."""
+    return [pid for pid, state, _, pgrp in _processes() if pgrp == pgid and state not in ("Z", "X")]
+
+
 @pytest.fixture
 def qcluster(transactional_db, tmp_path):
     """Start real qcluster processes on demand: `qcluster.start()`; all are stopped afterwards."""

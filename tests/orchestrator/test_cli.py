@@ -16,7 +16,6 @@ import sys
 import textwrap
 import time
 from io import StringIO
-from pathlib import Path
 
 import pytest
 from django.core.cache import cache
@@ -26,7 +25,7 @@ from django.core.management.base import CommandError
 from orchestrator.engine import runs
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.models import Checkpoint, Plan, Run, TaskRun
-from tests.conftest import ROOT, child_env, wait_until
+from tests.conftest import ROOT, child_env, child_pids, wait_until
 
 RESEARCH_BRIEF = str(ROOT / "examples" / "research_brief.yaml")
 NO_CLUSTER = "No qcluster is running. Start one with `python manage.py qcluster` in another terminal"
@@ -345,19 +344,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def child_pids(parent: int) -> list[int]:
-    """Direct children of a process, read from /proc."""
-    pids = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == parent:
-            pids.append(int(stat.parent.name))
-    return pids
 
 
 def read_until(stream, marker: str, timeout: float) -> str:

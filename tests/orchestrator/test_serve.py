@@ -5,6 +5,8 @@
 * SIGTERM to every process at once (what systemd's default KillMode does) stops everything
   without waiting out the grace period: django-q2's main process, left hanging in its own
   shutdown once its sentinel was killed, is recognised and killed at once;
+* a qcluster whose main process alone is killed is restarted only once its sentinel and workers
+  have stopped, and stopping `serve` leaves none of the processes it started;
 * the stop grace covers a lease.
 """
 
@@ -22,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.management.commands import serve as serve_command
-from tests.conftest import ROOT, child_env, wait_until
-from tests.orchestrator.test_cli import child_pids, free_port, read_until
+from tests.conftest import ROOT, child_env, child_pids, process_group, wait_until
+from tests.orchestrator.test_cli import free_port, read_until
 
 BANNER = "Ctrl-C stops both"
 
@@ -63,7 +65,7 @@ def alive(pid: int) -> bool:
 @pytest.fixture
 def serve(tmp_path):
     """Start `manage.py serve --clusters N --workers 1` on a free port; stopped (SIGKILL to every
-    process it left) afterwards."""
+    process it left, and to the process groups of its children) afterwards."""
     started = []
 
     def start(clusters: int = 2) -> subprocess.Popen:
@@ -97,10 +99,11 @@ def serve(tmp_path):
     yield start
     for process, family in started:
         for pid in [process.pid, *family, *descendants(process.pid)]:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for kill in (os.kill, os.killpg):  # a child's group holds what it left re-parented to PID 1
+                try:
+                    kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         process.wait(timeout=30)
 
 
@@ -163,6 +166,27 @@ def test_sigterm_to_every_process_at_once_stops_serve_without_waiting_out_the_gr
     stderr = server.errors_path.read_text()
     assert "did not stop in time" not in stderr
     wait_until(lambda: not any(alive(pid) for pid in family), 10, "every process of serve to end")
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_a_qcluster_whose_main_process_was_killed_leaves_nothing_beside_its_restart_or_after_serve(serve):
+    """`kill -9` of a qcluster's main process only: its sentinel and workers ran on beside the
+    cluster serve started in its place (two clusters), and outlived serve's stop."""
+    server = serve(clusters=1)
+    [cluster] = [pid for pid in child_pids(server.pid) if "qcluster" in command_line(pid)]
+    wait_until(lambda: len(process_group(cluster)) >= 5, 60, "its sentinel, pusher, monitor and worker to start")
+    groups = child_pids(server.pid)  # daphne and the qcluster, each the leader of its own group
+
+    os.kill(cluster, signal.SIGKILL)
+
+    wait_until(lambda: "qcluster restarted (restart 1)." in server.errors_path.read_text(), 90, "the restart")
+    assert not process_group(cluster), "the new cluster was started beside what the killed one left"
+    groups += [pid for pid in child_pids(server.pid) if pid not in groups]
+    server.send_signal(signal.SIGTERM)
+    assert server.wait(timeout=90) == 0, server.errors_path.read_text()
+    assert "Stopped daphne and qcluster." in server.stdout.read()
+    wait_until(lambda: not any(process_group(pgid) for pgid in groups), 30, "every process serve started to end")
 
 
 def test_the_stop_grace_covers_a_lease_and_a_margin(settings):

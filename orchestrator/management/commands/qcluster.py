@@ -10,20 +10,58 @@ and monitor it starts, are forked with SIGTERM blocked: they stop in django-q2's
 main process tells them to. The workers unblock it and drain their agent host on it
 (orchestrator/engine/host.py: stop taking work, finish or hand back what they run, exit).
 
+A main process killed with SIGKILL (the OOM killer, `kill -9`) left the sentinel, re-parented to
+PID 1, running its workers with nobody to stop them: beside the cluster `serve` started in its
+place, and after `serve` stopped. Here the sentinel stops its cluster when its main process dies,
+as that process would have told it to: the workers drain their agent hosts and every process of
+the cluster ends.
+
 The queue between the pusher and the workers is orchestrator/management/task_queue.py's: a worker
 killed with SIGKILL while it waited for work no longer leaves every other worker waiting for ever.
 """
 
 from __future__ import annotations
 
+import logging
+import multiprocessing
 import os
 import signal
+import threading
 
+import django_q.cluster
 from django.conf import settings
-from django_q.cluster import Cluster
+from django_q.cluster import Cluster, Sentinel
 from django_q.management.commands.qcluster import Command as QClusterCommand
 
 from orchestrator.management import task_queue
+
+log = logging.getLogger(__name__)
+
+
+class WatchfulSentinel(Sentinel):
+    """django-q2's sentinel, which also stops its cluster when the main process dies.
+
+    A thread waits on the pipe multiprocessing keeps from every child to its parent: the kernel
+    closes the parent's end when the parent dies, however it dies, and the wait returns (no
+    polling; the main process forks nothing else that could hold that end open). The thread then
+    sets the stop event, as the main process does on SIGTERM: the sentinel stops in django-q2's
+    own order (pusher, a STOP to each worker, monitor) and its workers drain their agent hosts.
+    """
+
+    def __init__(self, stop_event, *args, **kwargs):
+        watch = threading.Thread(target=self.stop_when_orphaned, args=(stop_event,), name="glassbox-parent-watch")
+        watch.daemon = True
+        watch.start()
+        super().__init__(stop_event, *args, **kwargs)
+
+    @staticmethod
+    def stop_when_orphaned(stop_event) -> None:
+        parent = multiprocessing.parent_process()
+        assert parent is not None  # the sentinel is a child of the main process
+        parent.join()
+        if not stop_event.is_set():  # not stopped by its main process: it died
+            log.warning("the qcluster's main process (pid %s) died: stopping its cluster", parent.pid)
+            stop_event.set()
 
 
 class GracefulCluster(Cluster):
@@ -44,6 +82,7 @@ class Command(QClusterCommand):
         if options.get("cluster_name"):
             os.environ["Q_CLUSTER_NAME"] = options["cluster_name"]
         task_queue.install()
+        django_q.cluster.Sentinel = WatchfulSentinel  # Cluster.start forks the sentinel by this name
         cluster = GracefulCluster()
         cluster.start()
         if options.get("run_once", False):

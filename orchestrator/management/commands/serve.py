@@ -4,7 +4,9 @@ Signals. Each child runs in its own process group, so a Ctrl-C in the terminal r
 this command. SIGINT or SIGTERM to `serve` is forwarded, the same signal, to daphne and to each
 qcluster's main process (which stops its own workers); `serve` then waits for them up to the
 stop grace — the lease (GLASSBOX_LEASE_S) plus STOP_MARGIN_S, at least MIN_STOP_TIMEOUT_S — so
-that attempts in flight can finish or expire, and SIGKILLs the groups of whatever is left. A
+that attempts in flight can finish or expire, and SIGKILLs the groups of whatever is left. It
+waits for every process of each child's group, not only the child itself: a qcluster's sentinel
+and workers outlive a main process that was killed (they stop on their own, see qcluster.py). A
 second signal while waiting skips the grace. When a process manager signals every process at
 once (systemd's default KillMode=control-group), django-q2's sentinel and workers die on the
 spot and its main process can hang in its own shutdown (it waits, in a multiprocessing Event,
@@ -13,9 +15,11 @@ process is killed at once instead of after the grace, with a line saying so.
 
 Faults. While daphne lives, `serve` keeps serving: a qcluster that dies on its own is started
 again after a backoff (RESTART_BASE_S doubling up to RESTART_MAX_S, reset once it has run for
-STABLE_AFTER_S), each step said on stderr and published for `/health/` (the daphne it started
-reads it: `checks.broker.serve`). If daphne dies, the qclusters are stopped and the command
-fails naming it: workers without a dashboard would look alive and be unreachable.
+STABLE_AFTER_S) and once what its main process left in its group has stopped (its sentinel
+stops its workers, which drain their agent hosts; killed after the stop grace), so that two
+clusters never run in its place; each step said on stderr and published for `/health/` (the
+daphne it started reads it: `checks.broker.serve`). If daphne dies, the qclusters are stopped
+and the command fails naming it: workers without a dashboard would look alive and be unreachable.
 """
 
 from __future__ import annotations
@@ -73,12 +77,15 @@ class Child:
     restarts: int = 0
     failures: int = 0  # deaths since it last ran for STABLE_AFTER_S: the backoff's exponent
     restart_at: float | None = None  # when a dead child is due to start again
+    died_at: float = 0.0
+    awaiting_group: bool = False  # said that its restart waits for what it left to stop
     last_exit: str = ""
 
     def start(self) -> Child:
         self.process = subprocess.Popen(self.argv, cwd=settings.BASE_DIR, env=self.env, start_new_session=True)
         self.started_at = time.monotonic()
         self.restart_at = None
+        self.awaiting_group = False
         return self
 
     @property
@@ -92,6 +99,11 @@ class Child:
                 os.kill(self.process.pid, signum)
             except ProcessLookupError:
                 pass
+
+    @property
+    def stopped(self) -> bool:
+        """Whether every process of the child's group has ended, not only the child itself."""
+        return self.exited and not group_alive(self.process.pid)
 
     def kill_group(self) -> None:
         """SIGKILL the child's whole process group (its leader has the same id as the group)."""
@@ -120,6 +132,28 @@ def _is_alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state not in ("Z", "X")
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether process group `pgid` has a living member. A zombie does not count: the one left
+    re-parented to PID 1 may never be reaped where PID 1 reaps nothing (a container's)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    stats = list(Path("/proc").glob("[0-9]*/stat"))
+    if not stats:  # no /proc to tell zombies apart
+        return True
+    for stat in stats:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def start_child(name: str, argv: list[str], env: dict[str, str]) -> Child:
@@ -281,7 +315,7 @@ class Command(BaseCommand):
             for cluster in self.clusters:
                 if cluster.restart_at is None and cluster.exited:
                     self.schedule_restart(cluster, now)
-                elif cluster.restart_at is not None and now >= cluster.restart_at:
+                elif cluster.restart_at is not None and now >= cluster.restart_at and self.left_nothing(cluster, now):
                     cluster.start()
                     cluster.restarts += 1
                     self.stderr.write(f"{cluster.name} restarted (restart {cluster.restarts}).")
@@ -289,7 +323,25 @@ class Command(BaseCommand):
             time.sleep(POLL_S)
         return None
 
+    def left_nothing(self, cluster: Child, now: float) -> bool:
+        """Whether nothing of a dead qcluster runs any more, so that it may start again.
+
+        A main process killed alone leaves its sentinel and workers in its group; they stop on
+        their own (qcluster.py), the workers draining their agent hosts. Whatever is left after the
+        stop grace is killed.
+        """
+        if cluster.stopped:
+            return True
+        if now - cluster.died_at >= stop_timeout_s():
+            self.stderr.write(f"{cluster.name}: what its main process left did not stop in time: killing it.")
+            cluster.kill_group()
+        elif not cluster.awaiting_group:
+            cluster.awaiting_group = True
+            self.stderr.write(f"{cluster.name}: waiting for its sentinel and workers to stop before restarting it.")
+        return False
+
     def schedule_restart(self, cluster: Child, now: float) -> None:
+        cluster.died_at = now
         cluster.last_exit = describe_exit(cluster.process.returncode)
         if now - cluster.started_at >= STABLE_AFTER_S:
             cluster.failures = 0
@@ -317,7 +369,9 @@ class Command(BaseCommand):
         )
 
     def stop(self, children: list[Child], signum: int) -> None:
-        """Signal each child, wait up to the stop grace, then SIGKILL the rest.
+        """Signal each running child, wait up to the stop grace for every process of their groups
+        (a dead qcluster's too: what its main process left stops on its own), then SIGKILL the
+        groups of the rest.
 
         Another Ctrl-C while waiting skips the grace. A qcluster whose main process has been
         left without children for HUNG_AFTER_S is hung in django-q2's shutdown: killed at once.
@@ -328,7 +382,7 @@ class Command(BaseCommand):
             child.signal(signum)
         deadline = time.monotonic() + stop_timeout_s()
         orphaned_since: dict[str, float] = {}
-        while any(not child.exited for child in running):
+        while not all(child.stopped for child in children):
             now = time.monotonic()
             if now >= deadline or len(self.signals_received) > signals_before:
                 break
@@ -344,8 +398,8 @@ class Command(BaseCommand):
                 else:
                     orphaned_since.pop(child.name, None)
             time.sleep(POLL_S)
-        for child in running:
-            if not child.exited:
+        for child in children:
+            if not child.stopped:
                 self.stderr.write(f"{child.name} did not stop in time: killing it.")
                 child.kill_group()
             child.process.wait()

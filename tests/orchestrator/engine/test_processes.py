@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Event, Run, TaskRun
-from tests.conftest import fast_latency, wait_for_run, wait_until
+from tests.conftest import fast_latency, process_group, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -53,6 +53,19 @@ def no_task_ran_twice_at_once(run: Run) -> bool:
         if attempt.state != Attempt.State.LOST:  # a lost attempt's worker is dead: it runs nothing
             by_task[attempt.task_run_id].append((attempt.started_at, attempt.finished_at))
     return all(peak_overlap(iv) <= 1 for iv in by_task.values())
+
+
+def start_running_every_task(qcluster, make_agent, make_plan, *, tasks: int, latency_s: float):
+    """Start a cluster whose workers drain for 1 s, and a run of `tasks` tasks (each `latency_s`
+    long) that it runs all at once; returns the cluster's main process and the run, once they run."""
+    make_agent("researcher", max_concurrency=tasks, provider_options=fast_latency(latency_s))
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(tasks)})
+    qcluster.env["GLASSBOX_DRAIN_S"] = "1"
+    first = qcluster.start()
+    run = runs.launch(plan, cap=tasks)
+    running = Attempt.objects.filter(task_run__run=run, state="running")
+    wait_until(lambda: running.count() == tasks, 60, f"{tasks} running attempts")
+    return first, run
 
 
 def fan_out_plan(make_plan, width: int, agents: list[str]):
@@ -143,6 +156,31 @@ def test_killing_a_whole_qcluster_then_starting_another_completes_the_run(qclust
     assert Event.objects.filter(run=run, type="attempt.lost").count() >= 2
 
 
+def test_sigkill_of_a_clusters_main_process_alone_stops_the_rest_of_it_and_loses_nothing(
+    qcluster, make_agent, make_plan
+):
+    """`kill -9` of `manage.py qcluster` only: its sentinel, re-parented to PID 1, ran its workers on
+    with nobody to stop them. It now stops its cluster as the main process would have: every
+    process of the cluster ends, the workers drain (attempts finish or are handed back, none is
+    lost) and another cluster finishes the run."""
+    first, run = start_running_every_task(qcluster, make_agent, make_plan, tasks=4, latency_s=4.0)
+    assert len(process_group(first.pid)) >= 5  # main process, sentinel, pusher, monitor, workers
+
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+
+    wait_until(lambda: not process_group(first.pid), 60, "every process of the killed cluster to end")
+    started = Attempt.objects.filter(task_run__run=run, started_at__isnull=False)  # by the killed cluster
+    states = set(started.values_list("state", flat=True))
+    assert states <= {Attempt.State.SUCCEEDED, Attempt.State.HANDED_BACK}, states
+    qcluster.start()
+    run = wait_for_run(run, 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert no_task_ran_twice_at_once(run)
+    assert not Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).exists()
+
+
 def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, make_agent, make_plan):
     make_agent("researcher", provider_options={"hang": True}, timeout_s=1, max_retries=2)
     make_agent("writer", provider_options=fast_latency(0.2))
@@ -207,12 +245,7 @@ def test_sigterm_to_a_whole_cluster_hands_back_what_it_runs_and_another_cluster_
     """What systemd does: SIGTERM to every process of the cluster at once. Each worker stops taking
     work, lets its attempts run for GLASSBOX_DRAIN_S, hands back the rest (their tasks ready again
     at once, no retry spent, no lease left to expire) and exits."""
-    make_agent("researcher", max_concurrency=10, provider_options=fast_latency(8.0))
-    plan = make_plan({f"t{i}": ("researcher", []) for i in range(6)})
-    qcluster.env["GLASSBOX_DRAIN_S"] = "1"
-    first = qcluster.start()
-    run = runs.launch(plan, cap=6)
-    wait_until(lambda: Attempt.objects.filter(task_run__run=run, state="running").count() == 6, 60, "six running")
+    first, run = start_running_every_task(qcluster, make_agent, make_plan, tasks=6, latency_s=8.0)
     os.killpg(first.pid, signal.SIGTERM)
     first.wait(timeout=30)
     first_attempts = Attempt.objects.filter(task_run__run=run, number=1)
