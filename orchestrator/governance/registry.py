@@ -9,6 +9,7 @@ plans, runs and the audit log refer to them; retire one instead.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -100,10 +101,30 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[An
     return {field: [before[field], after[field]] for field in after if before.get(field) != after[field]}
 
 
+# A value longer than this is named in a change's message without its old and new values (a
+# system prompt, provider options): the event's payload keeps them whole.
+SHORT_VALUE_CHARS = 40
+
+
+def describe_changes(changes: dict[str, list]) -> str:
+    """The changed fields in words, each short value with its old and new value:
+    "model sim-1 → sim-2, max_concurrency 4 → 7, system_prompt"."""
+    parts = []
+    for field, (old, new) in changes.items():
+        before, after = json.dumps(old), json.dumps(new)
+        short = max(len(before), len(after)) <= SHORT_VALUE_CHARS
+        parts.append(f"{field} {_plain(old)} → {_plain(new)}" if short else field)
+    return ", ".join(parts)
+
+
+def _plain(value) -> str:
+    return value if isinstance(value, str) and value else json.dumps(value)
+
+
 # --- Agents --------------------------------------------------------------------------------------
 
 
-def set_status(agent: Agent, status: str, *, user=None) -> bool:
+def set_status(agent: Agent, status: str, *, user=None, actor: str = "") -> bool:
     """Move an agent to `status` (draft, active, retired) and record it. False if it was already there.
 
     A retired agent stays in the registry (plans and history refer to it) but is never
@@ -119,24 +140,26 @@ def set_status(agent: Agent, status: str, *, user=None) -> bool:
             return False
         locked.status = status
         locked.save(update_fields=["status", "updated_at"])
-        _record_status_change(locked, old, status, user)
+        _record_status_change(locked, old, status, user, actor)
     agent.status = status
     return True
 
 
-def _record_status_change(agent: Agent, old: str, new: str, user) -> None:
+def _record_status_change(agent: Agent, old: str, new: str, user, actor: str) -> None:
     events.record(
         "agent.status_changed",
         agent=agent,
         user=user,
+        actor_name=actor,
         message=f"agent {agent.name} {old} → {new}",
         payload={"agent": agent.name, "from": old, "to": new},
     )
 
 
-def save_agent(agent: Agent, *, user=None) -> Agent:
+def save_agent(agent: Agent, *, user=None, actor: str = "") -> Agent:
     """Create or update an agent (from the admin, `manage.py agent` or the API) and record every
     changed field. Invalid settings raise InvalidAgent naming every problem, and nothing is saved.
+    `actor` names who changed it when no user did (the command line: `console.cli_actor()`).
 
     A new agent gives `agent.created` with its fields; a change gives `agent.changed` with
     {field: [old, new]} and, when the status moved, also `agent.status_changed`, so that one
@@ -154,6 +177,7 @@ def save_agent(agent: Agent, *, user=None) -> Agent:
                 "agent.created",
                 agent=agent,
                 user=user,
+                actor_name=actor,
                 message=f"agent {agent.name} created ({agent.status})",
                 payload={"agent": agent.name, "fields": _snapshot(agent, AGENT_FIELDS)},
             )
@@ -165,12 +189,13 @@ def save_agent(agent: Agent, *, user=None) -> Agent:
                 "agent.changed",
                 agent=agent,
                 user=user,
-                message=f"agent {agent.name} changed: {', '.join(changes)}",
+                actor_name=actor,
+                message=f"agent {agent.name} changed: {describe_changes(changes)}",
                 payload={"agent": agent.name, "changes": changes},
             )
         if "status" in changes:
             old_status, new_status = changes["status"]
-            _record_status_change(agent, old_status, new_status, user)
+            _record_status_change(agent, old_status, new_status, user, actor)
     return agent
 
 

@@ -24,6 +24,7 @@ from django.core.management.base import CommandError
 
 from orchestrator.engine import runs
 from orchestrator.engine.cluster import cluster_is_running
+from orchestrator.management import console
 from orchestrator.models import Checkpoint, Plan, Run, TaskRun
 from tests.conftest import ROOT, child_env, child_pids, wait_until
 
@@ -446,6 +447,9 @@ def test_agent_creates_shows_and_changes_an_agent(db):
     out, _ = run_command("agent", "critic", "--status", "retired")
     assert "Agent critic: saved" in out and "status             retired" in out
     assert Event.objects.filter(type="agent.status_changed", agent__name="critic").exists()
+    # The audit log names the command line's user, not "system", for every change it made.
+    made_here = Event.objects.filter(agent__name="critic", type__startswith="agent.")
+    assert {e.actor_name for e in made_here} == {console.cli_actor()} and made_here.count() == 3
     out, _ = run_command("agent", "critic")
     assert "provider           simulated:sim-1" in out
 

@@ -13,6 +13,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator.governance import registry
+from orchestrator.management import console
 from orchestrator.models import Agent
 
 # Option name → model field, for the settings a person may give.
@@ -72,7 +73,7 @@ class Command(BaseCommand):
         for field, value in given.items():
             setattr(agent, field, value)
         try:
-            registry.save_agent(agent)
+            registry.save_agent(agent, actor=console.cli_actor())
         except registry.InvalidAgent as invalid:
             lines = [f"  {field}: {problem}" for field, problems in invalid.problems.items() for problem in problems]
             raise CommandError(

@@ -84,7 +84,17 @@ def test_save_agent_records_each_changed_field_old_and_new(make_agent, admin_use
     registry.save_agent(agent, user=admin_user)
     event = Event.objects.get(type="agent.changed")
     assert event.payload["changes"] == {"model": ["sim-1", "sim-2"], "max_concurrency": [4, 7]}
-    assert event.message == "agent researcher changed: model, max_concurrency"
+    assert event.message == "agent researcher changed: model sim-1 → sim-2, max_concurrency 4 → 7"
+
+
+def test_a_change_of_a_long_value_is_named_and_its_values_kept_in_the_payload(make_agent, admin_user):
+    agent = make_agent("researcher")
+    agent.system_prompt = "You are a careful researcher who cites every source it uses."
+    agent.provider_options = {}
+    registry.save_agent(agent, user=admin_user)
+    event = Event.objects.get(type="agent.changed")
+    assert event.message == "agent researcher changed: system_prompt, provider_options"
+    assert event.payload["changes"]["system_prompt"][1] == agent.system_prompt
     assert not Event.objects.filter(type="agent.status_changed").exists()
 
 
