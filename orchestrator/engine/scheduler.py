@@ -308,8 +308,10 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
     else:
         done = counts.get(State.SUCCEEDED, 0)
         skipped = counts.get(State.SKIPPED, 0)
-        everything = "the only task succeeded" if done == 1 else f"all {done} tasks succeeded"
-        summary = everything + (f", {skipped} skipped by a person" if skipped else "")
+        if skipped:  # "all 3 tasks succeeded" of a run of 4 read as if it had 3
+            summary = f"{done} of {wording.counted(len(states), 'task')} succeeded, {skipped} skipped by a person"
+        else:
+            summary = "the only task succeeded" if done == 1 else f"all {done} tasks succeeded"
         end_run(run, Run.Status.SUCCEEDED, summary)
     return True
 

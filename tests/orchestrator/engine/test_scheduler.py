@@ -156,6 +156,10 @@ def test_a_person_skipping_a_task_lets_downstream_go_on(demo_agents, make_plan):
     run = runs.launch(plan)
     runs.skip_task(run.tasks.get(subtask__key="a"), reason="done by hand")
     assert states(run) == {"a": "skipped", "b": "queued"}
+    finish(run, "b")
+    run.refresh_from_db()
+    # The summary counts the skipped task among the run's (it said "the only task succeeded").
+    assert (run.status, run.summary) == ("succeeded", "1 of 2 tasks succeeded, 1 skipped by a person")
 
 
 @pytest.mark.django_db
