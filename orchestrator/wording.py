@@ -8,6 +8,8 @@ bottom of the stack where both may use them:
   ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
   thousands separators ($1,234.50). Zero is $0.00.
 - `counted`: "1 task", "2 tasks", "0 tasks".
+- `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
+  a non-zero amount ("<1%") nor 100% before the whole is reached (99%).
 - `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
 """
 
@@ -53,6 +55,27 @@ def usd(amount) -> str:
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """`count` and the noun in the right number: counted(1, "task") == "1 task"."""
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"
+
+
+def percent(part, whole) -> int:
+    """`part` as a whole percentage of `whole`, rounded to the nearest: 1 for any non-zero part that
+    would round to 0, 99 for any part under the whole that would round to 100, at most 100 (also
+    of a whole that is not positive)."""
+    part, whole = _decimal(part) or Decimal(0), _decimal(whole) or Decimal(0)
+    if whole <= 0 or part >= whole:
+        return 100
+    if part <= 0:
+        return 0
+    rounded = int((part * 100 / whole).quantize(Decimal(1), ROUND_HALF_UP))
+    return min(99, max(1, rounded))
+
+
+def percent_text(part, whole) -> str:
+    """`percent` for people: "<1%" for a non-zero part under half a percent, else "3%", "99%", "100%"."""
+    shown = percent(part, whole)
+    if shown == 1 and (_decimal(part) or 0) * 200 < (_decimal(whole) or 0):
+        return "<1%"
+    return f"{shown}%"
 
 
 # What holds a model call back, by the code of its wait (engine/waits.py; codes are data, never

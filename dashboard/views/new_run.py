@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 import secrets
-from decimal import Decimal
 
 from django.contrib import messages
 from django.core.cache import cache
@@ -18,7 +17,7 @@ from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from orchestrator import plans
+from orchestrator import plans, wording
 from orchestrator.engine import feedback, preflight, runs
 from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
@@ -198,15 +197,12 @@ def preflight_view(request, token: str):
         "predicted": format_duration(checked.predicted_duration_s),
         "critical_path": format_duration(checked.critical_path_s),
         "total_work": format_duration(checked.total_work_s),
-        "budget_percent": _percent(checked.estimate_usd, checked.budget_usd),
+        "budget_percent": wording.percent(checked.estimate_usd, checked.budget_usd),
+        "budget_percent_text": wording.percent_text(checked.estimate_usd, checked.budget_usd),
         "checkpoints": checked.checkpoints + int(settings.require_plan_approval),
     }
     # A refusal is the page again with the reason on top (200, like a form with errors).
     return render(request, "dashboard/preflight.html", context)
-
-
-def _percent(part: Decimal, whole: Decimal) -> int:
-    return 100 if whole <= 0 else min(100, int(part * 100 / whole))
 
 
 def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]:

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
+from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, state_strip
 from orchestrator.wording import counted
@@ -71,9 +72,11 @@ class RunRow:
 
     @property
     def budget_used_percent(self) -> int:
-        if self.run.budget_usd <= 0:
-            return 100
-        return min(100, int(self.run.cost_usd * 100 / self.run.budget_usd))
+        return wording.percent(self.run.cost_usd, self.run.budget_usd)
+
+    @property
+    def budget_used_text(self) -> str:
+        return wording.percent_text(self.run.cost_usd, self.run.budget_usd)
 
     @property
     def launched_by(self) -> str:

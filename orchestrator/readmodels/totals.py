@@ -152,9 +152,13 @@ class Totals:
 
     @property
     def cost_percent(self) -> int:
-        if self.budget_usd <= 0:
-            return 100
-        return min(100, int(100 * self.cost_usd / self.budget_usd))
+        """The budget used, rounded to the nearest percent (`wording.percent`), for the meter."""
+        return wording.percent(self.cost_usd, self.budget_usd)
+
+    @property
+    def cost_percent_text(self) -> str:
+        """The budget used in words: "<1%", "3%", "99%", "100%"."""
+        return wording.percent_text(self.cost_usd, self.budget_usd)
 
     @property
     def outcome(self) -> str:

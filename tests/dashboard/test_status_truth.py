@@ -239,3 +239,12 @@ def test_the_eta_says_a_pending_decision_is_not_counted_until_it_is_taken(viewer
     page = run_page(viewer, run)
     assert "decision pending" not in text_of(page) and "critical path and cap, excluding approvals" in text_of(page)
     assert re.search(r'class="stat-value js-eta"[^>]*data-waiting=""', page)
+
+
+def test_the_budget_used_is_rounded_to_the_nearest_percent_and_never_zero_for_a_spend(viewer, wide_run):
+    Run.objects.filter(pk=wide_run.pk).update(cost_usd=Decimal("0.0286"), budget_usd=Decimal("1.00"))
+    words = text_of(run_page(viewer, wide_run))
+    assert "3% used" in words and "2% used" not in words  # 2.86%
+    Run.objects.filter(pk=wide_run.pk).update(cost_usd=Decimal("0.0001"))
+    assert "<1% used" in text_of(run_page(viewer, wide_run))
+    assert 'aria-label="&lt;1% of the budget spent"' in runs_row(viewer, wide_run)

@@ -1,4 +1,4 @@
-"""The run page's totals: ETA, effective cap, pace."""
+"""The run page's totals: ETA, effective cap, pace, budget used."""
 
 from __future__ import annotations
 
@@ -74,3 +74,20 @@ def test_pace_scales_estimates_by_this_run_s_finished_tasks(launched):
     succeed(run.tasks.get(subtask__key="a"), took_s=6.0)
     tasks = list(tasks_query(run.pk))
     assert pace(tasks, estimates) == pytest.approx(3.0, rel=0.05)
+
+
+@pytest.mark.parametrize(
+    ("cost", "budget", "percent", "text"),
+    [
+        ("0.0143", "0.50", 3, "3%"),  # 2.86%: the nearest, not 2%
+        ("0.0001", "0.50", 1, "<1%"),
+        ("0", "0.50", 0, "0%"),
+        ("0.4999", "0.50", 99, "99%"),  # not 100% before the budget is reached
+        ("0.50", "0.50", 100, "100%"),
+    ],
+)
+def test_the_budget_used_rounds_to_the_nearest_percent(launched, cost, budget, percent, text):
+    run = launched({"a": ("researcher", [])})
+    Run.objects.filter(pk=run.pk).update(cost_usd=cost, budget_usd=budget)
+    result = totals(run)
+    assert (result.cost_percent, result.cost_percent_text) == (percent, text)

@@ -1,0 +1,29 @@
+"""Shares of a budget in words: rounded to the nearest percent, never 0% of a spend, never 100% early."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from orchestrator import wording
+
+
+@pytest.mark.parametrize(
+    ("part", "whole", "percent", "text"),
+    [
+        (Decimal("0.0143"), Decimal("0.50"), 3, "3%"),  # 2.86%
+        (Decimal("0.0125"), Decimal("0.50"), 3, "3%"),  # 2.5%: half up
+        (Decimal("0.0124"), Decimal("0.50"), 2, "2%"),
+        (Decimal("0.000001"), Decimal("0.50"), 1, "<1%"),
+        (Decimal("0.004"), Decimal("0.50"), 1, "1%"),  # 0.8%
+        (Decimal("0"), Decimal("0.50"), 0, "0%"),
+        (Decimal("0.4999"), Decimal("0.50"), 99, "99%"),  # 99.98%: not yet the whole budget
+        (Decimal("0.50"), Decimal("0.50"), 100, "100%"),
+        (Decimal("0.75"), Decimal("0.50"), 100, "100%"),
+        (Decimal("0.01"), Decimal("0"), 100, "100%"),
+    ],
+)
+def test_a_share_of_a_budget(part, whole, percent, text):
+    assert wording.percent(part, whole) == percent
+    assert wording.percent_text(part, whole) == text
