@@ -10,8 +10,11 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
   else the worst case of its max output tokens; a subtask's input counts what it receives from
   its upstreams, `context.estimated_input_tokens`; the basis is shown) against the budget — the
   same estimate `runs.launch` checks the budget with;
-- the predicted duration: the lower bound max(critical path, total work / cap), with
-  `plans.estimated_duration_s` weights. Time spent waiting for people at checkpoints comes on top.
+- the predicted duration: the plan scheduled under the run's cap and each agent's own limit with
+  `plans.estimated_duration_s` weights (`plans.makespan`), never under the critical path, the
+  total work over the cap or an agent's work over its limit; what sets it (the critical path,
+  the cap, an agent's limit) and how many subtasks it runs at once. Time spent waiting for people
+  at checkpoints comes on top.
 
 Nothing is written until `launching.launch_document` (or `runs.launch` for a saved plan), which
 saves the plan and starts the run in one transaction: a refused launch leaves no plan behind.
@@ -28,7 +31,7 @@ from orchestrator import plans, wording
 from orchestrator.engine import context, cost_estimates
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.models import Plan, Subtask
-from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag
+from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag, makespan
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,8 @@ class Preflight:
     critical_path: list[str] = field(default_factory=list)
     critical_path_s: float = 0.0
     total_work_s: float = 0.0
+    forecast: makespan.Forecast = makespan.Forecast(seconds=0.0, peak_parallel=0)
+    duration_binding: makespan.Binding = makespan.CRITICAL_PATH
     checkpoints: int = 0  # gates and reviews in the plan: people decide each one
     workers_running: bool = True
 
@@ -124,24 +129,27 @@ class Preflight:
 
     @property
     def predicted_duration_s(self) -> float:
-        return predicted_duration_s(self.critical_path_s, self.total_work_s, self.cap)
+        return self.forecast.seconds
 
     @property
     def duration_bound(self) -> str:
-        """Which bound sets the predicted duration: "critical path" or "total work / cap"."""
-        return "critical path" if self.critical_path_s >= self.total_work_s / max(self.cap, 1) else "total work / cap"
+        """What sets the predicted duration: "the critical path", "the run's cap of 2", "the
+        researcher's limit of 4 at once"."""
+        return self.duration_binding.text
 
     @property
     def widest_layer(self) -> int:
         return max((len(layer) for layer in self.layers), default=0)
 
-
-def predicted_duration_s(critical_path_s: float, total_work_s: float, cap: int) -> float:
-    """The makespan's lower bound (DESIGN §3): the chain that cannot be shortened, or the work
-    spread over `cap` slots, whichever is longer."""
-    if cap < 1:
-        raise ValueError(f"cap must be at least 1, got {cap}")
-    return max(critical_path_s, total_work_s / cap)
+    @property
+    def steps_note(self) -> str:
+        """The plan's steps and how many of its subtasks run at once under the cap and the agents'
+        limits: "3 steps, up to 2 in parallel (the widest step has 4)"."""
+        steps = wording.counted(len(self.layers), "step")
+        parallel = self.forecast.peak_parallel
+        if parallel < self.widest_layer:
+            return f"{steps}, up to {parallel} in parallel (the widest step has {self.widest_layer})"
+        return f"{steps}, up to {parallel} in parallel"
 
 
 # --- Uploads -------------------------------------------------------------------------------------
@@ -250,6 +258,9 @@ def _build(
 ) -> Preflight:
     path, path_s = dag.critical_path(keys, edges, weights)
     on_path = set(path)
+    work = makespan.Work(dag.SinksFirst.of(keys, edges), {key: titles[key][1] for key in keys}, weights)
+    limits = makespan.Limits(cap, {line.agent.name: line.agent.max_concurrency for line in estimated.agents})
+    forecast = makespan.forecast(work, limits)
     upstream: dict[str, list[str]] = {key: [] for key in keys}
     for up, down in edges:
         upstream[down].append(up)
@@ -281,6 +292,8 @@ def _build(
         critical_path=path,
         critical_path_s=path_s,
         total_work_s=float(sum(weights.get(key, 0.0) for key in keys)),
+        forecast=forecast,
+        duration_binding=makespan.binding(work, limits, forecast.seconds),
         checkpoints=checkpoints,
         workers_running=cluster_is_running(),
     )

@@ -2,8 +2,9 @@
 estimate (estimates).
 
 The names below are the package's public interface, so callers write `plans.validate(data)`;
-each lives in the module named beside it. `dag` holds the pure graph functions and `planner`
-turns a goal into a plan document.
+each lives in the module named beside it. `dag` holds the pure graph functions, `makespan` how
+long a DAG takes under the run's cap and its agents' limits, and `planner` turns a goal into a
+plan document.
 """
 
 from orchestrator.plans.errors import PlanError, PlanValidationError

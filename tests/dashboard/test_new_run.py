@@ -5,6 +5,7 @@ Nothing may be saved before Launch; Launch saves the plan and starts the run tog
 
 from __future__ import annotations
 
+import html as html_module
 import re
 from decimal import Decimal
 
@@ -227,6 +228,16 @@ def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client
     assert "No worker cluster is running" in html  # no qcluster in this test
     assert "Launch run" in html
     assert nothing_saved()
+
+
+def test_preflight_says_what_sets_the_duration_and_how_many_run_at_once_under_the_cap(launcher_client):
+    brief = ROOT / "examples" / "research_brief.yaml"
+    preflight_url = check(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="2")
+    words = " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", launcher_client.get(preflight_url).text)).split())
+    # scope, then the four angles in two rounds of two, then the brief: 0.2 s each
+    assert "≈ 0.8 s set by the run's cap of 2: critical path 0.6 s, total work 1.2 s over a cap of 2" in words
+    assert "3 steps, up to 2 in parallel (the widest step has 4)" in words
+    assert "up to 4 in parallel" not in words
 
 
 def test_launch_saves_the_plan_and_starts_the_run_then_goes_to_the_run_page(launcher_client, personas):

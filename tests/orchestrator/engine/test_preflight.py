@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
@@ -10,19 +11,13 @@ from orchestrator import plans
 from orchestrator.engine import preflight, runs
 from orchestrator.models import Agent, Plan, ProviderLimit
 from tests.conftest import ROOT, fast_latency
+from tests.large_run import large_plan_document
 
 pytestmark = pytest.mark.django_db
 
 FEATURE_PIPELINE = (ROOT / "examples" / "feature_pipeline.yaml").read_text()
+RESEARCH_BRIEF = (ROOT / "examples" / "research_brief.yaml").read_text()
 BUDGET = Decimal("0.50")
-
-
-def test_predicted_duration_is_the_larger_of_critical_path_and_work_over_cap():
-    assert preflight.predicted_duration_s(10.0, 12.0, 4) == 10.0
-    assert preflight.predicted_duration_s(10.0, 60.0, 4) == 15.0
-    assert preflight.predicted_duration_s(0.0, 0.0, 1) == 0.0
-    with pytest.raises(ValueError, match="cap must be at least 1, got 0"):
-        preflight.predicted_duration_s(1.0, 1.0, 0)
 
 
 def test_upload_size_limit_is_plans_max_plan_bytes():
@@ -45,10 +40,12 @@ def test_the_feature_pipeline_preflight(demo_agents, priced_limit):
     assert [k for k, n in nodes.items() if n.on_critical_path] == ["spec", "design", "implement", "review"]
     assert (checked.subtasks, checked.edges, checked.widest_layer, checked.checkpoints) == (5, 5, 2, 1)
     assert checked.critical_path_s == pytest.approx(0.8) and checked.total_work_s == pytest.approx(1.0)
-    assert checked.predicted_duration_s == pytest.approx(0.8) and checked.duration_bound == "critical path"
+    assert checked.predicted_duration_s == pytest.approx(0.8) and checked.duration_bound == "the critical path"
+    assert checked.steps_note == "4 steps, up to 2 in parallel"
     # cap 1: the work, not the chain, sets the duration
     serial = preflight.check_document(FEATURE_PIPELINE, cap=1, budget_usd=BUDGET)
-    assert serial.predicted_duration_s == pytest.approx(1.0) and serial.duration_bound == "total work / cap"
+    assert serial.predicted_duration_s == pytest.approx(1.0) and serial.duration_bound == "the run's cap of 1"
+    assert serial.steps_note == "4 steps, up to 1 in parallel (the widest step has 2)"
     assert not checked.workers_running  # no qcluster in this test
     assert Plan.objects.count() == 0
 
@@ -124,3 +121,29 @@ def test_durations_follow_the_agents_latency_model(make_agent):
     checked = preflight.check_document(text, cap=2, budget_usd=BUDGET)
     assert checked.critical_path == ["a", "c"] and checked.critical_path_s == pytest.approx(4.0)
     assert checked.total_work_s == pytest.approx(5.0) and checked.predicted_duration_s == pytest.approx(4.0)
+
+
+def test_a_wide_step_under_the_cap_takes_rounds(demo_agents):
+    # research_brief: scope, four angles, the brief; 0.2 s each (fast_latency). At a cap of 2 the
+    # four angles take two rounds: 0.2 + 0.4 + 0.2 s, longer than the critical path or the work / cap.
+    checked = preflight.check_document(RESEARCH_BRIEF, cap=2, budget_usd=BUDGET)
+    assert checked.critical_path_s == pytest.approx(0.6) and checked.total_work_s == pytest.approx(1.2)
+    assert checked.predicted_duration_s == pytest.approx(0.8)
+    assert checked.duration_bound == "the run's cap of 2"
+    assert checked.steps_note == "3 steps, up to 2 in parallel (the widest step has 4)"
+    wide = preflight.check_document(RESEARCH_BRIEF, cap=4, budget_usd=BUDGET)
+    assert wide.predicted_duration_s == pytest.approx(0.6) and wide.duration_bound == "the critical path"
+    assert wide.steps_note == "3 steps, up to 4 in parallel"
+
+
+def test_an_agents_own_limit_sets_the_duration_of_a_plan_made_of_its_tasks(make_agent):
+    # tests/large_run.py's plan: 240 of its 293 subtasks are researcher probes, four at once.
+    make_agent("researcher", max_concurrency=4)
+    for name in ("architect", "writer", "reviewer", "tester"):
+        make_agent(name, max_concurrency=2)
+    checked = preflight.check_document(json.dumps(large_plan_document()), cap=8, budget_usd=Decimal("50"))
+    assert checked.ok and checked.subtasks == 293
+    assert checked.predicted_duration_s >= 240 * 0.2 / 4  # the probes alone, four at once
+    assert checked.predicted_duration_s > checked.total_work_s / 8  # what the estimate said before
+    assert checked.duration_bound == "the researcher's limit of 4 at once"
+    assert checked.steps_note == "6 steps, up to 7 in parallel (the widest step has 240)"
