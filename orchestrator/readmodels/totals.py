@@ -1,6 +1,10 @@
 """The run page's totals: elapsed time, ETA, tasks by state, cost against budget, effective cap.
 
-`remaining_seconds` and `pace` take plain data and are tested without a database.
+The ETA is what is left of the run scheduled under its effective cap and each agent's own limit
+(`plans.makespan`, as the pre-flight forecasts the whole plan): running tasks hold their slots for
+their estimate less what they ran, then the rest start as their upstreams end. There is none
+while the run is paused (nothing starts until Resume) and none for a run that ended or never
+started. `pace` takes plain data and is tested without a database.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from django.utils import timezone
 
 from orchestrator import plans, wording
 from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
-from orchestrator.plans import dag
+from orchestrator.plans import dag, makespan
 
 from .approved_plan import fixed_once_approved
 from .tasks import (
@@ -30,21 +34,6 @@ from .tasks import (
     state_strip,
     task_states,
 )
-
-
-def remaining_seconds(graph: dag.SinksFirst, remaining: Mapping[str, float], cap: int) -> float:
-    """Lower bound on the time left: max(remaining critical path, remaining work / cap).
-
-    `remaining` gives each task's seconds of work left (0 for finished tasks). The makespan of
-    a DAG under a concurrency cap can be no shorter than its longest chain, nor than its total
-    work spread over every slot; a good scheduler stays close to the larger of the two.
-    """
-    if not graph.keys:
-        return 0.0
-    lengths = graph.remaining_path_lengths(remaining)
-    critical = max(lengths.values(), default=0.0)
-    work = sum(remaining.get(k, 0.0) for k in graph.keys)
-    return max(critical, work / max(1, cap))
 
 
 @dataclass(frozen=True)
@@ -89,7 +78,10 @@ def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> Effective
     (which adaptive concurrency lowers after 429 answers)."""
     if agent_ids is None:
         agent_ids = run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
-    agents = list(Agent.objects.filter(pk__in=list(agent_ids)))
+    return _effective_cap(run, list(Agent.objects.filter(pk__in=list(agent_ids))))
+
+
+def _effective_cap(run: Run, agents: Sequence[Agent]) -> EffectiveCap:
     candidates = [(run.cap, "run cap")]
     if agents:
         candidates.append((sum(a.max_concurrency for a in agents), "agent limits"))
@@ -101,6 +93,30 @@ def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> Effective
             candidates.append((sum(limited), "provider in-flight limit"))
     value, why = min(candidates, key=lambda c: c[0])
     return EffectiveCap(max(0, value), why)
+
+
+# Tasks whose agent's work is over: a task awaiting review waits for a person, not for a slot.
+WORK_DONE = (*TaskRun.TERMINAL, State.AWAITING_REVIEW)
+
+
+def time_left(
+    plan: EtaPlan, tasks: Sequence[TaskState], agents: Mapping[int, Agent], cap: int, *, now: datetime
+) -> float:
+    """Seconds until the last of `tasks` ends: running (and queued) tasks hold their agent's slots
+    for their estimate less what they ran (at least a tenth of it: streamed progress is no guide,
+    answers rarely reach max_tokens), then the rest start in rank order under `cap` and each
+    agent's `max_concurrency`; every estimate scaled by the run's `pace`."""
+    speed = pace(tasks, plan.estimates)
+    expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
+    running = {}
+    for task in tasks:
+        if task.state in TaskRun.ACTIVE:
+            ran = (now - task.started_at).total_seconds() if task.started_at else 0.0
+            running[task.key] = max(expected[task.key] - ran, 0.1 * expected[task.key])
+    work = makespan.Work(plan.graph, {t.key: agents[t.agent_id].name for t in tasks if t.agent_id in agents}, expected)
+    limits = makespan.Limits(max(1, cap), {agent.name: agent.max_concurrency for agent in agents.values()})
+    done = {t.key for t in tasks if t.state in WORK_DONE}
+    return makespan.forecast(work, limits, done=done, running=running).seconds
 
 
 @dataclass
@@ -132,6 +148,42 @@ class Totals:
     pending_checkpoints: int
     estimate_usd: Decimal | None = None  # the pre-flight estimate the run was launched with
     finished: bool = False
+    started: bool = True
+    finished_at: datetime | None = None
+
+    @property
+    def never_started(self) -> bool:
+        """Ended before it started: its plan was rejected, or it was cancelled awaiting approval."""
+        return self.finished and not self.started
+
+    @property
+    def eta_placeholder(self) -> str:
+        """What the ETA card shows when it counts nothing down ("" when `eta_s` is shown)."""
+        if self.eta_s is not None:
+            return ""
+        if self.finished and self.started:
+            return "ended"
+        if self.status == Run.Status.PAUSED:
+            return "paused"
+        return wording.EM_DASH
+
+    @property
+    def eta_note(self) -> str:
+        """The sentence under the ETA: when the run ended, why no time is counted down, or what
+        the count leaves out."""
+        if self.never_started:
+            return "never started"
+        if self.finished:
+            return f"{self.finished_at:%H:%M:%S} UTC" if self.finished_at else ""
+        if self.status == Run.Status.PAUSED:
+            return "paused: nothing new starts, no ETA until it resumes"
+        if self.status == Run.Status.AWAITING_APPROVAL:
+            return "starts once the plan is approved"
+        if self.pending_checkpoints:
+            decisions = wording.counted(self.pending_checkpoints, "decision")
+            them = "it" if self.pending_checkpoints == 1 else "them"
+            return f"{decisions} pending: the wait for {them} is not counted"
+        return "the tasks left under the cap and each agent's limit, excluding approvals"
 
     @property
     def against_estimate(self) -> str:
@@ -139,12 +191,15 @@ class Totals:
 
     def estimate_note(self, finished: bool) -> str:
         """The estimate the run was launched with, and at the end the cost set against it:
-        "estimated $0.0150: it cost 82% of that", "… 2.4× that" ("" without an estimate)."""
+        "estimated $0.0150: it cost 82% of that", "… 2.4× that", "estimated $0.0906; it never
+        started" ("" without an estimate)."""
         if self.estimate_usd is None:
             return ""
         if self.estimate_usd <= 0:
             return "no estimate: no price was known for its models"
         estimated = f"estimated {wording.usd(self.estimate_usd)}"
+        if self.never_started:
+            return f"{estimated}; it never started"
         if not finished:
             return f"{estimated} before it started"
         ratio = self.cost_usd / self.estimate_usd
@@ -189,27 +244,10 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
-    if not run.is_finished and unfinished:
-        plan = eta_plan(run)
-        estimates = plan.estimates
-        speed = pace(tasks, estimates)
-        remaining = {}
-        for v in tasks:
-            guess = estimates.get(v.key, plans.MIN_ESTIMATED_DURATION_S) * speed
-            if v.is_terminal:
-                remaining[v.key] = 0.0
-            elif v.state == State.RUNNING and v.started_at:
-                # A running task needs its estimate less what it already ran, at least a tenth
-                # of it (streamed progress is no guide: answers rarely reach max_tokens).
-                ran = (now - v.started_at).total_seconds()
-                remaining[v.key] = max(guess - ran, 0.1 * guess)
-            else:
-                remaining[v.key] = guess
-        cap_now = effective_cap(run, {t.agent_id for t in unfinished})
-        eta = remaining_seconds(plan.graph, remaining, max(1, cap_now.value))
-        cap = cap_now
-    else:
-        cap = effective_cap(run)
+    agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
+    cap = _effective_cap(run, list(agents.values()))
+    if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
+        eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now)
     return Totals(
         status=run.status,
         status_label=run.get_status_display(),
@@ -231,4 +269,6 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         pending_checkpoints=run.checkpoints.filter(status=Checkpoint.Status.PENDING).count(),
         estimate_usd=run.estimate_usd,
         finished=run.is_finished,
+        started=run.started_at is not None,
+        finished_at=run.finished_at,
     )

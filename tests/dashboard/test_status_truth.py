@@ -70,6 +70,15 @@ def strip_states(html: str) -> list[str]:
     return re.findall(r'<rect class="state-([a-z_]+)"', html)
 
 
+def eta_card(html: str) -> tuple[str, str]:
+    """The ETA card's value and note, as words."""
+    match = re.search(
+        r'<div class="stat-value js-eta"[^>]*>(.*?)</div>\s*<div class="stat-note">(.*?)</div>', html, re.S
+    )
+    assert match, "no ETA card"
+    return text_of(match.group(1)).strip(), text_of(match.group(2)).strip()
+
+
 def task_row(html: str, task: TaskRun) -> str:
     match = re.search(rf'<div id="task-{task.pk}" .*?</div>\s*</div>', html, re.S)
     assert match, f"no row for task {task.pk}"
@@ -106,6 +115,8 @@ def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wi
     for task in wide_run.tasks.filter(state=State.READY):
         assert "run paused: starts when the run is resumed" in task_row(page, task)
     assert "paused: nothing new starts" in words
+    assert eta_card(page) == ("paused", "paused: nothing new starts, no ETA until it resumes")  # no countdown
+    assert re.search(r'class="stat-value js-eta" data-eta-at=""', page)
     assert tasks_card(page) == "0 of 6 succeeded"
     assert 'data-run-status="paused"' in page
     assert "Paused" in runs_row(viewer, wide_run)
@@ -113,6 +124,8 @@ def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wi
     runs.resume(wide_run)
     page = run_page(viewer, wide_run)
     assert "run paused" not in page
+    assert re.fullmatch(r"[\d.]+ ms|[\d.]+ s", eta_card(page)[0])  # the ETA is back
+    assert re.search(r'class="stat-value js-eta" data-eta-at="\d+"', page)
     assert all(
         "run cap reached (2 queued or running)" in task_row(page, t) for t in wide_run.tasks.filter(state=State.READY)
     )
@@ -166,6 +179,8 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     words = text_of(page)
     assert "waits for the plan's approval" not in words
     assert "never started" in words and "plan rejected: wrong agents" in words
+    assert eta_card(page) == ("—", "never started")  # not "ended"
+    assert "it cost" not in words and "estimated $" not in words  # no price here: no estimate either
     assert not run.tasks.exclude(wait_code="").exists()
     row = text_of(runs_row(viewer, run))
     assert "Cancelled" in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
@@ -237,7 +252,8 @@ def test_the_eta_says_a_pending_decision_is_not_counted_until_it_is_taken(viewer
     assert re.search(r'class="stat-value js-eta"[^>]*data-waiting="1"', page)
     runs.decide(run.checkpoints.get(), approve=True, user=personas["approver"])
     page = run_page(viewer, run)
-    assert "decision pending" not in text_of(page) and "critical path and cap, excluding approvals" in text_of(page)
+    assert "decision pending" not in text_of(page)
+    assert "the tasks left under the cap and each agent's limit, excluding approvals" in text_of(page)
     assert re.search(r'class="stat-value js-eta"[^>]*data-waiting=""', page)
 
 

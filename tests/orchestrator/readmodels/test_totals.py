@@ -2,31 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
 from orchestrator.engine import runs
-from orchestrator.models import ProviderLimit, Run, TaskRun
-from orchestrator.plans.dag import SinksFirst
+from orchestrator.models import Agent, ProviderLimit, Run, TaskRun
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, tasks_query
-from orchestrator.readmodels.totals import effective_cap, pace, remaining_seconds, totals
+from orchestrator.readmodels.totals import effective_cap, pace, totals
 
-from .conftest import succeed
+from .conftest import start, succeed
 
 State = TaskRun.State
-
-
-def test_remaining_seconds_is_the_larger_of_critical_path_and_work_over_cap():
-    chain = SinksFirst.of(["a", "b", "c"], [("a", "b"), ("b", "c")])
-    assert remaining_seconds(chain, {"a": 1, "b": 2, "c": 3}, cap=4) == 6
-    keys = [f"t{i}" for i in range(8)]
-    wide = SinksFirst.of(keys, [])
-    assert remaining_seconds(wide, {k: 2.0 for k in keys}, cap=2) == 8
-    assert remaining_seconds(wide, {k: 2.0 for k in keys}, cap=100) == 2
-    assert remaining_seconds(SinksFirst.of([], []), {}, cap=1) == 0
-
-
-def test_finished_tasks_weigh_nothing_in_the_remaining_time():
-    assert remaining_seconds(SinksFirst.of(["a", "b"], [("a", "b")]), {"a": 0.0, "b": 5.0}, cap=1) == 5
 
 
 def test_totals_count_states_and_estimate_the_time_left(launched):
@@ -52,6 +39,61 @@ def test_no_eta_once_the_run_ended(launched):
     result = totals(run)
     assert result.eta_s is None
     assert result.status == Run.Status.CANCELLED
+    assert (result.eta_placeholder, result.eta_note) == ("ended", f"{result.finished_at:%H:%M:%S} UTC")
+
+
+def test_the_eta_waits_for_an_agents_own_limit(launched, demo_agents):
+    # Four researcher tasks, one at a time, beside four writer tasks: a cap of 8 and the agents'
+    # summed limits (5) would let the eight end in two rounds; the researcher needs four.
+    Agent.objects.filter(name="researcher").update(max_concurrency=1)
+    run = launched({f"r{i}": ("researcher", []) for i in range(4)} | {f"w{i}": ("writer", []) for i in range(4)}, cap=8)
+    assert totals(run).eta_s == pytest.approx(4 * 0.2)  # fast_latency: 0.2 s a task
+    r0 = run.tasks.get(subtask__key="r0")
+    start(r0, ago_s=0.15)
+    r0.refresh_from_db()
+    later = r0.started_at + timedelta(seconds=0.15)
+    assert totals(run, now=later).eta_s == pytest.approx(0.05 + 3 * 0.2)  # r0's rest, then the other three
+
+
+def test_a_paused_run_has_no_eta_until_it_resumes(launched):
+    run = launched({"a": ("researcher", []), "b": ("researcher", ["a"])})
+    runs.pause(run)
+    paused = totals(run)
+    assert paused.eta_s is None
+    assert paused.eta_placeholder == "paused"
+    assert paused.eta_note == "paused: nothing new starts, no ETA until it resumes"
+    runs.resume(run)
+    resumed = totals(run)
+    assert resumed.eta_s == pytest.approx(0.4) and resumed.eta_placeholder == ""
+    assert resumed.eta_note == "the tasks left under the cap and each agent's limit, excluding approvals"
+
+
+def test_a_run_that_never_started_says_so_and_sets_no_cost_against_its_estimate(launched):
+    run = launched({"a": ("researcher", [])}, require_plan_approval=True)
+    waiting = totals(run)
+    assert waiting.eta_note == "starts once the plan is approved" and not waiting.never_started
+    runs.cancel(run)  # as a rejected plan ends it: before it started
+    result = totals(run)
+    assert result.never_started and result.estimate_usd and result.estimate_usd > 0
+    assert result.against_estimate == f"estimated ${result.estimate_usd:.4f}; it never started"
+    assert (result.eta_s, result.eta_placeholder, result.eta_note) == (None, "—", "never started")
+
+
+@pytest.mark.parametrize(
+    ("cost", "budget", "percent", "text"),
+    [
+        ("0.0143", "0.50", 3, "3%"),  # 2.86%: the nearest, not 2%
+        ("0.0001", "0.50", 1, "<1%"),
+        ("0", "0.50", 0, "0%"),
+        ("0.4999", "0.50", 99, "99%"),  # not 100% before the budget is reached
+        ("0.50", "0.50", 100, "100%"),
+    ],
+)
+def test_the_budget_used_rounds_to_the_nearest_percent(launched, cost, budget, percent, text):
+    run = launched({"a": ("researcher", [])})
+    Run.objects.filter(pk=run.pk).update(cost_usd=cost, budget_usd=budget)
+    result = totals(run)
+    assert (result.cost_percent, result.cost_percent_text) == (percent, text)
 
 
 def test_effective_cap_is_the_tightest_limit(launched, demo_agents):
@@ -74,20 +116,3 @@ def test_pace_scales_estimates_by_this_run_s_finished_tasks(launched):
     succeed(run.tasks.get(subtask__key="a"), took_s=6.0)
     tasks = list(tasks_query(run.pk))
     assert pace(tasks, estimates) == pytest.approx(3.0, rel=0.05)
-
-
-@pytest.mark.parametrize(
-    ("cost", "budget", "percent", "text"),
-    [
-        ("0.0143", "0.50", 3, "3%"),  # 2.86%: the nearest, not 2%
-        ("0.0001", "0.50", 1, "<1%"),
-        ("0", "0.50", 0, "0%"),
-        ("0.4999", "0.50", 99, "99%"),  # not 100% before the budget is reached
-        ("0.50", "0.50", 100, "100%"),
-    ],
-)
-def test_the_budget_used_rounds_to_the_nearest_percent(launched, cost, budget, percent, text):
-    run = launched({"a": ("researcher", [])})
-    Run.objects.filter(pk=run.pk).update(cost_usd=cost, budget_usd=budget)
-    result = totals(run)
-    assert (result.cost_percent, result.cost_percent_text) == (percent, text)
