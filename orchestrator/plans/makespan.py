@@ -122,7 +122,7 @@ def forecast(
             busy[work.agent_of[key]] -= 1
             for successor in graph.successors[key]:
                 upstreams_left[successor] -= 1
-                if not upstreams_left[successor] and successor not in running:
+                if not upstreams_left[successor] and successor not in running and successor not in done:
                     heapq.heappush(
                         ready.setdefault(work.agent_of[successor], []),
                         (-rank[successor], position[successor], successor),

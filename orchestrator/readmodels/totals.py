@@ -176,14 +176,14 @@ class Totals:
         if self.finished:
             return f"{self.finished_at:%H:%M:%S} UTC" if self.finished_at else ""
         if self.status == Run.Status.PAUSED:
-            return "paused: nothing new starts, no ETA until it resumes"
+            return "nothing new starts: no ETA until it resumes"
         if self.status == Run.Status.AWAITING_APPROVAL:
             return "starts once the plan is approved"
         if self.pending_checkpoints:
             decisions = wording.counted(self.pending_checkpoints, "decision")
             them = "it" if self.pending_checkpoints == 1 else "them"
             return f"{decisions} pending: the wait for {them} is not counted"
-        return "the tasks left under the cap and each agent's limit, excluding approvals"
+        return "at the cap and each agent's limit, excluding approvals"
 
     @property
     def against_estimate(self) -> str:

@@ -88,6 +88,13 @@ def test_what_is_left_starts_after_the_running_tasks_free_their_slots():
     assert makespan.forecast(work, limits, done={"a", "b", "c", "d"}) == makespan.Forecast(0.0, 0)
 
 
+def test_a_task_that_ended_before_its_upstreams_does_not_run_again():
+    # b was skipped by a person while a, its upstream, still runs.
+    work = work_of({"a": ("researcher", []), "b": ("writer", ["a"])})
+    left = makespan.forecast(work, makespan.Limits(2, {}), done={"b"}, running={"a": 0.5})
+    assert left == makespan.Forecast(seconds=0.5, peak_parallel=1)
+
+
 def test_a_task_runs_once_its_upstreams_end_whatever_their_agents():
     work = work_of(
         {"a": ("researcher", []), "b": ("writer", []), "c": ("writer", ["a", "b"])}, {"a": 3, "b": 1, "c": 1}

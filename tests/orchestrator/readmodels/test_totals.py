@@ -55,17 +55,23 @@ def test_the_eta_waits_for_an_agents_own_limit(launched, demo_agents):
     assert totals(run, now=later).eta_s == pytest.approx(0.05 + 3 * 0.2)  # r0's rest, then the other three
 
 
+def test_a_task_skipped_below_a_running_one_is_not_counted(launched):
+    run = launched({"scope": ("researcher", []), "write": ("writer", ["scope"])})
+    runs.skip_task(run.tasks.get(subtask__key="write"), reason="not needed after all")
+    assert totals(run).eta_s == pytest.approx(0.2)  # scope only
+
+
 def test_a_paused_run_has_no_eta_until_it_resumes(launched):
     run = launched({"a": ("researcher", []), "b": ("researcher", ["a"])})
     runs.pause(run)
     paused = totals(run)
     assert paused.eta_s is None
     assert paused.eta_placeholder == "paused"
-    assert paused.eta_note == "paused: nothing new starts, no ETA until it resumes"
+    assert paused.eta_note == "nothing new starts: no ETA until it resumes"
     runs.resume(run)
     resumed = totals(run)
     assert resumed.eta_s == pytest.approx(0.4) and resumed.eta_placeholder == ""
-    assert resumed.eta_note == "the tasks left under the cap and each agent's limit, excluding approvals"
+    assert resumed.eta_note == "at the cap and each agent's limit, excluding approvals"
 
 
 def test_a_run_that_never_started_says_so_and_sets_no_cost_against_its_estimate(launched):
