@@ -364,7 +364,7 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
     if decision not in ("approve", "reject"):
         return _answer(request, run, message="Choose Approve or Reject.", ok=False)
     try:
-        runs.decide(
+        decided = runs.decide(
             checkpoint,
             approve=decision == "approve",
             user=request.user,
@@ -373,19 +373,11 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
         )
     except runs.ActionError as error:
         return _answer(request, run, message=str(error), ok=False)
-    task_run = checkpoint.task_run  # None for the plan checkpoint
-    key = task_run.subtask.key if task_run is not None else ""
-    what_of_kind: dict[str, str] = {
-        Checkpoint.Kind.PLAN: "The plan",
-        Checkpoint.Kind.BEFORE: f"The gate before {key}",
-        Checkpoint.Kind.AFTER: f"The output of {key}",
-    }
-    what = what_of_kind[checkpoint.kind]
     tasks = [checkpoint.task_run_id] if checkpoint.task_run_id else []
     return _answer(
         request,
         run,
-        message=f"{what} was {decision}d.",
+        message=runs.decision_in_words(decided),
         ok=True,
         parts=RUN_PARTS,
         tasks=tasks,

@@ -366,6 +366,21 @@ def decide(
     return checkpoint
 
 
+def decision_in_words(checkpoint: Checkpoint) -> str:
+    """A decided checkpoint in a sentence for the person who decided it: "The plan was rejected."
+
+    The status is the checkpoint's own ("approved", "rejected"), never a verb with a suffix.
+    """
+    key = checkpoint.task_run.subtask.key if checkpoint.task_run is not None else ""
+    what = {
+        Checkpoint.Kind.PLAN: "The plan",
+        Checkpoint.Kind.BEFORE: f"The gate before {key}",
+        Checkpoint.Kind.AFTER: f"The output of {key}",
+        Checkpoint.Kind.TOOL: f"The call to {tool_approvals.qualified(checkpoint)} by {key}",
+    }[Checkpoint.Kind(checkpoint.kind)]
+    return f"{what} was {checkpoint.get_status_display().lower()}."
+
+
 def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
     approved = checkpoint.status == Checkpoint.Status.APPROVED
     task = checkpoint.task_run

@@ -333,6 +333,45 @@ def test_unknown_decision_is_refused(login, personas, brief, review):
     assert review.status == Checkpoint.Status.PENDING
 
 
+def answer_message(response) -> str:
+    """The flash message of an htmx answer (the text of its run-flash part)."""
+    found = re.search(r'id="run-flash"[^>]*>(.*?)</', response.content.decode(), re.S)
+    assert found, response.content.decode()[:500]
+    return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+
+@pytest.mark.parametrize(
+    ("kind", "decision", "message"),
+    [
+        ("plan", "approve", "The plan was approved."),
+        ("plan", "reject", "The plan was rejected."),
+        ("before", "approve", "The gate before write was approved."),
+        ("before", "reject", "The gate before write was rejected."),
+        ("after", "approve", "The output of write was approved."),
+        ("after", "reject", "The output of write was rejected."),
+        ("tool", "approve", "The call to workspace:write_file by write was approved."),
+        ("tool", "reject", "The call to workspace:write_file by write was rejected."),
+    ],
+)
+def test_a_decision_is_confirmed_in_words(login, personas, brief, awaiting, kind, decision, message):
+    """Every kind and decision has its sentence: never "rejectd", and a tool call's decision answers too."""
+    write = task(brief, "write")
+    if kind == "plan":
+        run, cp = awaiting, awaiting.checkpoints.get()
+    else:
+        run, details = brief, {"agent": "writer", "server": "workspace", "tool": "write_file"}
+        if kind == "after":
+            TaskRun.objects.filter(pk=write.pk).update(state=TaskRun.State.AWAITING_REVIEW)
+        cp = Checkpoint.objects.create(run=brief, kind=kind, task_run=write, details=details if kind == "tool" else {})
+    response = login(personas["approver"]).post(
+        url("run_checkpoint_decide", run, cp.pk),
+        {"decision": decision, "comment": "Not this way." if decision == "reject" else ""},
+        HTTP_HX_REQUEST="true",
+    )
+    assert response.status_code == 200 and "X-Glassbox-Refused" not in response
+    assert answer_message(response) == message
+
+
 # --- Plan approval with edits --------------------------------------------------------------------
 
 
