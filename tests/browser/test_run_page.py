@@ -268,6 +268,61 @@ def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_
     )
 
 
+# The right edge of what `inner` draws (its text, however it wraps: a range over its contents, not
+# its box, which keeps to its column while the text spills out of it), and the left edge of the
+# next column or the right edge of the box `inner` sits in: a title drawn over them ends past them.
+DRAWN_RIGHT = (
+    "el => { const r = document.createRange(); r.selectNodeContents(el); return r.getBoundingClientRect().right; }"
+)
+BEFORE_NEXT = f"""([inner, next]) => [({DRAWN_RIGHT})(document.querySelector(inner)),
+    document.querySelector(next).getBoundingClientRect().left]"""
+INSIDE = f"""([inner, outer]) => {{ const el = document.querySelector(inner);
+    return [({DRAWN_RIGHT})(el), el.closest(outer).getBoundingClientRect().right]; }}"""
+
+
+def test_a_long_title_without_spaces_breaks_inside_its_box_everywhere(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """The plan document allows 200-character titles; one word of 199 "x" was drawn over the
+    agent, state, tokens, cost and attempt columns. It wraps in its own box wherever it is shown."""
+    page = logged_in_page
+    title = "x" * 199
+    plan = make_plan({"long": ("researcher", [], {"title": title, "gate": "before"})}, goal="A long title")
+    run = runs.launch(plan, budget_usd="1")  # no cluster: the gate holds the task
+    long = run.tasks.get()
+    open_run(page, run)
+    row = f"#task-{long.pk}"
+    expect(page.locator(f"{row} .task-link")).to_have_text(title)
+
+    # The tasks table: the title ends before the agent's column.
+    title_right, agent_left = page.evaluate(BEFORE_NEXT, [f"{row} .cell-task", f"{row} .cell-agent"])
+    assert title_right <= agent_left, f"the title ends at {title_right} px, the agent column starts at {agent_left}"
+
+    # The gate's card on the run page: the question ends before the decision form.
+    card = "#run-checkpoints .checkpoint-card"
+    ask_right, form_left = page.evaluate(BEFORE_NEXT, [f"{card} .ask", f"{card} form.decide"])
+    assert ask_right <= form_left, f"the gate's question ends at {ask_right} px, its form starts at {form_left}"
+
+    # The graph's hover line stays in the graph's card.
+    page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).emit('mouseover')", long.pk)
+    expect(page.locator("#dag-hover")).to_contain_text(title)
+    hover_right, card_right = page.evaluate(INSIDE, ["#dag-hover", ".card"])
+    assert hover_right <= card_right, f"the graph's hover line ends at {hover_right} px, its card at {card_right}"
+
+    # The task panel's head.
+    page.locator(f"{row} .task-link").click()
+    expect(page.locator("#task-panel h2")).to_have_text(title)
+    head_right, panel_right = page.evaluate(INSIDE, ["#task-panel h2", "#task-panel"])
+    assert head_right <= panel_right, f"the panel's title ends at {head_right} px, the panel at {panel_right}"
+    screenshot(page, "long-title-run-page")
+
+    # The approvals inbox: the question ends before the decision column.
+    page.goto("/approvals/")
+    ask_right, decide_left = page.evaluate(BEFORE_NEXT, [".approval .ask", ".approval .decide"])
+    screenshot(page, "long-title-approvals")
+    assert ask_right <= decide_left, f"the inbox's question ends at {ask_right} px, the form starts at {decide_left}"
+
+
 def test_untrusted_goal_titles_and_outputs_show_as_text_and_run_nothing(
     logged_in_page, demo_agents, priced_limit, make_plan, screenshot
 ):
