@@ -37,6 +37,7 @@ from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.tools import workspace
+from orchestrator.wording import counted
 
 from . import task_rows
 from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN
@@ -155,8 +156,19 @@ def checkpoints_context(run: Run) -> dict:
         "decisions": run_checkpoints.recent_decisions(run),
     }
     if plan_checkpoint is not None:
-        ctx["plan_subtasks"] = plan_review_rows(run)
+        rows = plan_review_rows(run)
+        ctx.update(
+            plan_subtasks=rows,
+            plan_count=counted(len(rows), "subtask"),
+            plan_scrolls=len(rows) > PLAN_REVIEW_WHOLE,
+        )
     return ctx
+
+
+# A plan under review shows every subtask in the page up to this many (an approver must not approve
+# a subtask they never saw); a longer one scrolls in a box that says how many it holds and that it
+# scrolls, so that the graph and the rest of the run stay within reach.
+PLAN_REVIEW_WHOLE = 15
 
 
 @dataclass

@@ -17,8 +17,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from orchestrator import plans
 from orchestrator.engine import runs
-from orchestrator.models import Agent, Attempt, Checkpoint, Event, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Checkpoint, Event, Plan, Run, TaskRun
 from tests.conftest import ROOT, wait_for_run
 
 pytestmark = [pytest.mark.browser]
@@ -256,6 +257,16 @@ def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_
     open_run(page, run)
     expect(page.locator(".plan-review")).to_be_visible()
     expect(page.get_by_label("Instructions of merge")).to_be_attached()
+    # A list this long scrolls, and says so: how many subtasks, and a cue at the box's bottom edge.
+    expect(page.locator("#run-checkpoints .context")).to_contain_text("62 subtasks, in a list that scrolls")
+    expect(page.locator(".plan-review .plan-scroll-cue")).to_have_text(
+        "62 subtasks in all: scroll this list to see every one"
+    )
+    cue, box = page.evaluate(
+        """() => [document.querySelector('.plan-scroll-cue'), document.querySelector('.plan-review')]
+            .map(e => e.getBoundingClientRect().bottom)"""
+    )
+    assert abs(cue - box) <= 2, f"the cue ends at {cue} px, not at the bottom of its box ({box})"
     page_height, content_bottom = page.evaluate(
         """() => [
             document.documentElement.scrollHeight,
@@ -321,6 +332,41 @@ def test_a_long_title_without_spaces_breaks_inside_its_box_everywhere(
     ask_right, decide_left = page.evaluate(BEFORE_NEXT, [".approval .ask", ".approval .decide"])
     screenshot(page, "long-title-approvals")
     assert ask_right <= decide_left, f"the inbox's question ends at {ask_right} px, the form starts at {decide_left}"
+
+
+def test_every_subtask_of_a_plan_under_review_is_in_the_page_not_in_a_hidden_scroll(
+    logged_in_page, demo_agents, priced_limit, screenshot
+):
+    """The example feature pipeline's five subtasks sat in a box 338 px high holding 429 px, which
+    showed four of them and no sign of the fifth: an approver could approve a subtask never seen.
+    Each subtask's key must come into the viewport by scrolling the page alone."""
+    page = logged_in_page
+    document = (ROOT / "examples" / "feature_pipeline.yaml").read_text()
+    plan = plans.save_plan(plans.validate_document(document, filename="feature_pipeline.yaml"), source=Plan.Source.FILE)
+    run = runs.launch(plan, budget_usd="5", require_plan_approval=True)
+    keys = list(plan.subtasks.order_by("position").values_list("key", flat=True))
+    assert len(keys) == 5
+    open_run(page, run)
+    card = page.locator("#run-checkpoints .checkpoint-card")
+    expect(card.locator(".context")).to_contain_text("5 subtasks.")
+    expect(card.locator(".plan-scroll-cue")).to_have_count(0)
+    screenshot(page, "plan-of-five-under-review")
+    for key in keys:
+        # The window scrolls to the key (scrollIntoView would scroll an inner box too); what is drawn
+        # at the key's centre must then be the key itself, not whatever an inner box left there.
+        seen = page.evaluate(
+            """key => {
+                const code = document.querySelector(`#plan-subtask-${key} code`);
+                const top = code.getBoundingClientRect().top + window.scrollY;
+                window.scrollTo(0, Math.max(0, top - window.innerHeight / 2));
+                const r = code.getBoundingClientRect();
+                const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+                const inView = r.top >= 0 && r.bottom <= window.innerHeight && r.left >= 0 && r.right <= window.innerWidth;
+                return inView && code.contains(document.elementFromPoint(x, y));
+            }""",
+            key,
+        )
+        assert seen, f"subtask {key} cannot be seen by scrolling the page: it is hidden inside a scroll box"
 
 
 def test_untrusted_goal_titles_and_outputs_show_as_text_and_run_nothing(
