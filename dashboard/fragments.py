@@ -282,12 +282,14 @@ def log_context(run: Run, *, task_id=None, type_filter="") -> dict:
 def panel_context(task: TaskRun) -> dict:
     task = TaskRun.objects.select_related("run__plan", "subtask", "agent").get(pk=task.pk)
     upstreams = run_graph.upstream_tasks(task)
+    attempts = list(task.attempts.order_by("number"))
     return {
         "task": task,
         "view": run_tasks.task_view(task),
         "upstreams": upstreams,
         "fan_in": agent_context.is_fan_in(task, upstreams),
-        "attempts": list(task.attempts.order_by("number")),
+        "attempts": attempts,
+        "output_heading": run_tasks.output_heading(task, attempts[-1] if attempts else None),
         "paths": run_steps.attempt_paths(task),
         "checkpoints": list(task.checkpoints.order_by("created_at")),
         "task_actions": task_actions(task),

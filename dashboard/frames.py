@@ -18,6 +18,7 @@ from orchestrator.models import Event, Run, TaskRun
 from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import steps as run_steps
+from orchestrator.readmodels import tasks as run_tasks
 
 from .fragments import Viewer, base_context, render, render_panel_parts, render_parts, render_path_steps
 
@@ -264,4 +265,4 @@ def render_live_output(run_id: int, task_id: int, text: str) -> str:
     if task is None:
         return ""
     task.output = text
-    return render("panel_output", {"task": task, "oob": True})
+    return render("panel_output", {"task": task, "output_heading": run_tasks.output_heading(task, None), "oob": True})

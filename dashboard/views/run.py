@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator.engine import plan_edits, reruns, runs
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.graph import graph
 from orchestrator.readmodels.log import PAGE_LOG_ROWS, event_log, older_than
 from orchestrator.readmodels.run_export import run_export, run_markdown
@@ -163,7 +164,10 @@ def run_task_output(request, run_id: int, task_id: int):
     run = _run(run_id)
     task = _task(run, task_id)
     if task.output:
-        return HttpResponse(render_markdown(task.output))
+        if not run_tasks.is_partial_output(task):
+            return HttpResponse(render_markdown(task.output))
+        heading = run_tasks.output_heading(task, task.attempts.order_by("-number").first())
+        return HttpResponse(format_html('<p class="muted">{}:</p>{}', heading, render_markdown(task.output)))
     reason = task.error if task.is_terminal and task.error else f"the task is {task.get_state_display().lower()}"
     return HttpResponse(format_html('<p class="muted">No output: {}.</p>', reason))
 

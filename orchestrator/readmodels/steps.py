@@ -184,6 +184,16 @@ class AttemptPath:
     def model_calls(self) -> int:
         return sum(1 for row in self.rows if row.kind == "model")
 
+    @property
+    def ended(self) -> bool:
+        """Its attempt ended (neither queued nor running): no step of it will come any more."""
+        return self.attempt is not None and self.attempt.state not in (Attempt.State.QUEUED, Attempt.State.RUNNING)
+
+    @property
+    def no_steps(self) -> str:
+        """What an attempt without rows says: "yet" only while a step may still come."""
+        return "No steps were recorded." if self.ended else "No step recorded yet."
+
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:
     events = Event.objects.filter(task_run=task, type__in=STEP_EVENT_TYPES)

@@ -123,6 +123,53 @@ def test_a_task_without_steps_says_so(viewer, run):
     assert f'id="path-attempt-{look(run).pk}-1"' in queued and "No step recorded yet." in queued
 
 
+def words(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def end_task(task: TaskRun, state: str, attempts: int, attempt_state: str, output: str = "", error: str = "") -> None:
+    """`task` ended in `state` after `attempts` attempts, each of them ended in `attempt_state`."""
+    for number in range(2, attempts + 1):
+        Attempt.objects.get_or_create(task_run=task, number=number)
+    Attempt.objects.filter(task_run=task).update(state=attempt_state, worker="host:1")
+    TaskRun.objects.filter(pk=task.pk).update(state=state, attempt_count=attempts, output=output, error=error)
+
+
+def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_step_will_come(viewer, run):
+    """The panel of a failed task headed the partial text of its last failed attempt "Output", as if
+    it were its result, and its path ended "No step recorded yet." although the task was over."""
+    task = look(run)
+    end_task(task, TaskRun.State.FAILED, 3, Attempt.State.FAILED, "The first half of a sent", "simulated failure")
+    html = panel(viewer, run, task)
+    assert "<h3>Partial output of attempt 3 (failed)" in html and "<h3>Output" not in html
+    assert "The first half of a sent" in html
+    assert words(html).count("No steps were recorded.") == 3  # one per attempt, none of them "yet"
+    assert " yet" not in words(html)
+    # The result's list of every task's output says the same of it.
+    shown = viewer.get(reverse("run_task_output", args=[run.pk, task.pk])).content.decode()
+    assert words(shown).startswith("Partial output of attempt 3 (failed): The first half of a sent")
+
+
+def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewer, run):
+    task = look(run)
+    end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "Streamed until the cancel", "run cancelled")
+    html = panel(viewer, run, task)
+    assert "<h3>Partial output of attempt 1 (cancelled)" in html
+    assert "No steps were recorded." in words(html) and " yet" not in words(html)
+
+
+def test_a_skipped_task_that_never_started_says_nothing_will_come(viewer, run):
+    end_task(look(run), TaskRun.State.FAILED, 1, Attempt.State.FAILED, error="simulated failure")
+    write = run.tasks.get(subtask__key="write")
+    TaskRun.objects.filter(pk=write.pk).update(state=TaskRun.State.SKIPPED, error="upstream look did not succeed")
+    text = words(panel(viewer, run, write))
+    assert "No output." in text
+    assert "No steps: this task ran no agent step." in text
+    assert "No attempt: this task never started." in text
+    assert "Failed: no summary passed on." in text  # its upstream's, which failed
+    assert " yet" not in text
+
+
 def test_a_long_result_is_cut_in_the_panel_and_whole_on_the_attempts_page(viewer, run):
     task = look(run)
 
