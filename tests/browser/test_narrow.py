@@ -3,10 +3,13 @@ the graph scroll inside their own box. Screenshots in test-artifacts/<test>/."""
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 import pytest
 from playwright.sync_api import expect
 
 from orchestrator.engine import runs
+from orchestrator.models import Run
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.browser]
@@ -83,3 +86,30 @@ def test_every_page_fits_a_390_px_screen(
     if sticking_out := overflow(page):
         problems["preflight"] = sticking_out
     assert problems == {}, "\n".join(f"{k}: {v}" for k, v in problems.items())
+
+
+def cut_short(page, selector: str) -> list[str]:
+    """The elements under `selector` whose text is wider than their box (cut, or drawn outside it)."""
+    return page.evaluate(
+        """selector => [...document.querySelectorAll(selector + ' *')]
+            .filter(el => el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+            .map(el => el.className + ': ' + el.textContent.trim().slice(0, 60))""",
+        selector,
+    )
+
+
+def test_the_totals_cards_wrap_their_text_at_390_px_rather_than_cut_it(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """At 390 px the Cost card cut the budget to "of $0…." (its value kept to one line, cut with an
+    ellipsis); every card's text wraps inside the card instead."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"], {"gate": "before"})})
+    run = runs.launch(plan, cap=2, budget_usd="0.5")
+    Run.objects.filter(pk=run.pk).update(cost_usd=Decimal("0.0131"), input_tokens=1307, output_tokens=615)
+    page.goto(f"/runs/{run.pk}/")
+    cost = page.locator("#run-totals .stat").filter(has_text="Cost")
+    expect(cost.locator(".stat-value")).to_have_text("$0.0131 of $0.5000")
+    screenshot(page, "totals")
+    assert cut_short(page, "#run-totals") == []
