@@ -236,7 +236,10 @@ class _FakeApiHandler(BaseHTTPRequestHandler):
         if self.fake._stopping.is_set():
             self.close_connection = True
             return
-        super().handle_one_request()
+        try:
+            super().handle_one_request()
+        except ConnectionResetError:  # the client reset a connection it kept alive: its end, not an error
+            self.close_connection = True
 
     # Routing
 

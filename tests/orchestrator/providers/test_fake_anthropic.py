@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
 import anthropic
@@ -170,6 +173,22 @@ def test_a_dropped_connection_gives_no_answer_at_all(server):
     with pytest.raises(anthropic.APIConnectionError):
         client(server).messages.create(**request_body())
     assert client(server).messages.create(**request_body()).content[0].type == "text"  # the server is fine
+
+
+def test_a_client_resetting_a_kept_alive_connection_ends_it_quietly(server, capsys):
+    """A client that closes with unread bytes, or dies, resets its connection: the server ends it
+    as the end of that connection, without a traceback in the log (as a real server would)."""
+    host, port = server.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(b"GET /_fake/requests HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n")
+    assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with a reset
+    sock.close()
+    deadline = time.monotonic() + 10
+    while server._connections and time.monotonic() < deadline:  # its handler has ended
+        time.sleep(0.01)
+    assert not server._connections
+    assert "Traceback" not in capsys.readouterr().err
 
 
 def test_a_tool_call_streams_its_input_as_json_deltas(server):
