@@ -814,6 +814,18 @@ after it (~0.5 ms less at the end of every call).
   20 → 12 ms, the fan-out's frame ~70 → ~30 ms. *Next*: the frame's remaining fixed work (the
   tasks' states, totals and lanes read afresh for every frame: ~6 ms), and the task views of a
   fan-out's rows (Django model instances for 3 × 199 rows: ~9 ms of the fan-out's frame).
+- **Live view re-measured 2026-11-26 ~18:05, on Redis** (same machine, production profile only,
+  not written to bench/results-live.json). The session's start (6f19dff) and its end (803bb96,
+  with the ETA's schedule simulation in every totals frame) were measured alternately, with the
+  machine's 1-minute load at 0.7–1.35:
+  - at the start, p95 181 / 212 / 106 ms;
+  - at the end, 163 / 165 / 107 ms;
+  - at 7fee0d9 (in between), 121 ms;
+  - embedded, at the end: 122 ms (goal 250: met).
+
+  The Redis goal (100 ms) was missed in all 7 runs, with the old code as with the new. Its spread
+  on this machine (106–212 ms) is the machine's load, not the change. The 98.9 ms above was
+  measured on a quieter machine.
 """
 
 
