@@ -114,7 +114,8 @@ def test_the_forecast_is_never_under_a_lower_bound(seed):
     limits = makespan.Limits(rng.randint(1, 10), DEMO_LIMITS)
     forecast = makespan.forecast(work, limits)
     assert forecast.seconds >= makespan.lower_bound_s(work, limits) - 1e-9
-    assert 1 <= forecast.peak_parallel <= limits.cap
+    assert forecast.peak_parallel >= 1  # something ran
+    assert forecast.peak_parallel <= limits.cap  # and never more than the cap at once
 
 
 def test_a_cap_under_one_is_refused():
