@@ -58,6 +58,7 @@ from orchestrator.db_threads import DatabaseThreads
 from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
 from orchestrator.readmodels import log as run_log
+from orchestrator.readmodels.snapshot import part_of_snapshot, read_snapshot
 
 from . import fragments, frames
 
@@ -150,7 +151,10 @@ def render_round(run_id: int, latest: int, wanted: dict[Start, set[tuple[fragmen
         ):
             if shared not in per_class:
                 try:
-                    per_class[shared] = frames.render_run_batch(run_id, cursor, shared, upto=latest, in_step=in_step)
+                    with part_of_snapshot():
+                        per_class[shared] = frames.render_run_batch(
+                            run_id, cursor, shared, upto=latest, in_step=in_step
+                        )
                     result.renders += 1
                 except Exception:  # a bad render must not end the live view: log it, try again later
                     log.exception("run %s: could not render the events after %s", run_id, cursor)
@@ -159,7 +163,10 @@ def render_round(run_id: int, latest: int, wanted: dict[Start, set[tuple[fragmen
             if batch is None or not watched or (start, shared, watched) in result.panels:
                 continue
             try:
-                result.panels[(start, shared, watched)] = frames.render_watched_panel(run_id, batch, shared, watched)
+                with part_of_snapshot():
+                    result.panels[(start, shared, watched)] = frames.render_watched_panel(
+                        run_id, batch, shared, watched
+                    )
             except Exception:
                 log.exception("run %s: could not render the panel of task %s", run_id, watched)
                 per_class[shared] = None  # no frame without its panel: the next round tries again
@@ -465,17 +472,19 @@ class RunBroadcaster:
 def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None, bool]]) -> tuple[int, Round] | None:
     """One round's database work: the run's latest event and the frames of the viewers (their
     cursors, permission classes, watched tasks and whether they are in step) that are behind it;
-    None when nobody is."""
-    latest = frames.latest_seq(run_id)
-    if latest is None:
-        return None
-    wanted: dict[Start, set] = defaultdict(set)
-    for cursor, shared, watched, in_step in viewers:
-        if cursor < latest:
-            wanted[start_of(cursor, in_step, latest)].add((shared, watched))
-    if not wanted:
-        return None
-    return latest, render_round(run_id, latest, dict(wanted))
+    None when nobody is. Its reads share one snapshot (readmodels.snapshot): every part of a frame,
+    and the event number it ends at, show the same moment of the run."""
+    with read_snapshot():
+        latest = frames.latest_seq(run_id)
+        if latest is None:
+            return None
+        wanted: dict[Start, set] = defaultdict(set)
+        for cursor, shared, watched, in_step in viewers:
+            if cursor < latest:
+                wanted[start_of(cursor, in_step, latest)].add((shared, watched))
+        if not wanted:
+            return None
+        return latest, render_round(run_id, latest, dict(wanted))
 
 
 class LiveDatabase:

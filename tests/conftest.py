@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -302,6 +303,25 @@ def stand_still(monkeypatch) -> None:
 
     half_way = (time.time() // 60) * 60 + 30
     monkeypatch.setattr(ratelimit.get_storage(), "clock", lambda: half_way)
+
+
+def in_another_connection(work) -> None:
+    """Run `work` on a connection of its own (a thread's), committed, and wait for it."""
+    failures: list[BaseException] = []
+
+    def target():
+        try:
+            work()
+        except BaseException as error:  # reported below, in the test's thread
+            failures.append(error)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "the other connection's write waited for the reader"
+    assert not failures, failures
 
 
 def wait_until(predicate, timeout: float = 30, message: str = "condition") -> None:

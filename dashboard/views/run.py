@@ -26,6 +26,7 @@ from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.graph import graph
 from orchestrator.readmodels.log import PAGE_LOG_ROWS, event_log, older_than
 from orchestrator.readmodels.run_export import run_export, run_markdown
+from orchestrator.readmodels.snapshot import read_snapshot
 from orchestrator.readmodels.steps import attempt_path
 from orchestrator.tools import workspace
 from orchestrator.wording import counted
@@ -81,12 +82,13 @@ def _answer(
     viewer = _viewer(request)
     html = fragments.render_flash(message, "success" if ok else "error")
     if ok:
-        run.refresh_from_db()
-        html += fragments.render_parts(run, viewer, parts, tasks=tasks)
-        if panel is not None:
-            html += fragments.render_panel_parts(panel, viewer)
-        if also is not None:
-            html += also()
+        with read_snapshot():  # the parts show one moment of the run (readmodels/snapshot.py)
+            run.refresh_from_db()
+            html += fragments.render_parts(run, viewer, parts, tasks=tasks)
+            if panel is not None:
+                html += fragments.render_panel_parts(panel, viewer)
+            if also is not None:
+                html += also()
     response = HttpResponse(html)
     if not ok:
         response["X-Glassbox-Refused"] = "1"
@@ -98,6 +100,7 @@ def _answer(
 
 @require_GET
 @permission_required(VIEW_RUN)
+@read_snapshot()  # every part of the page, and the event its live feed resumes after, show one moment
 def run_detail(request, run_id: int):
     run = _run(run_id)
     selected = None

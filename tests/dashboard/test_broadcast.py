@@ -13,7 +13,7 @@ import re
 import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
-from django.db import transaction
+from django.db import connection, transaction
 from django.middleware.csrf import _unmask_cipher_token
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from dashboard import broadcast, fragments, frames
 from orchestrator import events
 from orchestrator.engine import dispatch, runs
 from orchestrator.models import Run, TaskRun
+from tests.conftest import in_another_connection
 
 from .test_consumers import communicator, cookies_for, frame_seq, last_seq, receive_until
 
@@ -341,6 +342,56 @@ def test_a_failed_render_leaves_its_viewers_for_the_next_round_and_serves_the_ot
     assert result.frame_for(launcher, start, None) is None
     html, to_seq = result.frame_for(viewer, start, None)
     assert to_seq == latest and 'id="event-1"' in html
+
+
+def test_a_render_whose_query_fails_leaves_the_rounds_snapshot_readable_for_the_others(run, monkeypatch):
+    """On PostgreSQL a failed query aborts its transaction: each render has a savepoint of its own."""
+    latest = Run.objects.get(pk=run.pk).last_event_seq
+    real = frames.render_run_batch
+    launcher = fragments.Viewer(can_control=True, can_decide=False)
+    viewer = fragments.Viewer(can_control=False, can_decide=False)
+
+    def query_failing_for_viewers(run_id, after_seq, shared, upto=None, *, in_step=False):
+        if not shared.can_control:  # rendered first: the launchers' render comes after it
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT no_such_column FROM orchestrator_run")
+        return real(run_id, after_seq, shared, upto=upto, in_step=in_step)
+
+    monkeypatch.setattr(frames, "render_run_batch", query_failing_for_viewers)
+    viewers = [(0, launcher.shared(), None, True), (0, viewer.shared(), None, True)]
+    _, result = broadcast.catch_up(run.pk, viewers)
+    assert result.frame_for(viewer, (0, True), None) is None
+    html, to_seq = result.frame_for(launcher, (0, True), None)
+    assert to_seq == latest and 'id="event-1"' in html
+
+
+def test_every_part_of_a_frame_shows_the_same_moment_of_the_run(run, monkeypatch):
+    """The run cancelled by someone else while a frame renders: the frame, which read the run (its
+    header) before, must not show the cancelled tasks beside a running header. The next frame
+    brings the cancellation, header and tasks together."""
+    before = Run.objects.get(pk=run.pk).last_event_seq
+    real = frames.render_parts
+    cancelled_meanwhile: list[int] = []
+
+    def cancel_then_render(*args, **kwargs):
+        if not cancelled_meanwhile:
+            in_another_connection(lambda: runs.cancel(Run.objects.get(pk=run.pk)))
+            cancelled_meanwhile.append(run.pk)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(frames, "render_parts", cancel_then_render)
+    viewer = fragments.Viewer(can_control=False, can_decide=False)
+    latest, result = broadcast.catch_up(run.pk, [(0, viewer.shared(), None, False)])
+    html, to_seq = result.frame_for(viewer, broadcast.start_of(0, False, latest), None)
+    assert cancelled_meanwhile and latest == to_seq == before
+    assert 'data-run-status="running"' in html
+    assert "task-row state-queued" in html and "task-row state-cancelled" not in html
+
+    latest, result = broadcast.catch_up(run.pk, [(to_seq, viewer.shared(), None, True)])
+    html, to_seq = result.frame_for(viewer, (before, True), None)
+    assert to_seq == latest == Run.objects.get(pk=run.pk).last_event_seq > before
+    assert 'data-run-status="cancelled"' in html
+    assert "task-row state-cancelled" in html and "task-row state-queued" not in html
 
 
 # --- Live progress (not events) ----------------------------------------------------------------------

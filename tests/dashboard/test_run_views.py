@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from orchestrator.engine import dispatch, runs
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
+from tests.conftest import in_another_connection
 
 pytestmark = pytest.mark.django_db
 
@@ -117,6 +118,28 @@ def test_viewer_sees_every_part_without_controls(login, personas, brief):
     assert f'data-seq="{brief.last_event_seq}"' in html
     assert 'data-action="pause"' not in html
     assert 'data-action="cancel"' not in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_page_shows_one_moment_of_the_run_though_it_is_cancelled_while_the_page_is_read(
+    login, personas, brief, monkeypatch
+):
+    """Someone cancels the run after the page read its header: its tasks, totals and lanes, read
+    after that, must not show the cancellation beside a running header (the live feed brings it)."""
+    from dashboard import fragments
+
+    real = fragments.totals_context
+
+    def cancel_then_read(*args, **kwargs):
+        in_another_connection(lambda: runs.cancel(Run.objects.get(pk=brief.pk)))
+        return real(*args, **kwargs)
+
+    seq = Run.objects.get(pk=brief.pk).last_event_seq
+    monkeypatch.setattr(fragments, "totals_context", cancel_then_read)
+    html = login(personas["viewer"]).get(url("run_detail", brief)).content.decode()
+    assert Run.objects.get(pk=brief.pk).status == Run.Status.CANCELLED
+    assert 'data-run-status="running"' in html and f'data-seq="{seq}"' in html
+    assert "task-row state-queued" in html and "task-row state-cancelled" not in html
 
 
 def test_launcher_sees_run_controls(login, personas, brief):
