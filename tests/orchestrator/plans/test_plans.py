@@ -1,4 +1,5 @@
 import json
+import math
 from pathlib import Path
 from typing import get_args
 
@@ -574,7 +575,8 @@ def test_large_plan_is_saved_in_bulk(agents, django_assert_max_num_queries):
     [
         ({"dist": "fixed", "seconds": 2.5}, 0, 2.5),
         ({"dist": "uniform", "low_s": 1, "high_s": 3}, 0, 2.0),
-        ({"dist": "lognormal", "median_s": 1.5, "sigma": 0.5}, 0, 1.5),
+        ({"dist": "lognormal", "median_s": 1.5, "sigma": 0.5}, 0, pytest.approx(1.5 * math.exp(0.5**2 / 2))),
+        ({"dist": "lognormal", "median_s": 1.5}, 0, pytest.approx(1.5 * math.exp(0.4**2 / 2))),  # the default sigma
         (None, 600, 12.0),
         (None, 10, 1.0),  # at least one second
         ({"dist": "weird"}, 100, 2.0),  # an unknown model falls back to tokens
