@@ -1,4 +1,9 @@
-"""The run page's agent lanes: per agent, what it runs now, its slots in use, queued work, burn."""
+"""The run page's agent lanes: per agent, what it runs now, its slots in use, queued work, burn.
+
+An agent's `max_concurrency` is shared by every run, so a lane tells this run's slots (its own
+queued and running tasks) from those other runs hold, and says which is which. A run that has
+ended holds none and is not told about the others: nothing of it is in flight.
+"""
 
 from __future__ import annotations
 
@@ -46,19 +51,40 @@ class Lane:
     succeeded: int
     outcome: str  # "1 of 2 succeeded · 1 cancelled"
     total: int
-    slots_used: int  # this agent's queued + running tasks across every run
+    slots_elsewhere: int  # this agent's queued + running tasks in other runs (0 once this run ended)
     cap: int  # the agent's max_concurrency
     tokens: int
     cost_usd: Decimal
+    run_ended: bool = False  # the run is over: nothing of it is in flight, other runs' use is not its concern
+
+    @property
+    def slots_here(self) -> int:
+        """This agent's slots that this run's tasks (queued or running) hold."""
+        return self.queued + len(self.running)
+
+    @property
+    def slots_used(self) -> int:
+        """This agent's slots in use, this run's and other runs' together."""
+        return self.slots_here + self.slots_elsewhere
 
     @property
     def slots_free(self) -> int:
         return max(0, self.cap - self.slots_used)
 
     @property
-    def slots_elsewhere(self) -> int:
-        """This agent's slots that other runs' tasks (queued or running) hold."""
-        return max(0, self.slots_used - self.queued - len(self.running))
+    def slots_text(self) -> str:
+        """The lane's count: this run's slots of the cap ("2/4"), and other runs' apart ("+1 in other runs")."""
+        text = f"{self.slots_here}/{self.cap}"
+        return f"{text} +{self.slots_elsewhere} in other runs" if self.slots_elsewhere else text
+
+    @property
+    def slots_title(self) -> str:
+        """The count in a sentence: whose the slots in use are, and how many are free."""
+        slots = f"{self.agent.name}'s {wording.counted(self.cap, 'slot')}"
+        if self.run_ended:
+            return f"This run has ended: it holds none of {slots}"
+        elsewhere = f"; other runs hold {self.slots_elsewhere}" if self.slots_elsewhere else ""
+        return f"This run holds {self.slots_here} of {slots}{elsewhere}; {self.slots_free} free"
 
     @property
     def idle_text(self) -> str:
@@ -81,9 +107,10 @@ class Lane:
         return "; ".join(parts) or "idle"
 
     @property
-    def slot_marks(self) -> list[bool]:
-        """One mark per slot (True = in use), at most 16 shown."""
-        return [i < self.slots_used for i in range(min(self.cap, 16))]
+    def slot_marks(self) -> list[str]:
+        """One mark per slot, at most 16 shown: "here" (this run's), "elsewhere" (another run's), "" (free)."""
+        marks = ["here"] * self.slots_here + ["elsewhere"] * self.slots_elsewhere
+        return (marks + [""] * self.cap)[: min(self.cap, 16)]
 
 
 def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
@@ -94,12 +121,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
     for task in tasks:
         by_agent[task.agent_id].append(task)
     agents = Agent.objects.in_bulk(list(by_agent))
-    busy = dict(
-        TaskRun.objects.filter(agent_id__in=list(by_agent), state__in=TaskRun.ACTIVE)
-        .order_by()
-        .values_list("agent_id")
-        .annotate(n=Count("pk"))
-    )
+    elsewhere = {} if run.is_finished else slots_in_other_runs(run, list(by_agent))
     result = []
     for agent_id, items in by_agent.items():
         states = Counter(v.state for v in items)
@@ -114,13 +136,25 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
                 succeeded=states[State.SUCCEEDED],
                 outcome=outcome_text(states, len(items)),
                 total=len(items),
-                slots_used=busy.get(agent_id, 0),
+                slots_elsewhere=elsewhere.get(agent_id, 0),
+                run_ended=run.is_finished,
                 cap=agents[agent_id].max_concurrency,
                 tokens=sum(v.tokens for v in items),
                 cost_usd=sum((v.cost_usd for v in items), Decimal("0")),
             )
         )
     return result
+
+
+def slots_in_other_runs(run: Run, agent_ids: list[int]) -> dict[int, int]:
+    """Each agent's queued and running tasks in runs other than `run` (one query)."""
+    return dict(
+        TaskRun.objects.filter(agent_id__in=agent_ids, state__in=TaskRun.ACTIVE)
+        .exclude(run_id=run.pk)
+        .order_by()
+        .values_list("agent_id")
+        .annotate(n=Count("pk"))
+    )
 
 
 def not_admitted(tasks: Sequence[TaskState]) -> list[LaneCount]:

@@ -182,3 +182,17 @@ def test_the_plans_rejection_cancels_every_task_on_the_page(awaiting_approval, p
     page, reloaded, batch = page_after(run, lambda: runs.decide(checkpoint, approve=False, comment="Too broad"))
     assert canonical(reloaded.find("task-table")).count('data-state="cancelled"') == 3
     assert_same_page(page, reloaded, batch, before)
+
+
+def test_a_cancelled_runs_lanes_claim_no_slot_another_run_holds(
+    transactional_db, make_plan, demo_agents, priced_limit, no_broker, page_after
+):
+    cancelled = runs.launch(make_plan({"a": ("researcher", [])}), budget_usd="5")
+    runs.launch(make_plan({"x": ("researcher", []), "y": ("researcher", [])}, goal="Another run"), budget_usd="5")
+    before = types_so_far(cancelled)
+    page, reloaded, batch = page_after(cancelled, lambda: runs.cancel(cancelled))
+    lanes = canonical(reloaded.find("agent-lanes"))
+    assert "0/4" in lanes and "in other runs" not in lanes  # the other run's 2 queued tasks are its own
+    assert "is-used" not in lanes and "is-elsewhere" not in lanes
+    assert "This run has ended: it holds none of" in lanes
+    assert_same_page(page, reloaded, batch, before)  # the live frame says what a reload says

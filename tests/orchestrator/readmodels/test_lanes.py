@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from orchestrator.engine import runs
 from orchestrator.models import TaskRun
 from orchestrator.readmodels.lanes import lanes
 
@@ -29,8 +30,11 @@ def test_lanes_show_running_work_slots_across_runs_queue_tokens_and_cost(launche
     assert researcher.queued == 1
     assert [count.text for count in researcher.not_admitted] == ["1 throttled"]
     assert researcher.slots_used == 3  # s1 and s2 here, x in the other run
-    assert researcher.cap == demo_agents["researcher"].max_concurrency
-    assert researcher.slot_marks.count(True) == 3
+    assert (researcher.slots_here, researcher.slots_elsewhere) == (2, 1)
+    assert researcher.cap == demo_agents["researcher"].max_concurrency == 4
+    assert researcher.slot_marks == ["here", "here", "elsewhere", ""]
+    assert researcher.slots_text == "2/4 +1 in other runs"  # the shared count says whose it is
+    assert researcher.slots_title == "This run holds 2 of researcher's 4 slots; other runs hold 1; 1 free"
     writer = by_agent["writer"]
     assert writer.done == 1 and writer.total == 1
     assert writer.tokens == 30 and writer.cost_usd == Decimal("0.002")
@@ -74,3 +78,17 @@ def test_a_lanes_ready_tasks_are_counted_in_the_task_tables_words(launched):
     TaskRun.objects.filter(run=run).update(state=State.QUEUED, wait_reason="")
     (lane,) = lanes(run)
     assert lane.not_admitted == [] and lane.queued == 4
+
+
+def test_an_ended_runs_lane_holds_no_slots_whatever_other_runs_use(launched, demo_agents):
+    cancelled = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    other = launched({"x": ("researcher", []), "y": ("researcher", [])})
+    start(other.tasks.get(subtask__key="x"))  # y stays queued: two of the agent's slots in use
+    runs.cancel(cancelled)
+    (lane,) = lanes(cancelled)
+    assert (lane.slots_here, lane.slots_elsewhere, lane.slots_used) == (0, 0, 0)
+    assert lane.slots_text == "0/4" and lane.slot_marks == ["", "", "", ""]
+    assert lane.slots_title == "This run has ended: it holds none of researcher's 4 slots"
+    assert lane.idle_text == "ended"
+    (running,) = lanes(other)
+    assert (running.slots_here, running.slots_elsewhere, running.slots_text) == (2, 0, "2/4")
