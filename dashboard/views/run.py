@@ -25,6 +25,7 @@ from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.graph import graph
 from orchestrator.readmodels.log import PAGE_LOG_ROWS, event_log, older_than
+from orchestrator.readmodels.records import is_partial_output
 from orchestrator.readmodels.run_export import run_export, run_markdown
 from orchestrator.readmodels.snapshot import read_snapshot
 from orchestrator.readmodels.steps import attempt_path
@@ -167,7 +168,7 @@ def run_task_output(request, run_id: int, task_id: int):
     run = _run(run_id)
     task = _task(run, task_id)
     if task.output:
-        if not run_tasks.is_partial_output(task):
+        if not is_partial_output(task):
             return HttpResponse(render_markdown(task.output))
         heading = run_tasks.output_heading(task, task.attempts.order_by("-number").first())
         return HttpResponse(format_html('<p class="muted">{}:</p>{}', heading, render_markdown(task.output)))

@@ -268,6 +268,43 @@ class AttemptRecord(Record):
         )
 
 
+# A task's output is its result in these states, or the text its current attempt streams; in any
+# other (failed, cancelled, skipped, or waiting for a retry) an output is the partial text its last
+# attempt wrote before it ended: an attempt's dispatch clears it, only a success makes it a result.
+OUTPUT_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.AWAITING_REVIEW, TaskRun.State.RUNNING, TaskRun.State.QUEUED)
+
+
+def is_partial_output(task: TaskRun) -> bool:
+    """Is the task's output the partial text of an attempt that ended without a result?"""
+    return bool(task.output) and task.state not in OUTPUT_STATES
+
+
+class PartialOutputRecord(Record):
+    """What a task's output is when it is not its result: the partial text of the attempt that
+    wrote it (`attempt`, its number; `attempt_state`, how it ended: failed, timed_out, cancelled,
+    lost, handed_back), headed as the run page heads it ("Partial output of attempt 3 (failed)").
+    The downloads carry it so that nobody takes a failed task's text for its result."""
+
+    attempt: int | None
+    attempt_state: str | None
+    heading: str
+
+    @classmethod
+    def of(cls, task: TaskRun, last_attempt: Attempt | None) -> Self | None:
+        """None when the task's output is its result (or it has none); `last_attempt`: its
+        highest-numbered attempt, which wrote the output."""
+        if not is_partial_output(task):
+            return None
+        if last_attempt is None:
+            return cls(attempt=None, attempt_state=None, heading="Partial output (not a result)")
+        ended = last_attempt.get_state_display().lower()
+        return cls(
+            attempt=last_attempt.number,
+            attempt_state=last_attempt.state,
+            heading=f"Partial output of attempt {last_attempt.number} ({ended})",
+        )
+
+
 class TaskRecord(Record):
     """A task of a run as it stands (without its attempts: see TaskRunRecord)."""
 
@@ -322,13 +359,20 @@ class TaskRunRecord(TaskRecord):
     """A task of a run with every attempt at it: what the API and the JSON download give."""
 
     attempts: list[AttemptRecord]
+    # Set when `output` is not the task's result but the partial text of an attempt that ended
+    # without one (failed, timed out, cancelled…); null when it is the result or there is none.
+    partial_output: PartialOutputRecord | None
 
     @classmethod
     def of(cls, task: TaskRun, attempts: list[Attempt] | None = None) -> Self:
-        """`attempts` may be given by a caller that prefetched them (saves a query per task)."""
+        """`attempts` may be given by a caller that prefetched them, in number order (saves a query per task)."""
         if attempts is None:
             attempts = list(task.attempts.order_by("number"))
-        return cls.build(task, attempts=[AttemptRecord.of(a) for a in attempts])
+        return cls.build(
+            task,
+            attempts=[AttemptRecord.of(a) for a in attempts],
+            partial_output=PartialOutputRecord.of(task, attempts[-1] if attempts else None),
+        )
 
 
 # --- Checkpoint, Event ----------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 has the same fields and formats as the JSON API, plus the path of every agent that used tools
 (`paths`: its steps as the glass box shows them, orchestrator/readmodels/steps.py). `run_markdown`
 writes the same content as a document: the final output first, then every task's, each with its
-path.
+path. A task's output that is not its result (the partial text of a failed, timed-out or
+cancelled attempt) is labelled as such in both (`partial_output`), as the run page heads it.
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ def run_markdown(run: Run) -> str:
         level = "###"
         lines.append(f"{level} {_one_line(task['title'])} (`{task['key']}`, {task['agent']}, {task['state']})")
         lines.append("")
+        if partial := task["partial_output"]:  # as the page heads it, so that it is not read as the result
+            lines += [f"_{partial['heading']}: the text it wrote before it ended, not a result._", ""]
         if task["output"]:
             lines += [task["output"].rstrip(), ""]
         elif task["error"]:

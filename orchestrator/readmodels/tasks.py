@@ -17,7 +17,7 @@ from typing import Self
 
 from orchestrator.models import Attempt, Run, TaskRun
 
-from .records import TaskRecord
+from .records import PartialOutputRecord, TaskRecord
 from .steps import activities
 
 State = TaskRun.State
@@ -173,26 +173,12 @@ class TaskView(TaskRecord):
         return self.state in TaskRun.TERMINAL
 
 
-# A task's output is its result in these states, or the text its current attempt streams; in any
-# other (failed, cancelled, skipped, or waiting for a retry) an output is the partial text its last
-# attempt wrote before it ended: an attempt's dispatch clears it, only a success makes it a result.
-OUTPUT_STATES = (State.SUCCEEDED, State.AWAITING_REVIEW, State.RUNNING, State.QUEUED)
-
-
-def is_partial_output(task: TaskRun) -> bool:
-    """Is the task's output the partial text of an attempt that ended without a result?"""
-    return bool(task.output) and task.state not in OUTPUT_STATES
-
-
 def output_heading(task: TaskRun, last_attempt: Attempt | None) -> str:
     """What the task's output is, as the panel heads it: "Output" (its result, or the text its
     running attempt streams), or for a task with no result the partial text its last attempt wrote
-    before it ended: "Partial output of attempt 3 (failed)"."""
-    if not is_partial_output(task):
-        return "Output"
-    if last_attempt is None:
-        return "Partial output (not a result)"
-    return f"Partial output of attempt {last_attempt.number} ({last_attempt.get_state_display().lower()})"
+    before it ended: "Partial output of attempt 3 (failed)" (the downloads' `PartialOutputRecord`)."""
+    partial = PartialOutputRecord.of(task, last_attempt)
+    return partial.heading if partial else "Output"
 
 
 def tasks_query(run_id: int):

@@ -119,6 +119,33 @@ def test_markdown_puts_the_final_output_first(run):
     assert "_No output: boom_" in text
 
 
+def test_both_downloads_label_a_tasks_partial_output_as_the_page_heads_it(run):
+    """A failed or cancelled task's text, as its last attempt left it, was exported as if it were
+    the task's result: no word in the Markdown, no field in the JSON."""
+    a = run.tasks.get(subtask__key="a")
+    Attempt.objects.filter(task_run=a).update(state=Attempt.State.FAILED)
+    Attempt.objects.create(task_run=a, number=2, state=Attempt.State.TIMED_OUT)
+    TaskRun.objects.filter(pk=a.pk).update(output="The first half of a sent", attempt_count=2)
+    cancelled = run.tasks.get(subtask__key="w")
+    Attempt.objects.create(task_run=cancelled, number=1, state=Attempt.State.CANCELLED)
+    TaskRun.objects.filter(pk=cancelled.pk).update(state=TaskRun.State.CANCELLED, output="Streamed until")
+
+    tasks = {task["key"]: task for task in run_export(run)["tasks"]}
+    assert tasks["a"]["partial_output"] == {
+        "attempt": 2,
+        "attempt_state": "timed_out",
+        "heading": "Partial output of attempt 2 (timed out)",
+    }
+    assert tasks["w"]["partial_output"]["heading"] == "Partial output of attempt 1 (cancelled)"
+    assert tasks["scope"]["partial_output"] is None  # its result
+
+    document = run_markdown(run)
+    label = "_Partial output of attempt 2 (timed out): the text it wrote before it ended, not a result._"
+    assert f"(`a`, researcher, failed)\n\n{label}\n\nThe first half of a sent\n" in document
+    assert "_Partial output of attempt 1 (cancelled): the text it wrote" in document
+    assert document.count("Partial output") == 2  # the succeeded scope's output is not labelled
+
+
 def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifacts_dir):
     """The path as the glass box shows it, per attempt: a call with its approval and result, a
     refused call, the model calls; tasks whose agent took no step have no path."""
