@@ -138,7 +138,7 @@ def header_context(run: Run) -> dict:
 def totals_context(run: Run, states=None, now: datetime | None = None) -> dict:
     now = now or timezone.now()
     totals = run_totals.totals(run, states, now=now)
-    eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None else None
+    eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None and totals.counts_down else None
     return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
 
 

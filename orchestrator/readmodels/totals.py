@@ -4,7 +4,10 @@ The ETA is what is left of the run scheduled under its effective cap and each ag
 (`plans.makespan`, as the pre-flight forecasts the whole plan): running tasks hold their slots for
 their estimate less what they ran, then the rest start as their upstreams end. There is none
 while the run is paused (nothing starts until Resume) and none for a run that ended or never
-started. `pace` takes plain data and is tested without a database.
+started. While everything left waits for a person's decision (nothing runs or can start) it does
+not count down: it is the time after the decision ("40 s after the decision"). What the browser's
+countdown says once it runs out comes from here too (`eta_overdue`), so a reload and a ticking
+page say the same. `pace` takes plain data and is tested without a database.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ def _effective_cap(run: Run, agents: Sequence[Agent]) -> EffectiveCap:
 
 # Tasks whose agent's work is over: a task awaiting review waits for a person, not for a slot.
 WORK_DONE = (*TaskRun.TERMINAL, State.AWAITING_REVIEW)
+# Tasks that move on without a person: admitted, or ready to be when a slot or budget frees.
+MOVING = (*TaskRun.ACTIVE, *TaskRun.ADMISSIBLE)
 
 
 def time_left(
@@ -150,6 +155,8 @@ class Totals:
     finished: bool = False
     started: bool = True
     finished_at: datetime | None = None
+    # A running run whose every task left waits for a pending decision: nothing moves until it is taken.
+    waits_for_decision: bool = False
 
     @property
     def never_started(self) -> bool:
@@ -168,6 +175,28 @@ class Totals:
         return wording.EM_DASH
 
     @property
+    def counts_down(self) -> bool:
+        """Does the ETA tick down in the browser? Only while the run's work moves on its own: not
+        paused, not waiting for its plan's approval or for a decision that everything left awaits."""
+        return self.eta_s is not None and self.status == Run.Status.RUNNING and not self.waits_for_decision
+
+    @property
+    def _after_decisions(self) -> str:
+        return "after the decision" if self.pending_checkpoints == 1 else "after the decisions"
+
+    @property
+    def eta_after(self) -> str:
+        """What follows the ETA's duration when the run waits for a person ("" otherwise): the time
+        left is counted from the decision, "40 s after the decision"."""
+        return self._after_decisions if self.waits_for_decision else ""
+
+    @property
+    def eta_overdue(self) -> str:
+        """What a countdown says once it has run out: "after the decision" while one is pending
+        (the run cannot end before it), else "any moment"."""
+        return self._after_decisions if self.pending_checkpoints else "any moment"
+
+    @property
     def eta_note(self) -> str:
         """The sentence under the ETA: when the run ended, why no time is counted down, or what
         the count leaves out."""
@@ -182,6 +211,8 @@ class Totals:
         if self.pending_checkpoints:
             decisions = wording.counted(self.pending_checkpoints, "decision")
             them = "it" if self.pending_checkpoints == 1 else "them"
+            if self.waits_for_decision:
+                return f"{decisions} pending: nothing runs until a person decides"
             return f"{decisions} pending: the wait for {them} is not counted"
         return "at the cap and each agent's limit, excluding approvals"
 
@@ -248,6 +279,8 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     cap = _effective_cap(run, list(agents.values()))
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
         eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now)
+    pending = run.checkpoints.filter(status=Checkpoint.Status.PENDING).count()
+    nothing_moves = run.status == Run.Status.RUNNING and bool(unfinished) and not any(v.state in MOVING for v in tasks)
     return Totals(
         status=run.status,
         status_label=run.get_status_display(),
@@ -266,9 +299,10 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         cap=run.cap,
         effective_cap=cap,
         peak_running=run.peak_running,
-        pending_checkpoints=run.checkpoints.filter(status=Checkpoint.Status.PENDING).count(),
+        pending_checkpoints=pending,
         estimate_usd=run.estimate_usd,
         finished=run.is_finished,
         started=run.started_at is not None,
         finished_at=run.finished_at,
+        waits_for_decision=nothing_moves and pending > 0,
     )

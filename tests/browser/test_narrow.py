@@ -8,8 +8,8 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
-from orchestrator.engine import runs
-from orchestrator.models import Run
+from orchestrator.engine import runs, scheduler
+from orchestrator.models import Run, TaskRun
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.browser]
@@ -112,4 +112,12 @@ def test_the_totals_cards_wrap_their_text_at_390_px_rather_than_cut_it(
     cost = page.locator("#run-totals .stat").filter(has_text="Cost")
     expect(cost.locator(".stat-value")).to_have_text("$0.0131 of $0.5000")
     screenshot(page, "totals")
+    assert cut_short(page, "#run-totals") == []
+
+    # Only the gated task is left: the ETA is the time after the decision, in words that wrap too.
+    run.tasks.filter(subtask__key="scope").update(state=TaskRun.State.SUCCEEDED, output="ok")
+    scheduler.advance(run.pk)  # opens the gate's checkpoint
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#run-totals .js-eta")).to_contain_text("after the decision")
+    screenshot(page, "totals-after-the-decision")
     assert cut_short(page, "#run-totals") == []

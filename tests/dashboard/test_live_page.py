@@ -196,3 +196,15 @@ def test_a_cancelled_runs_lanes_claim_no_slot_another_run_holds(
     assert "is-used" not in lanes and "is-elsewhere" not in lanes
     assert "This run has ended: it holds none of" in lanes
     assert_same_page(page, reloaded, batch, before)  # the live frame says what a reload says
+
+
+def test_the_frame_of_a_runs_last_moving_task_says_the_rest_waits_for_the_decision(
+    transactional_db, make_plan, demo_agents, priced_limit, no_broker, page_after
+):
+    run = runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("writer", [])}), budget_usd="5")
+    before = types_so_far(run)
+    b = Attempt.objects.get(task_run__run=run, task_run__subtask__key="b")
+    page, reloaded, batch = page_after(run, lambda: run_attempt(b.pk))
+    eta = reloaded.find("run-totals")
+    assert "after the decision" in canonical(eta) and 'data-eta-at=""' in canonical(eta)
+    assert_same_page(page, reloaded, batch, before)  # the live frame stops the countdown as a reload does

@@ -247,12 +247,83 @@ def test_the_eta_says_a_pending_decision_is_not_counted_until_it_is_taken(viewer
     run = runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", [])}))
     page = run_page(viewer, run)
     assert "1 decision pending: the wait for it is not counted" in text_of(page)
-    assert re.search(r'class="stat-value js-eta"[^>]*data-waiting="1"', page)
+    assert eta_clock(page)[3] == "after the decision"
     runs.decide(run.checkpoints.get(), approve=True, user=personas["approver"])
     page = run_page(viewer, run)
     assert "decision pending" not in text_of(page)
     assert "at the cap and each agent's limit, excluding approvals" in text_of(page)
-    assert re.search(r'class="stat-value js-eta"[^>]*data-waiting=""', page)
+    assert eta_clock(page)[3] == "any moment"
+
+
+# --- The ETA card through a decision's transitions ----------------------------------------------------
+
+
+def eta_clock(html: str) -> tuple[str, str, bool, str]:
+    """The ETA card as a person reads it and as clocks.js drives it: its value, its note, whether
+    it counts down (data-eta-at set) and what it says once the countdown has run out (data-overdue)."""
+    value, note = eta_card(html)
+    tag = re.search(r'<div class="stat-value js-eta"[^>]*>', html)
+    assert tag, "no ETA clock"
+    eta_at = re.search(r'data-eta-at="(\d*)"', tag.group(0))
+    overdue = re.search(r'data-overdue="([^"]*)"', tag.group(0))
+    return value, note, bool(eta_at and eta_at.group(1)), overdue.group(1) if overdue else ""
+
+
+AFTER_THE_DECISION = r"[\d.]+ (ms|s) after the decision"
+
+
+@pytest.fixture
+def gated_run(make_agent, make_plan, priced_limit) -> Run:
+    """`a` waits at its gate for a person's approval; `b`, beside it, is queued and moves on its own."""
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    return runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", [])}))
+
+
+def only_the_gate_left(run: Run) -> Run:
+    run_here(run)  # b ends; a still waits for its decision
+    assert run.status == Run.Status.RUNNING and run.tasks.get(subtask__key="a").state == State.WAITING_GATE
+    return run
+
+
+def test_when_everything_left_waits_for_a_decision_the_eta_stops_and_says_so(viewer, gated_run):
+    """It counted down the work after the decision while nothing could run, and a reload started
+    the count again: "1.0 s", then "after the decision", then "1.0 s" again."""
+    value, note, counts_down, _ = eta_clock(run_page(viewer, only_the_gate_left(gated_run)))
+    assert re.fullmatch(AFTER_THE_DECISION, value) and not counts_down
+    assert note == "1 decision pending: nothing runs until a person decides"
+
+
+def test_a_run_paused_while_waiting_for_a_decision_says_paused(viewer, gated_run):
+    runs.pause(only_the_gate_left(gated_run))
+    value, note, counts_down, _ = eta_clock(run_page(viewer, gated_run))
+    assert (value, note, counts_down) == ("paused", "nothing new starts: no ETA until it resumes", False)
+
+
+def test_a_run_resumed_while_waiting_for_a_decision_says_after_the_decision_again(viewer, gated_run):
+    runs.pause(only_the_gate_left(gated_run))
+    runs.resume(gated_run)
+    value, _, counts_down, _ = eta_clock(run_page(viewer, gated_run))
+    assert re.fullmatch(AFTER_THE_DECISION, value) and not counts_down
+
+
+def test_once_decided_the_eta_counts_down_again_to_any_moment(viewer, personas, gated_run):
+    runs.decide(only_the_gate_left(gated_run).checkpoints.get(), approve=True, user=personas["approver"])
+    value, note, counts_down, overdue = eta_clock(run_page(viewer, gated_run))
+    assert counts_down and overdue == "any moment" and "decision" not in value
+    assert note == "at the cap and each agent's limit, excluding approvals"
+
+
+def test_a_run_cancelled_while_waiting_for_a_decision_has_ended(viewer, gated_run):
+    runs.cancel(only_the_gate_left(gated_run))
+    value, _, counts_down, _ = eta_clock(run_page(viewer, gated_run))
+    assert (value, counts_down) == ("ended", False)
+
+
+def test_a_run_finished_after_its_decision_has_ended(viewer, personas, gated_run):
+    runs.decide(only_the_gate_left(gated_run).checkpoints.get(), approve=True, user=personas["approver"])
+    assert run_here(gated_run).status == Run.Status.SUCCEEDED
+    value, _, counts_down, _ = eta_clock(run_page(viewer, gated_run))
+    assert (value, counts_down) == ("ended", False)
 
 
 def test_the_budget_used_is_rounded_to_the_nearest_percent_and_never_zero_for_a_spend(viewer, wide_run):

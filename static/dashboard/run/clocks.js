@@ -24,9 +24,10 @@ export function tickClocks() {
     elapsed.textContent = formatDuration((now() - Number(elapsed.dataset.started)) / 1000);
   }
   var eta = document.querySelector(".js-eta");
-  if (eta && eta.dataset.etaAt && !eta.dataset.paused) {
+  // The server sets data-eta-at only while the run's work moves (readmodels/totals.py counts_down),
+  // and says in data-overdue what the card reads once the countdown runs out.
+  if (eta && eta.dataset.etaAt) {
     var left = (Number(eta.dataset.etaAt) - now()) / 1000;
-    // Past its moment while a person's decision is pending: the run waits on them, not on its agents.
-    eta.textContent = left > 0.5 ? formatDuration(left) : eta.dataset.waiting ? "after the decision" : "any moment";
+    eta.textContent = left > 0.5 ? formatDuration(left) : eta.dataset.overdue;
   }
 }

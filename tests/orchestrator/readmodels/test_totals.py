@@ -122,3 +122,17 @@ def test_pace_scales_estimates_by_this_run_s_finished_tasks(launched):
     succeed(run.tasks.get(subtask__key="a"), took_s=6.0)
     tasks = list(tasks_query(run.pk))
     assert pace(tasks, estimates) == pytest.approx(3.0, rel=0.05)
+
+
+def test_while_everything_left_waits_for_a_decision_the_eta_is_the_time_after_it(launched):
+    run = launched({"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", [])})
+    moving = totals(run)  # b is queued: the run moves, a decision is pending beside it
+    assert moving.counts_down and not moving.waits_for_decision
+    assert (moving.eta_after, moving.eta_overdue) == ("", "after the decision")
+    succeed(run.tasks.get(subtask__key="b"), took_s=0.2)  # as estimated: the pace stays 1
+    waiting = totals(run)  # only a is left, at its gate
+    assert waiting.waits_for_decision and not waiting.counts_down
+    assert waiting.eta_s == pytest.approx(0.2) and waiting.eta_after == "after the decision"
+    assert waiting.eta_note == "1 decision pending: nothing runs until a person decides"
+    runs.pause(run)
+    assert not totals(run).counts_down and totals(run).eta_placeholder == "paused"
