@@ -92,6 +92,20 @@ function drawTicks(gantt, span) {
     tick.style.left = ((100 * s) / spanS).toFixed(3) + "%";
     ticks.appendChild(tick);
   }
+  keepLabelsInside(ticks);
+}
+
+// A tick at or near the end of the axis (the run's length is often a whole number of steps) would
+// write its label past the right edge of the panel: that label goes on the left of its line.
+function keepLabelsInside(ticks) {
+  var width = ticks.clientWidth;
+  var all = Array.prototype.slice.call(ticks.children);
+  var past = all.map(function (tick) {
+    return tick.offsetLeft + tick.offsetWidth > width;
+  });
+  all.forEach(function (tick, i) {
+    tick.classList.toggle("is-end", past[i]);
+  });
 }
 
 export function layoutGantt() {

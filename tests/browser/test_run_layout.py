@@ -1,0 +1,55 @@
+"""The run page's boxes in Chromium at 1280 px (and 390 px): what a panel shows stays inside it
+and can be read whole. Measured from the elements' boxes, not by eye; screenshots in
+test-artifacts/<test>/."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import expect
+
+from orchestrator.engine import runs
+from tests.browser.test_narrow import PHONE, overflow
+from tests.finished_run import finish_run
+
+pytestmark = [pytest.mark.browser]
+
+DESKTOP = {"width": 1280, "height": 860}
+
+
+def open_page(page, url: str, viewport: dict) -> None:
+    page.set_viewport_size(viewport)
+    page.goto(url)
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+
+
+def outside(box: dict, frame: dict) -> bool:
+    """Whether `box` sticks out of `frame` on the left or the right (half a pixel of rounding)."""
+    return box["x"] < frame["x"] - 0.5 or box["x"] + box["width"] > frame["x"] + frame["width"] + 0.5
+
+
+def test_the_timelines_axis_labels_stay_inside_its_panel(logged_in_page, demo_agents, make_plan, screenshot):
+    """A run of exactly 10 s has a tick at the very end of its timeline: its label "10 s" was
+    written to the right of its line, past the panel's edge; now it stands left of its line."""
+    page = logged_in_page
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])})
+    run = runs.launch(plan, budget_usd="1", require_plan_approval=True)
+    now = timezone.now()
+    finish_run(run, started=now - timedelta(seconds=10), finished=now, spacing_s=4, task_s=4)
+    open_page(page, f"/runs/{run.pk}/", DESKTOP)
+    ticks = page.locator("#run-gantt .gantt-tick")
+    expect(ticks.last).to_have_text("10 s")
+    screenshot(page, "timeline")
+    timeline = page.locator("#run-gantt").bounding_box()
+    axis = page.locator("#run-gantt .gantt-ticks").bounding_box()
+    for tick in ticks.all():
+        assert not outside(tick.bounding_box(), timeline), f"the label {tick.inner_text()!r} sticks out of the timeline"
+    last = ticks.last.bounding_box()
+    assert abs(last["x"] + last["width"] - (axis["x"] + axis["width"])) <= 1  # its line still marks the end
+
+    open_page(page, f"/runs/{run.pk}/", PHONE)
+    expect(ticks.last).to_have_text("10 s")
+    assert page.locator("#run-gantt").evaluate("el => el.scrollWidth <= el.clientWidth")  # nothing to scroll to
+    assert overflow(page) == []
