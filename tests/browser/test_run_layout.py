@@ -17,6 +17,7 @@ from tests.finished_run import finish_run
 pytestmark = [pytest.mark.browser]
 
 DESKTOP = {"width": 1280, "height": 860}
+LONG_NAME = "security_reviewer"
 
 
 def open_page(page, url: str, viewport: dict) -> None:
@@ -53,3 +54,39 @@ def test_the_timelines_axis_labels_stay_inside_its_panel(logged_in_page, demo_ag
     expect(ticks.last).to_have_text("10 s")
     assert page.locator("#run-gantt").evaluate("el => el.scrollWidth <= el.clientWidth")  # nothing to scroll to
     assert overflow(page) == []
+
+
+def cut_names(page) -> list[str]:
+    """The agents' names (task table, event log, timeline) drawn wider than their cell: cut, or
+    covered by the next cell."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('.tasks-grid .cell-agent, .event-row .actor, .gantt-lane .gantt-label')]
+            .filter(el => el.scrollWidth > el.clientWidth + 1)
+            .map(el => el.className + ': ' + el.textContent)"""
+    )
+
+
+def test_agents_names_are_read_whole_in_the_tables_and_the_timeline(
+    logged_in_page, demo_agents, make_agent, make_plan, screenshot
+):
+    """The task table drew "researcher" as "researche" (its column narrower than the name, the
+    state badge over the rest) and the event log its actor as "agent:w…"; now every name is whole
+    in its cell, a long one wrapped, at 1280 px and at 390 px."""
+    page = logged_in_page
+    make_agent(LONG_NAME)
+    plan = make_plan({"scope": ("researcher", []), "audit": (LONG_NAME, ["scope"]), "write": ("writer", ["audit"])})
+    run = runs.launch(plan, budget_usd="1", require_plan_approval=True)
+    now = timezone.now()
+    finish_run(run, started=now - timedelta(seconds=20), finished=now)
+    names = {"researcher", LONG_NAME, "writer"}
+
+    for viewport in (DESKTOP, PHONE):
+        open_page(page, f"/runs/{run.pk}/", viewport)
+        expect(page.locator("#event-log-rows .event-row").first).to_be_visible()
+        screenshot(page, f"names-{viewport['width']}")
+        assert set(page.locator(".tasks-grid .cell-agent").all_inner_texts()) == names
+        assert {text.replace("\n", "") for text in page.locator(".gantt-lane .gantt-label").all_inner_texts()} == names
+        actors = {text.replace("\n", "") for text in page.locator(".event-row .actor").all_inner_texts()}
+        assert {f"agent:{name}" for name in names} <= actors
+        assert cut_names(page) == [], f"at {viewport['width']} px"
+        assert overflow(page) == [], f"at {viewport['width']} px"
