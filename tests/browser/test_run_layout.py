@@ -90,3 +90,52 @@ def test_agents_names_are_read_whole_in_the_tables_and_the_timeline(
         assert {f"agent:{name}" for name in names} <= actors
         assert cut_names(page) == [], f"at {viewport['width']} px"
         assert overflow(page) == [], f"at {viewport['width']} px"
+
+
+INSTRUCTIONS = (
+    "Restate the goal as a measurable target (p95 of POST /api/checkout under the normal weekday "
+    "traffic mix) and list what we already know: the request path\n"
+    "(cart load, pricing, tax, inventory reservation, payment, order write, side effects),\n"
+    "the dependencies it calls, and the dashboards available. Each probe that follows examines one "
+    "suspected cause; give them a shared vocabulary for the steps of the request so that their "
+    "results can be compared.\nUnder 250 words."
+)
+
+
+def test_the_plan_under_review_shows_each_subtasks_instructions_whole(
+    logged_in_page, demo_agents, make_plan, screenshot
+):
+    """The instructions an approver may edit sat in a two-line box, most of them out of sight; now
+    the box is as tall as its text (and grows as one types), up to a limit, then scrolls."""
+    page = logged_in_page
+    plan = make_plan(
+        {
+            "frame": ("researcher", [], {"instructions": INSTRUCTIONS}),
+            "sprawl": ("researcher", ["frame"], {"instructions": "\n".join([INSTRUCTIONS] * 8)}),
+        },
+        goal="Find out why checkout is slow",
+    )
+    run = runs.launch(plan, budget_usd="1", require_plan_approval=True)
+    open_page(page, f"/runs/{run.pk}/", DESKTOP)
+    frame = page.get_by_label("Instructions of frame")
+    expect(frame).to_have_value(INSTRUCTIONS)
+    screenshot(page, "plan-review")
+
+    def shown(box) -> dict:
+        return box.evaluate("el => ({shown: el.clientHeight, text: el.scrollHeight})")
+
+    whole = shown(frame)
+    assert whole["text"] <= whole["shown"] + 1, f"part of the instructions is out of sight: {whole}"
+    sprawl = shown(page.get_by_label("Instructions of sprawl"))
+    assert sprawl["shown"] < sprawl["text"]  # a limit, then it scrolls
+    assert sprawl["shown"] > whole["shown"] and sprawl["shown"] <= DESKTOP["height"] / 2
+
+    frame.fill(INSTRUCTIONS + "\nName the owner of each step.\nSay which dashboards are missing.")
+    grown = shown(frame)
+    assert grown["shown"] > whole["shown"] and grown["text"] <= grown["shown"] + 1
+
+    open_page(page, f"/runs/{run.pk}/", PHONE)
+    whole = shown(page.get_by_label("Instructions of frame"))
+    assert whole["text"] <= whole["shown"] + 1, f"at 390 px: {whole}"
+    screenshot(page, "plan-review-phone")
+    assert overflow(page) == []
