@@ -38,8 +38,8 @@ def visible_nodes(page) -> int:
     return page.evaluate("window.glassboxRun.cy.nodes(':visible').length")
 
 
-def open_large_run(page, run) -> None:
-    page.set_viewport_size(VIEWPORT)
+def open_large_run(page, run, viewport=VIEWPORT) -> None:
+    page.set_viewport_size(viewport)
     page.goto(f"/runs/{run.pk}/")
     expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
     poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length > 0", what="the graph")
@@ -143,3 +143,38 @@ def test_a_293_task_graph_is_readable_searchable_and_focusable(logged_in_page, b
     expect(rows).to_have_count(3)  # queued, started, succeeded
     screenshot(page, "event-log-filtered")
     assert not page.js_problems
+
+
+def test_the_graph_grouped_by_agent_fills_its_canvas_at_1280_px(logged_in_page, browser_user, screenshot, request):
+    """Grouped by agent, the 293 tasks are a chain of six steps with one or two nodes each: laid
+    out left to right, it was a strip 63 px high across a 470 px canvas, its groups 102 px wide with
+    their counts left out. Now dagre lays such a graph out top to bottom: it fills the canvas's
+    height, each group drawn over 150 px wide with its counts."""
+    page = logged_in_page
+    run = finished_large_run(launched_by=browser_user)
+    open_large_run(page, run, {"width": 1280, "height": 860})
+    assert page.evaluate("window.glassboxRun.mode") == "agent"
+    graph_shot(page, request, "grouped-by-agent-1280")
+    drawn = page.evaluate(
+        """() => {
+            const cy = window.glassboxRun.cy, box = cy.elements(':visible').renderedBoundingBox();
+            const groups = cy.nodes('.group:visible').map(n => n.renderedBoundingBox({includeLabels: false}).w);
+            return {width: box.w, height: box.h, canvasWidth: cy.width(), canvasHeight: cy.height(),
+                    narrowestGroup: Math.min(...groups), zoomFar: cy.nodes('.zoom-far').length};
+        }"""
+    )
+    assert drawn["height"] >= drawn["canvasHeight"] * 0.75, drawn
+    assert drawn["width"] * drawn["height"] >= 0.3 * drawn["canvasWidth"] * drawn["canvasHeight"], drawn
+    assert drawn["narrowestGroup"] >= 150 and drawn["zoomFar"] == 0, drawn  # far out, a group shows its name alone
+    assert visible_nodes(page) == 7 and overlapping_nodes(page) == 0
+    labels = page.evaluate("window.glassboxRun.cy.nodes('.group:visible').map(n => n.data('label'))")
+    assert "240 × researcher · step 3\n240 succeeded" in labels
+
+    downward = "window.glassboxRun.cy.edges(':visible').filter(e => e.hasClass('is-downward')).length"
+    assert page.evaluate(downward) == 6
+
+    # Every task: a graph taller than wide already, laid out left to right as before.
+    page.locator("#dag-mode").select_option("none")
+    assert visible_nodes(page) == 293 and overlapping_nodes(page) == 0
+    assert page.evaluate(downward) == 0
+    screenshot(page, "every-task")

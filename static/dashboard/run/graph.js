@@ -16,7 +16,8 @@
  * - labels by zoom: near, the title and its state; farther, the key alone in a larger font; too
  *   small to read, no label (min-zoomed-font-size) rather than a smudge;
  * - the minimap: a second, small Cytoscape instance with the whole graph and the viewport as a
- *   rectangle; click or drag on it to move there.
+ *   rectangle; click or drag on it to move there;
+ * - direction: left to right, or top to bottom when that draws a long thin graph larger (layout).
  */
 
 var TITLE_CHARS = 30;
@@ -27,6 +28,8 @@ var GO_TO_ZOOM = 1;
 // Label levels by zoom: below MID_ZOOM the key alone, larger; below FAR_ZOOM larger still.
 var MID_ZOOM = 0.65;
 var FAR_ZOOM = 0.4;
+// A graph laid out top to bottom instead of left to right must be drawn this much larger (layout).
+var ROTATE_GAIN = 1.2;
 // Labels smaller than this on screen are not drawn (px).
 var MIN_LABEL_PX = 7;
 // The minimap shows when the graph has more visible nodes than this.
@@ -282,6 +285,7 @@ function stylesheet() {
       },
     },
     { selector: "edge.group-edge", style: { width: 2.5, "line-style": "solid", "line-color": "#8e99a8", "target-arrow-color": "#8e99a8" } },
+    { selector: "edge.is-downward", style: { "taxi-direction": "downward" } },
   ];
 }
 
@@ -344,6 +348,25 @@ function visibleElements() {
   return nodes.union(nodes.edgesWith(nodes));
 }
 
+function runDagre(elements, rankDir) {
+  elements.layout({
+    name: "dagre",
+    rankDir: rankDir,
+    nodeSep: 14,
+    rankSep: 70,
+    edgeSep: 8,
+    fit: true,
+    padding: FIT_PADDING,
+    animate: false,
+  }).run();
+  return Math.min(cy.zoom(), MAX_FIT_ZOOM);
+}
+
+// dagre lays the graph out left to right, as a plan reads. A graph that is long and thin that way
+// (a chain of steps with a node or two each: the grouped views of a large run) then fits the canvas
+// by its width alone: a strip too small to read across an empty canvas. When that strip leaves
+// half the canvas empty at a scale that shortens the labels, dagre lays it out top to bottom
+// instead, if that draws it at least ROTATE_GAIN times larger.
 function layout() {
   // A node just shown (a group expanded, another mode) keeps the size of display: none (1 × 1)
   // until its style is read: without this, dagre lays such nodes out as points, on top of each
@@ -352,16 +375,15 @@ function layout() {
   visible.nodes().forEach(function (node) {
     node.pstyle("display");
   });
-  visible.layout({
-    name: "dagre",
-    rankDir: "LR",
-    nodeSep: 14,
-    rankSep: 70,
-    edgeSep: 8,
-    fit: true,
-    padding: FIT_PADDING,
-    animate: false,
-  }).run();
+  var across = runDagre(visible, "LR");
+  var down = false;
+  if (across < MID_ZOOM && visible.renderedBoundingBox().h < cy.height() / 2) {
+    down = runDagre(visible, "TB") >= across * ROTATE_GAIN;
+    if (!down) {
+      runDagre(visible, "LR");
+    }
+  }
+  cy.edges().toggleClass("is-downward", down);
   if (cy.zoom() > MAX_FIT_ZOOM) {
     cy.zoom(MAX_FIT_ZOOM);
     cy.center();
