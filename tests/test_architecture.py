@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
         "orchestrator.ratelimit",
         "orchestrator.sql",
         "orchestrator.db_threads",
+        "orchestrator.parent_death",
         "orchestrator.wording",
         "orchestrator.migrations",
     ),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import signal
 import threading
@@ -41,7 +42,7 @@ from multiprocessing import util as mp_util
 
 from django.conf import settings
 
-from orchestrator import db_threads, events
+from orchestrator import db_threads, events, parent_death
 from orchestrator.db_threads import run as db
 from orchestrator.engine import agent_runner, attempt_ends, dispatch, execution, live, scheduler
 from orchestrator.engine.agent_runner import AttemptRun
@@ -521,17 +522,24 @@ def wait_for_room(timeout: float) -> bool:
 
 
 def prepare_worker_process(on_term: Callable[[], None] | None = None) -> None:
-    """In a q2 worker process (post_spawn): SIGTERM drains the host instead of killing the process.
+    """In a q2 worker process (post_spawn): SIGTERM drains the host instead of killing the process,
+    and so does the death of the worker's sentinel.
 
     systemd (and `kill` of a process group) sends SIGTERM to every process of the cluster at once;
     django-q2 leaves its workers' default action, death, so every attempt in flight was lost. The
     worker now stops taking work, finishes or hands back what it runs, and then exits.
+
+    A sentinel killed alone (SIGKILL: it cannot stop its cluster) left its workers hosting their
+    attempts on, re-parented, with nobody to stop them. The kernel now sends the worker a SIGTERM
+    when its sentinel dies (orchestrator/parent_death.py), and it drains the same way.
     """
 
     def terminate(signum, frame) -> None:
         threading.Thread(target=_drain_and_exit, name="glassbox-drain", daemon=True).start()
 
     signal.signal(signal.SIGTERM, terminate)
+    if (sentinel := multiprocessing.parent_process()) is not None and sentinel.pid is not None:
+        parent_death.signal_when_parent_dies(signal.SIGTERM, sentinel.pid)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by our qcluster for its sentinel
 
 

@@ -16,6 +16,12 @@ place, and after `serve` stopped. Here the sentinel stops its cluster when its m
 as that process would have told it to: the workers drain their agent hosts and every process of
 the cluster ends.
 
+A sentinel killed with SIGKILL alone left its workers hosting their attempts, and its pusher taking
+tasks from the broker, re-parented to PID 1 with nobody to stop them. Here each child of the
+sentinel is told by the kernel when the sentinel dies (orchestrator/parent_death.py): a worker
+drains its agent host as on a stop and exits (orchestrator/engine/host.py), the pusher stops
+taking tasks, and the monitor ends.
+
 The queue between the pusher and the workers is orchestrator/management/task_queue.py's: a worker
 killed with SIGKILL while it waited for work no longer leaves every other worker waiting for ever.
 """
@@ -32,7 +38,10 @@ import django_q.cluster
 from django.conf import settings
 from django_q.cluster import Cluster, Sentinel
 from django_q.management.commands.qcluster import Command as QClusterCommand
+from django_q.monitor import monitor
+from django_q.pusher import pusher
 
+from orchestrator import parent_death
 from orchestrator.management import task_queue
 
 log = logging.getLogger(__name__)
@@ -62,6 +71,44 @@ class WatchfulSentinel(Sentinel):
         if not stop_event.is_set():  # not stopped by its main process: it died
             log.warning("the qcluster's main process (pid %s) died: stopping its cluster", parent.pid)
             stop_event.set()
+
+    def spawn_pusher(self):
+        return self.spawn_process(pusher_stopping_with_its_sentinel, self.task_queue, self.event_out, self.broker)
+
+    def spawn_monitor(self):
+        return self.spawn_process(monitor_ending_with_its_sentinel, self.result_queue, self.broker)
+
+
+# The pusher's and monitor's SIGTERM stays blocked (see GracefulCluster): another signal tells them.
+SENTINEL_DIED = signal.SIGUSR1
+
+
+def pusher_stopping_with_its_sentinel(task_queue, event_out, broker) -> None:
+    """django-q2's pusher, which stops taking tasks from the broker when its sentinel dies, as it
+    does when its sentinel stops it (`event_out`): what it pushed already still reaches the
+    workers, which hand it back to the broker while they drain."""
+
+    def stop(signum, frame) -> None:
+        # From a thread: the handler may interrupt the pusher's own use of the event's lock.
+        threading.Thread(target=event_out.set, name="glassbox-pusher-stop", daemon=True).start()
+
+    signal.signal(SENTINEL_DIED, stop)
+    parent_death.signal_when_parent_dies(SENTINEL_DIED, _sentinel_pid())
+    pusher(task_queue, event_out, broker)
+
+
+def monitor_ending_with_its_sentinel(result_queue, broker) -> None:
+    """django-q2's monitor, which ends at once when its sentinel dies. What it would still save
+    are django-q2's own records of tasks; our attempt rows are the record, and a task the broker
+    hands out again for want of an acknowledgement finds its attempt taken or ended."""
+    parent_death.signal_when_parent_dies(signal.SIGKILL, _sentinel_pid())
+    monitor(result_queue, broker)
+
+
+def _sentinel_pid() -> int:
+    sentinel = multiprocessing.parent_process()
+    assert sentinel is not None and sentinel.pid is not None  # forked by the sentinel
+    return sentinel.pid
 
 
 class GracefulCluster(Cluster):

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Event, Run, TaskRun
-from tests.conftest import fast_latency, process_group, wait_for_run, wait_until
+from tests.conftest import child_pids, fast_latency, process_group, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -66,6 +66,20 @@ def start_running_every_task(qcluster, make_agent, make_plan, *, tasks: int, lat
     running = Attempt.objects.filter(task_run__run=run, state="running")
     wait_until(lambda: running.count() == tasks, 60, f"{tasks} running attempts")
     return first, run
+
+
+def assert_drained_then_finished_by_another_cluster(qcluster, run: Run) -> None:
+    """What a stopped cluster's workers ran ended or was handed back (none lost to a lease), and
+    another cluster finishes the run, each task succeeding once."""
+    started = Attempt.objects.filter(task_run__run=run, started_at__isnull=False)  # by the stopped cluster
+    states = set(started.values_list("state", flat=True))
+    assert states <= {Attempt.State.SUCCEEDED, Attempt.State.HANDED_BACK}, states
+    qcluster.start()
+    run = wait_for_run(run, 120, qcluster)
+    assert run.status == "succeeded", run.summary
+    assert_each_task_succeeded_exactly_once(run)
+    assert no_task_ran_twice_at_once(run)
+    assert not Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).exists()
 
 
 def fan_out_plan(make_plan, width: int, agents: list[str]):
@@ -170,15 +184,22 @@ def test_sigkill_of_a_clusters_main_process_alone_stops_the_rest_of_it_and_loses
     first.wait(timeout=30)
 
     wait_until(lambda: not process_group(first.pid), 60, "every process of the killed cluster to end")
-    started = Attempt.objects.filter(task_run__run=run, started_at__isnull=False)  # by the killed cluster
-    states = set(started.values_list("state", flat=True))
-    assert states <= {Attempt.State.SUCCEEDED, Attempt.State.HANDED_BACK}, states
-    qcluster.start()
-    run = wait_for_run(run, 120, qcluster)
-    assert run.status == "succeeded", run.summary
-    assert_each_task_succeeded_exactly_once(run)
-    assert no_task_ran_twice_at_once(run)
-    assert not Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).exists()
+    assert_drained_then_finished_by_another_cluster(qcluster, run)
+
+
+def test_sigkill_of_a_clusters_sentinel_alone_drains_its_workers_and_loses_nothing(qcluster, make_agent, make_plan):
+    """`kill -9` of the sentinel only (the OOM killer picks a process, not a group): its workers,
+    re-parented, hosted their attempts on with nobody to stop them, and its pusher went on taking
+    tasks from the broker. Each worker now drains as on a stop (attempts finish or are handed
+    back, none is lost) and every process of the cluster ends; another cluster finishes the run."""
+    first, run = start_running_every_task(qcluster, make_agent, make_plan, tasks=4, latency_s=4.0)
+    (sentinel,) = child_pids(first.pid)
+    assert len(child_pids(sentinel)) >= 3  # pusher, monitor, workers
+
+    os.kill(sentinel, signal.SIGKILL)
+
+    wait_until(lambda: not process_group(first.pid), 60, "every process of the cluster to end")
+    assert_drained_then_finished_by_another_cluster(qcluster, run)
 
 
 def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, make_agent, make_plan):
