@@ -20,7 +20,8 @@ A sentinel killed with SIGKILL alone left its workers hosting their attempts, an
 tasks from the broker, re-parented to PID 1 with nobody to stop them. Here each child of the
 sentinel is told by the kernel when the sentinel dies (orchestrator/parent_death.py): a worker
 drains its agent host as on a stop and exits (orchestrator/engine/host.py), the pusher stops
-taking tasks, and the monitor ends.
+taking tasks, and the monitor ends. The main process, which exited 0 in silence, now fails naming
+the sentinel's death, so that a process manager restarting on failure starts the cluster again.
 
 The queue between the pusher and the workers is orchestrator/management/task_queue.py's: a worker
 killed with SIGKILL while it waited for work no longer leaves every other worker waiting for ever.
@@ -36,6 +37,7 @@ import threading
 
 import django_q.cluster
 from django.conf import settings
+from django.core.management.base import CommandError
 from django_q.cluster import Cluster, Sentinel
 from django_q.management.commands.qcluster import Command as QClusterCommand
 from django_q.monitor import monitor
@@ -43,6 +45,7 @@ from django_q.pusher import pusher
 
 from orchestrator import parent_death
 from orchestrator.management import task_queue
+from orchestrator.management.commands.serve import describe_exit
 
 log = logging.getLogger(__name__)
 
@@ -134,3 +137,13 @@ class Command(QClusterCommand):
         cluster.start()
         if options.get("run_once", False):
             cluster.stop()
+            return
+        sentinel = cluster.sentinel
+        sentinel.join()  # what multiprocessing's exit did; a stop (SIGTERM, SIGINT) ends it too
+        if cluster.stop_event is not None and not cluster.stop_event.is_set():
+            # Not stopped: the sentinel died. This process exited 0 and said nothing, so neither a
+            # person nor a process manager restarting on failure knew that the cluster was gone.
+            raise CommandError(
+                f"the cluster's sentinel (pid {sentinel.pid}) {describe_exit(sentinel.exitcode)}: its workers "
+                "drain their agent hosts and stop; start the cluster again"
+            )

@@ -191,13 +191,16 @@ def test_sigkill_of_a_clusters_sentinel_alone_drains_its_workers_and_loses_nothi
     """`kill -9` of the sentinel only (the OOM killer picks a process, not a group): its workers,
     re-parented, hosted their attempts on with nobody to stop them, and its pusher went on taking
     tasks from the broker. Each worker now drains as on a stop (attempts finish or are handed
-    back, none is lost) and every process of the cluster ends; another cluster finishes the run."""
+    back, none is lost) and every process of the cluster ends, the main process with a failure (it
+    exited 0 in silence); another cluster finishes the run."""
     first, run = start_running_every_task(qcluster, make_agent, make_plan, tasks=4, latency_s=4.0)
     (sentinel,) = child_pids(first.pid)
     assert len(child_pids(sentinel)) >= 3  # pusher, monitor, workers
 
     os.kill(sentinel, signal.SIGKILL)
 
+    assert first.wait(timeout=30) == 1  # the cluster is gone: a failure, for people and process managers
+    assert f"sentinel (pid {sentinel}) was killed by SIGKILL" in qcluster.logs()
     wait_until(lambda: not process_group(first.pid), 60, "every process of the cluster to end")
     assert_drained_then_finished_by_another_cluster(qcluster, run)
 
