@@ -21,6 +21,7 @@ import sys
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+SUPPORTED = sys.platform.startswith("linux")
 
 
 def signal_when_parent_dies(signum: int, parent_pid: int) -> bool:
@@ -29,7 +30,7 @@ def signal_when_parent_dies(signum: int, parent_pid: int) -> bool:
     Should the parent have died already (before this call), the signal is sent at once, so that
     the caller's handler runs either way. Returns False where the kernel cannot (not Linux).
     """
-    if not sys.platform.startswith("linux"):
+    if not SUPPORTED:
         return False
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:

@@ -269,6 +269,12 @@ def child_pids(parent: int) -> list[int]:
     return [pid for pid, _, ppid, _ in _processes() if ppid == parent]
 
 
+def process_ended(pid: int) -> bool:
+    """No process has this pid, or it is a zombie: dead, whether or not its new parent (PID 1, once
+    its own died) has reaped it yet."""
+    return all(state in ("Z", "X") for found, state, _, _ in _processes() if found == pid)
+
+
 def process_group(pgid: int) -> list[int]:
     """The living processes of a process group (a zombie is dead)."""
     return [pid for pid, state, _, pgrp in _processes() if pgrp == pgid and state not in ("Z", "X")]

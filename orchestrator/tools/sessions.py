@@ -8,7 +8,9 @@ environment made of the declared variables only, plus the SDK's fixed set of har
 directory, so that a server does not find the worker's own dot-files either. Nothing else of
 the worker's environment (its API keys, ``DATABASE_URL`` …) reaches it. The SDK reaps the
 process when the session closes, also when the caller is cancelled: it closes the server's
-stdin, waits two seconds, then terminates and kills its process group.
+stdin, waits two seconds, then terminates and kills its process group. A worker killed outright
+reaps nothing: the server is started through orchestrator/tools/stdio_launcher.py, so that the
+kernel kills it when the worker dies.
 
 The server's stderr goes to a temporary file, not to the worker's log (a server may print its
 own environment); when it fails to start, the end of it is quoted in the error with every secret
@@ -30,10 +32,11 @@ import anyio
 import httpx2
 import mcp_types
 from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from orchestrator.tools import stdio_launcher
 from orchestrator.tools.servers import ServerSpec, ToolInfo
 
 CLIENT_INFO = mcp_types.Implementation(name="glassbox", version="1")
@@ -77,12 +80,12 @@ async def connect(
         if spec.transport == "stdio":
             if errlog is None:
                 errlog = stack.enter_context(_stderr_file())
-            params = StdioServerParameters(
-                command=spec.command,
-                args=list(spec.args),
-                env=child_environment(spec, cwd),
-                cwd=str(cwd) if cwd is not None else None,
+            env = child_environment(spec, cwd)
+            directory = str(cwd) if cwd is not None else None
+            command, args = stdio_launcher.launch_command(
+                spec.command, spec.args, cwd=directory, env=get_default_environment() | env
             )
+            params = StdioServerParameters(command=command, args=args, env=env, cwd=directory)
             read, write = await stack.enter_async_context(stdio_client(params, errlog=cast(TextIO, errlog)))
         else:
             http = await stack.enter_async_context(

@@ -1,4 +1,4 @@
-"""A stdio MCP server of the tests' own: tools that behave well, hang, crash, leak or flood.
+"""A stdio MCP server of the tests' own: tools that behave well, hang, block, crash, leak or flood.
 
 Run as ``python tests/orchestrator/tools/mcp_test_server.py``; it imports only the ``mcp`` SDK.
 """
@@ -9,6 +9,8 @@ import asyncio
 import hashlib
 import os
 import sys
+import time
+from pathlib import Path
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -44,6 +46,15 @@ async def hang() -> str:
     """Never answer."""
     await asyncio.Event().wait()
     return "unreachable"
+
+
+@server.tool()
+def block() -> str:
+    """Write this server's pid to `blocking.pid` in its working directory, then sleep for an hour
+    in the call itself: meanwhile the server reads nothing, not even the end of its stdin."""
+    Path("blocking.pid").write_text(str(os.getpid()))
+    time.sleep(3600)
+    return "woke up"
 
 
 @server.tool()
