@@ -36,7 +36,6 @@ import signal
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import util as mp_util
 
@@ -521,7 +520,7 @@ def wait_for_room(timeout: float) -> bool:
     return host is None or pid != os.getpid() or host.wait_for_room(timeout)
 
 
-def prepare_worker_process(on_term: Callable[[], None] | None = None) -> None:
+def prepare_worker_process() -> None:
     """In a q2 worker process (post_spawn): SIGTERM drains the host instead of killing the process,
     and so does the death of the worker's sentinel.
 
