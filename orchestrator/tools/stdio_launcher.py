@@ -73,7 +73,7 @@ def main(argv: Sequence[str]) -> int:
     parent_death.signal_when_parent_dies(signal.SIGKILL, int(parent_pid))
     # Python ignores these at start-up and an ignored signal stays ignored across exec: give the
     # server the default actions, as starting it directly (subprocess's restore_signals) did.
-    for name in ("SIGPIPE", "SIGXFZ", "SIGXFSZ"):
+    for name in ("SIGPIPE", "SIGXFSZ"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     try:
