@@ -41,6 +41,11 @@ output pieces with their offsets, a few times a second, when the layer is shared
 what the hosts saved on the task rows (every few seconds; the only way on the embedded default).
 `LiveOutputs` merges both; each round also sends a live frame: the changed percentages
 (#live-progress) to every viewer and the streamed output to the viewers of that task's panel.
+
+The agent lanes count the slots other runs hold of each agent ("1/4 +3 in other runs"), which
+change with other runs' events, not with this run's. Every OTHER_RUNS_POLL_S the broadcaster
+reads those counts (`lanes.slots_elsewhere`) and, when they changed, sends every viewer the lanes
+afresh.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ import asyncio
 import logging
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +63,7 @@ from channels.layers import get_channel_layer
 from orchestrator.db_threads import DatabaseThreads
 from orchestrator.engine.live import LIVE_MESSAGE_TYPE
 from orchestrator.events import run_group_name
+from orchestrator.readmodels import lanes as run_lanes
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels.snapshot import part_of_snapshot, read_snapshot
 
@@ -81,6 +88,10 @@ MAX_FRAME_INTERVAL_S = 2.0
 # held a 200-task run's fan-out burst behind the plan approval's round (which redraws the whole
 # table: 100-250 ms on a loaded machine) for as long again: most of bench-live's p95 on Redis.
 PACING_ALLOWANCE_S = 0.25
+# How often the broadcaster reads its agents' slots in other runs (the lanes' "+3 in other runs"):
+# no event of this run tells when another run of the same agent starts or ends a task. A grouped
+# count of the agents' active tasks, twice a second.
+OTHER_RUNS_POLL_S = 0.5
 # After a render failed: how long to wait before trying again.
 RETRY_AFTER_ERROR_S = 1.0
 # After the channel layer failed: how long before listening for doorbells again (doubling).
@@ -246,6 +257,8 @@ class RunBroadcaster:
         self.live = LiveOutputs()
         self._saved_since = None  # the newest saved progress seen (the poll's cursor)
         self._seeded: set[int] = set()  # watched tasks whose saved output was read once
+        self._elsewhere: dict[int, int] | None = None  # the agents' slots in other runs, as last read
+        self._elsewhere_read_at = -math.inf
         self.layer_failures = 0  # failed attempts to hear the doorbell since it last worked
         self._task: asyncio.Task | None = None
         self._doorbell: asyncio.Task | None = None
@@ -387,6 +400,7 @@ class RunBroadcaster:
             try:
                 sent = await self._round()
                 sent = await self._live_round() or sent
+                sent = await self._other_runs_round(began) or sent
             except Exception:  # a failed poll must not end the live view: log it, try again later
                 log.exception("run %s: live round failed", self.run_id)
                 await asyncio.sleep(RETRY_AFTER_ERROR_S)
@@ -454,17 +468,38 @@ class RunBroadcaster:
             for task_id, text in outputs.items()
         }
         self._check_stop()
+        return await self._send_live(lambda subscriber: shared + panels.get(subscriber.watched or 0, ""))
+
+    async def _other_runs_round(self, now: float) -> bool:
+        """Every OTHER_RUNS_POLL_S: when the agents' slots in other runs changed since the last
+        read, send every viewer the lanes afresh (their "+N in other runs" would otherwise wait
+        for this run's next event). The first read only sets what later ones compare with."""
+        if now - self._elsewhere_read_at < OTHER_RUNS_POLL_S:
+            return False
+        self._elsewhere_read_at = now
+        elsewhere = await LiveDatabase.of_loop().run(run_lanes.slots_elsewhere, self.run_id)
+        self._check_stop()
+        known, self._elsewhere = self._elsewhere, elsewhere
+        if known is None or known == elsewhere:
+            return False
+        html = await LiveDatabase.of_loop().run(frames.render_lanes, self.run_id)
+        self._check_stop()
+        return await self._send_live(lambda subscriber: html)
+
+    async def _send_live(self, html_for: Callable[[Subscriber], str]) -> bool:
+        """Send a frame that is not events (no #live-seq) to every viewer that has resumed:
+        `html_for` each one ("" sends nothing). Whether anything was sent."""
         sent = False
         for subscriber in list(self.subscribers):
             if subscriber.cursor is None:
                 continue
-            html = shared + panels.get(subscriber.watched or 0, "")
+            html = html_for(subscriber)
             if not html:
                 continue
             try:
                 await subscriber.send_frame(html)
                 sent = True
-            except Exception:
+            except Exception:  # one closed socket must not stop the others' frames
                 log.debug("run %s: could not send a live frame to a viewer", self.run_id, exc_info=True)
         return sent
 

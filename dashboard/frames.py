@@ -256,6 +256,14 @@ def render_live_progress(progress: dict[int, int]) -> str:
     return render("progress", {"progress": sorted(progress.items())}) if progress else ""
 
 
+def render_lanes(run_id: int) -> str:
+    """The agent lanes part alone, for a change no event of this run brings (their slots in other
+    runs: see broadcast.RunBroadcaster._other_runs_round). The lanes carry no controls, so one
+    render serves every viewer."""
+    run = Run.objects.select_related("plan").get(pk=run_id)
+    return render_parts(run, Viewer(can_control=False, can_decide=False), {"lanes"})
+
+
 def render_live_output(run_id: int, task_id: int, text: str) -> str:
     """A running task's output part as it streams ("" once the task is no longer running: its
     events bring the final output)."""

@@ -8,11 +8,11 @@ ended holds none and is not told about the others: nothing of it is in flight.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
@@ -146,7 +146,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
     return result
 
 
-def slots_in_other_runs(run: Run, agent_ids: list[int]) -> dict[int, int]:
+def slots_in_other_runs(run: Run, agent_ids: Iterable[int] | QuerySet) -> dict[int, int]:
     """Each agent's queued and running tasks in runs other than `run` (one query)."""
     return dict(
         TaskRun.objects.filter(agent_id__in=agent_ids, state__in=TaskRun.ACTIVE)
@@ -155,6 +155,16 @@ def slots_in_other_runs(run: Run, agent_ids: list[int]) -> dict[int, int]:
         .values_list("agent_id")
         .annotate(n=Count("pk"))
     )
+
+
+def slots_elsewhere(run_id: int) -> dict[int, int]:
+    """What the run's lanes count as other runs' ("+3 in other runs"), per agent of the run: {}
+    once the run ended (its lanes no longer tell). Two small reads, so that the live view can
+    notice a change that no event of this run announces (another run of the agent ended)."""
+    run = Run.objects.only("status").get(pk=run_id)
+    if run.is_finished:
+        return {}
+    return slots_in_other_runs(run, TaskRun.objects.filter(run_id=run_id).values("agent_id"))
 
 
 def not_admitted(tasks: Sequence[TaskState]) -> list[LaneCount]:

@@ -554,3 +554,26 @@ def test_rounds_of_any_length_and_idle_gaps_stay_within_the_allowance_of_half_th
             pacing.sent(now, now + took)
             busy += took
             now += took
+
+
+def test_the_lanes_follow_another_run_of_the_agent_without_an_event_of_this_run(run, personas, make_plan):
+    """The other run's cancellation is not an event of this run: the poll of the agents' slots in
+    other runs sends the lanes afresh (before, they read "+3 in other runs" until this run moved)."""
+    other = runs.launch(
+        make_plan({k: ("researcher", []) for k in ("x", "y", "z")}, goal="Another run"), cap=3, budget_usd="5"
+    )
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        viewer = await connect_and_resume(cookie, run.pk, seen)
+        assert await viewer.receive_nothing(timeout=2 * broadcast.OTHER_RUNS_POLL_S)  # nothing changed yet
+        await database_sync_to_async(runs.cancel)(other)
+        lanes = await receive_live(viewer, lambda html: 'id="agent-lanes"' in html, frames=3)
+        assert "1/4" in lanes and "in other runs" not in lanes
+        assert await database_sync_to_async(last_seq)(run) == seen  # no event of this run
+        await viewer.disconnect()
+
+    page = fragments.render_parts(Run.objects.get(pk=run.pk), fragments.Viewer(False, False), {"lanes"})
+    assert "1/4 +3 in other runs" in page  # what the page said before the other run ended
+    async_to_sync(scenario)()
