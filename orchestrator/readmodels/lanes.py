@@ -27,6 +27,10 @@ NOT_ADMITTED = {
 }
 
 
+# What a paused run's lane says when none of its tasks of the agent runs.
+PAUSED_LANE = "paused: nothing new starts until the run is resumed"
+
+
 @dataclass(frozen=True)
 class LaneCount:
     """One of a lane's counts: "3 held back", with what it means as a tooltip."""
@@ -56,6 +60,7 @@ class Lane:
     tokens: int
     cost_usd: Decimal
     run_ended: bool = False  # the run is over: nothing of it is in flight, other runs' use is not its concern
+    run_paused: bool = False  # the run admits nothing: its lanes are not idle, they wait for Resume
 
     @property
     def slots_here(self) -> int:
@@ -92,11 +97,12 @@ class Lane:
 
         "2 queued, waiting for a worker" when this run's own tasks hold the slots (handed to the
         broker, no worker has claimed them); "its slots are busy in other runs" only when other
-        runs hold them all ("1 of 4 slots busy in other runs" when they hold some).
+        runs hold them all ("1 of 4 slots busy in other runs" when they hold some). A paused
+        run's lane says first that nothing new starts: it is not idle, it waits for Resume.
         """
         if self.done == self.total:
             return "finished" if self.succeeded == self.total else "ended"
-        parts = []
+        parts = [PAUSED_LANE] if self.run_paused else []
         if self.queued:
             parts.append(f"{self.queued} queued, waiting for a worker")
         if elsewhere := self.slots_elsewhere:
@@ -138,6 +144,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
                 total=len(items),
                 slots_elsewhere=elsewhere.get(agent_id, 0),
                 run_ended=run.is_finished,
+                run_paused=run.status == Run.Status.PAUSED,
                 cap=agents[agent_id].max_concurrency,
                 tokens=sum(v.tokens for v in items),
                 cost_usd=sum((v.cost_usd for v in items), Decimal("0")),

@@ -164,13 +164,38 @@ class Totals:
         return self.finished and not self.started
 
     @property
+    def paused(self) -> bool:
+        return self.status == Run.Status.PAUSED
+
+    @property
+    def concurrency_of(self) -> str:
+        """What follows the Concurrency card's running count: "running of 2" while the run admits
+        work; a paused run admits none, so it is not measured against a cap: "running · paused"."""
+        return "running · paused" if self.paused else f"running of {self.effective_cap.value}"
+
+    @property
+    def concurrency_note(self) -> str:
+        """The sentence under the running count: the cap in force and which limit sets it, the
+        peak; a paused run says first that nothing new starts."""
+        cap = self.effective_cap
+        if cap.value == self.cap:
+            parts = [f"run cap {self.cap}"]
+        else:
+            parts = [f"effective cap {cap.value}, limited by {cap.limited_by}", f"run cap {self.cap}"]
+        if self.peak_running:
+            parts.append(f"at most {self.peak_running} queued or running at once")
+        if self.paused:
+            parts.insert(0, "paused: nothing new starts until it is resumed")
+        return " · ".join(parts)
+
+    @property
     def eta_placeholder(self) -> str:
         """What the ETA card shows when it counts nothing down ("" when `eta_s` is shown)."""
         if self.eta_s is not None:
             return ""
         if self.finished and self.started:
             return "ended"
-        if self.status == Run.Status.PAUSED:
+        if self.paused:
             return "paused"
         return wording.EM_DASH
 
@@ -204,7 +229,7 @@ class Totals:
             return "never started"
         if self.finished:
             return f"{self.finished_at:%H:%M:%S} UTC" if self.finished_at else ""
-        if self.status == Run.Status.PAUSED:
+        if self.paused:
             return "nothing new starts: no ETA until it resumes"
         if self.status == Run.Status.AWAITING_APPROVAL:
             return "starts once the plan is approved"

@@ -577,3 +577,24 @@ def test_the_lanes_follow_another_run_of_the_agent_without_an_event_of_this_run(
     page = fragments.render_parts(Run.objects.get(pk=run.pk), fragments.Viewer(False, False), {"lanes"})
     assert "1/4 +3 in other runs" in page  # what the page said before the other run ended
     async_to_sync(scenario)()
+
+
+
+def test_the_frames_of_a_pause_and_a_resume_say_whether_the_run_admits_work(run, personas):
+    """The pause's frame read "0 running of 2" and the writer's lane "idle" before."""
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        viewer = await connect_and_resume(cookie, run.pk, seen)
+        await database_sync_to_async(runs.pause)(run)
+        paused = await receive_until(viewer, await database_sync_to_async(last_seq)(run))
+        await database_sync_to_async(runs.resume)(run)
+        resumed = await receive_until(viewer, await database_sync_to_async(last_seq)(run))
+        await viewer.disconnect()
+        return "".join(paused), "".join(resumed)
+
+    paused, resumed = async_to_sync(scenario)()
+    assert "running · paused" in paused and "running of 2" not in paused
+    assert "paused: nothing new starts until the run is resumed" in paused  # the writer's lane, not "idle"
+    assert "running of 2" in resumed and "nothing new starts" not in resumed

@@ -129,6 +129,47 @@ def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wi
     )
 
 
+def concurrency_card(html: str) -> tuple[str, str]:
+    """The Concurrency card's value and note, as words."""
+    match = re.search(
+        r'<div class="stat-label">Concurrency</div>\s*<div class="stat-value">(.*?)</div>\s*'
+        r'<div class="stat-note"[^>]*>(.*?)</div>',
+        html,
+        re.S,
+    )
+    assert match, "no Concurrency card"
+    return text_of(match.group(1)).strip(), text_of(match.group(2)).strip()
+
+
+def test_a_paused_run_does_not_read_as_admitting_work_and_resuming_brings_the_cap_back(viewer, make_agent, make_plan):
+    """Paused with nothing running, the card read "0 running of 2" and the idle lane "idle"."""
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("writer", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}), cap=2)
+    runs.pause(run)
+    run_attempt(Attempt.objects.get(task_run__subtask__key="a").pk)  # a finishes: nothing runs now
+    page = run_page(viewer, run)
+    assert concurrency_card(page) == (
+        "0 running · paused",
+        "paused: nothing new starts until it is resumed · run cap 2 · at most 1 queued or running at once",
+    )
+    assert "running of" not in text_of(page)
+    writer = lane_feet(page)["writer"]
+    assert "paused: nothing new starts until the run is resumed" in writer and "idle" not in writer
+
+    runs.resume(run)
+    page = run_page(viewer, run)
+    assert concurrency_card(page)[0] == "0 running of 2"  # b is admitted: a worker's to claim
+    assert "paused" not in concurrency_card(page)[1]
+    assert "paused" not in lane_feet(page)["writer"]
+
+
+def test_a_paused_lane_still_counts_its_queued_work(viewer, wide_run):
+    runs.pause(wide_run)
+    lane = lane_feet(run_page(viewer, wide_run))["researcher"]
+    assert "paused: nothing new starts until the run is resumed; 2 queued, waiting for a worker" in lane
+
+
 def test_a_task_that_becomes_ready_while_paused_says_paused(viewer, make_agent, make_plan):
     make_agent("researcher", provider_options=fast_latency(0.01))
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
