@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from orchestrator.models import Attempt, Run
+from orchestrator.models import Attempt, Event, Run
 
 from .tasks import tasks_query
 
@@ -80,6 +80,9 @@ class Gantt:
     start_ms: int | None
     end_ms: int | None  # None while the run goes on: the timeline ends "now"
     lanes: list[GanttLane] = field(default_factory=list)
+    # What the timeline says while it has no bar (no_attempt_text). A running run's says it even
+    # with bars (hidden by CSS), as a live page whose bars arrive one by one still does.
+    empty_text: str = ""
 
     @property
     def bars(self) -> int:
@@ -134,4 +137,33 @@ def gantt(run: Run) -> Gantt:
             tracks[track].append(bar)
         result_lanes.append(GanttLane(agent=agent, agent_id=lane_agents[agent], tracks=tracks))
     start = run.started_at or (attempts[0].started_at if attempts else None)
-    return Gantt(start_ms=_ms_or_none(start), end_ms=_ms_or_none(run.finished_at), lanes=result_lanes)
+    return Gantt(
+        start_ms=_ms_or_none(start),
+        end_ms=_ms_or_none(run.finished_at),
+        lanes=result_lanes,
+        empty_text="" if attempts and run.is_finished else no_attempt_text(run),
+    )
+
+
+# Why a run ended with no attempt started, by how it ended (the plan's rejection is told apart).
+ENDED_BEFORE_ANY_ATTEMPT = {
+    Run.Status.CANCELLED: "the run was cancelled before any started",
+    Run.Status.FAILED: "the run failed before any started",
+    Run.Status.OVER_BUDGET: "the budget did not cover the first task",
+    Run.Status.SUCCEEDED: "every task was skipped",
+}
+
+
+def no_attempt_text(run: Run) -> str:
+    """What the timeline of a run with no attempt says: "No attempt has started yet." only while
+    one still may; once the run ended, that none did and why ("No attempt ran: the plan was
+    rejected.", "… the run was cancelled before it started.")."""
+    if not run.is_finished:
+        return "No attempt has started yet."
+    if run.started_at is None:
+        # Only a decision or a cancellation ends a run awaiting its plan's approval.
+        rejected = Event.objects.filter(run_id=run.pk, type="checkpoint.rejected").exists()
+        why = "the plan was rejected" if rejected else "the run was cancelled before it started"
+    else:
+        why = ENDED_BEFORE_ANY_ATTEMPT.get(Run.Status(run.status), "the run ended before any started")
+    return f"No attempt ran: {why}."

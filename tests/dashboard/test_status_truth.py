@@ -192,6 +192,7 @@ def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewe
     words = text_of(page)
     assert "reserved in flight" not in words
     assert "run cap reached" not in page and "run paused" not in page
+    assert "No attempt ran: the run was cancelled before any started." in words  # its two were only queued
     assert 'data-run-status="cancelled"' in page
     totals = page[page.index('id="run-totals"') :]
     assert strip_states(totals)[:1] == ["cancelled"]
@@ -219,6 +220,7 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     assert "waits for the plan's approval" not in words
     assert "never started" in words and "plan rejected: wrong agents" in words
     assert eta_card(page) == ("—", "never started")  # not "ended"
+    assert "No attempt ran: the plan was rejected." in words and "No attempt has started yet" not in words
     assert "it cost" not in words and "estimated $" not in words  # no price here: no estimate either
     assert not run.tasks.exclude(wait_code="").exists()
     row = text_of(runs_row(viewer, run))

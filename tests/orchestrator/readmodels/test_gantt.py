@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+from django.db import transaction
+
+from orchestrator.engine import runs, scheduler
+from orchestrator.models import Run
 from orchestrator.readmodels.gantt import assign_tracks, gantt
 
 from .conftest import start
@@ -28,3 +33,52 @@ def test_gantt_puts_overlapping_attempts_on_separate_tracks(launched):
     bar = lanes["researcher"].tracks[0][0]
     assert bar.key == "a" and bar.end_ms is None and bar.worker == "w:1"
     assert timeline.bars == 2
+
+
+PLAN = {"a": ("researcher", []), "b": ("writer", ["a"])}
+
+
+def test_a_timeline_without_attempts_says_one_may_start_while_the_run_goes_on(launched):
+    run = launched(PLAN)
+    assert gantt(run).empty_text == "No attempt has started yet."
+
+
+def test_a_rejected_plans_timeline_says_no_attempt_ran_because_of_the_rejection(launched, personas):
+    run = launched(PLAN, require_plan_approval=True)
+    assert gantt(run).empty_text == "No attempt has started yet."  # the plan may still be approved
+    runs.decide(run.checkpoints.get(), approve=False, user=personas["approver"], comment="wrong agents")
+    run.refresh_from_db()
+    assert gantt(run).empty_text == "No attempt ran: the plan was rejected."
+
+
+def test_a_run_cancelled_awaiting_its_plans_approval_says_it_was_cancelled_before_it_started(launched):
+    run = launched(PLAN, require_plan_approval=True)
+    runs.cancel(run)
+    assert gantt(run).empty_text == "No attempt ran: the run was cancelled before it started."
+
+
+def test_a_run_cancelled_before_its_first_attempt_started_says_so(launched):
+    run = runs.cancel(launched(PLAN))  # started: its first attempt was queued, never claimed
+    assert gantt(run).empty_text == "No attempt ran: the run was cancelled before any started."
+
+
+def test_a_run_that_ended_with_attempts_says_nothing_of_attempts_that_did_not_run(launched):
+    run = launched(PLAN)
+    start(run.tasks.get(subtask__key="a"))
+    assert gantt(run).empty_text == "No attempt has started yet."  # hidden beside the bar, as live
+    assert gantt(runs.cancel(run)).empty_text == ""
+
+
+@pytest.mark.parametrize(
+    ("status", "why"),
+    [
+        (Run.Status.FAILED, "the run failed before any started"),
+        (Run.Status.OVER_BUDGET, "the budget did not cover the first task"),
+        (Run.Status.SUCCEEDED, "every task was skipped"),  # a succeeded task has a started attempt
+    ],
+)
+def test_a_run_that_ended_otherwise_before_any_attempt_says_how(launched, status, why):
+    run = launched(PLAN)
+    with transaction.atomic():
+        scheduler.end_run(run, status, "ended for the test")
+    assert gantt(run).empty_text == f"No attempt ran: {why}."
