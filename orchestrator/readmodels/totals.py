@@ -4,10 +4,10 @@ The ETA is what is left of the run scheduled under its effective cap and each ag
 (`plans.makespan`, as the pre-flight forecasts the whole plan): running tasks hold their slots for
 their estimate less what they ran, then the rest start as their upstreams end. There is none
 while the run is paused (nothing starts until Resume) and none for a run that ended or never
-started. While everything left waits for a person's decision (nothing runs or can start) it does
-not count down: it is the time after the decision ("40 s after the decision"). What the browser's
-countdown says once it runs out comes from here too (`eta_overdue`), so a reload and a ticking
-page say the same. `pace` takes plain data and is tested without a database.
+started. While everything left waits for a person's decision (nothing runs or can start, or what
+runs waits for a tool call's approval) it does not count down: it is the time after the decision
+("40 s after the decision"). What the browser's countdown says once it runs out comes from here
+too (`eta_overdue`), so a reload and a ticking page say the same. `pace` takes plain data and is tested without a database.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from orchestrator import plans, wording
@@ -105,23 +106,40 @@ MOVING = (*TaskRun.ACTIVE, *TaskRun.ADMISSIBLE)
 
 
 def time_left(
-    plan: EtaPlan, tasks: Sequence[TaskState], agents: Mapping[int, Agent], cap: int, *, now: datetime
+    plan: EtaPlan,
+    tasks: Sequence[TaskState],
+    agents: Mapping[int, Agent],
+    cap: int,
+    *,
+    now: datetime,
+    asked_at: Mapping[int, datetime] = MappingProxyType({}),
 ) -> float:
     """Seconds until the last of `tasks` ends: running (and queued) tasks hold their agent's slots
     for their estimate less what they ran (at least a tenth of it: streamed progress is no guide,
     answers rarely reach max_tokens), then the rest start in rank order under `cap` and each
-    agent's `max_concurrency`; every estimate scaled by the run's `pace`."""
+    agent's `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
+    person to approve a tool call (`asked_at`: task id -> when it asked) ran until it asked: the
+    wait does not work its estimate off."""
     speed = pace(tasks, plan.estimates)
     expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
     running = {}
     for task in tasks:
         if task.state in TaskRun.ACTIVE:
-            ran = (now - task.started_at).total_seconds() if task.started_at else 0.0
+            until = max(task.started_at, asked_at[task.pk]) if task.started_at and task.pk in asked_at else now
+            ran = (until - task.started_at).total_seconds() if task.started_at else 0.0
             running[task.key] = max(expected[task.key] - ran, 0.1 * expected[task.key])
     work = makespan.Work(plan.graph, {t.key: agents[t.agent_id].name for t in tasks if t.agent_id in agents}, expected)
     limits = makespan.Limits(max(1, cap), {agent.name: agent.max_concurrency for agent in agents.values()})
     done = {t.key for t in tasks if t.state in WORK_DONE}
     return makespan.forecast(work, limits, done=done, running=running).seconds
+
+
+def tool_calls_waiting(pending_checkpoints: QuerySet[Checkpoint]) -> dict[int, datetime]:
+    """The running tasks that wait for a person to approve a tool call: task id -> when the first
+    of their pending calls asked. Such a task does not move on its own, as a task at its gate does
+    not (engine/tool_approvals.py: it stays running, its run goes on)."""
+    calls = pending_checkpoints.filter(kind=Checkpoint.Kind.TOOL, task_run__isnull=False).order_by("-created_at")
+    return dict(calls.values_list("task_run_id", "created_at"))
 
 
 @dataclass
@@ -155,8 +173,10 @@ class Totals:
     finished: bool = False
     started: bool = True
     finished_at: datetime | None = None
-    # A running run whose every task left waits for a pending decision: nothing moves until it is taken.
+    # A running run whose every task left waits for a pending decision (at a gate, in review, or
+    # running but waiting for a tool call's approval): nothing moves until it is taken.
     waits_for_decision: bool = False
+    tool_calls_waiting: int = 0  # running tasks waiting for a person to approve a tool call
 
     @property
     def never_started(self) -> bool:
@@ -237,7 +257,9 @@ class Totals:
             decisions = wording.counted(self.pending_checkpoints, "decision")
             them = "it" if self.pending_checkpoints == 1 else "them"
             if self.waits_for_decision:
-                return f"{decisions} pending: nothing runs until a person decides"
+                # A task waiting for a tool call's approval is running, in the table's words.
+                stopped = "nothing moves" if self.tool_calls_waiting else "nothing runs"
+                return f"{decisions} pending: {stopped} until a person decides"
             return f"{decisions} pending: the wait for {them} is not counted"
         return "at the cap and each agent's limit, excluding approvals"
 
@@ -302,10 +324,16 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     unfinished = [v for v in tasks if not v.is_terminal]
     agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
     cap = _effective_cap(run, list(agents.values()))
+    pending_checkpoints = run.checkpoints.filter(status=Checkpoint.Status.PENDING)
+    asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
-        eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now)
-    pending = run.checkpoints.filter(status=Checkpoint.Status.PENDING).count()
-    nothing_moves = run.status == Run.Status.RUNNING and bool(unfinished) and not any(v.state in MOVING for v in tasks)
+        eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now, asked_at=asked_at)
+    pending = pending_checkpoints.count()
+    nothing_moves = (
+        run.status == Run.Status.RUNNING
+        and bool(unfinished)
+        and not any(v.state in MOVING and v.pk not in asked_at for v in tasks)
+    )
     return Totals(
         status=run.status,
         status_label=run.get_status_display(),
@@ -330,4 +358,5 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         started=run.started_at is not None,
         finished_at=run.finished_at,
         waits_for_decision=nothing_moves and pending > 0,
+        tool_calls_waiting=len(asked_at),
     )

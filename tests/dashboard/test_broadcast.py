@@ -579,7 +579,6 @@ def test_the_lanes_follow_another_run_of_the_agent_without_an_event_of_this_run(
     async_to_sync(scenario)()
 
 
-
 def test_the_frames_of_a_pause_and_a_resume_say_whether_the_run_admits_work(run, personas):
     """The pause's frame read "0 running of 2" and the writer's lane "idle" before."""
     cookie = cookies_for(personas["viewer"])

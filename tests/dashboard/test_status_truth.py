@@ -336,6 +336,26 @@ def test_when_everything_left_waits_for_a_decision_the_eta_stops_and_says_so(vie
     assert note == "1 decision pending: nothing runs until a person decides"
 
 
+def test_a_run_whose_running_task_waits_for_a_tool_calls_approval_says_the_eta_waits_for_it(
+    viewer, personas, make_agent, make_plan
+):
+    """Its ETA ticked down as if the task worked while a person had to approve its call."""
+    from orchestrator.engine import execution, tool_approvals
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    asked = tool_approvals.Asked("c1", "write", "workspace", "write_file", {"path": "notes.md"})
+    checkpoint = run.checkpoints.get(pk=tool_approvals.open_checkpoint(claim, asked))
+    value, note, counts_down, _ = eta_clock(run_page(viewer, run))
+    assert re.fullmatch(AFTER_THE_DECISION, value) and not counts_down
+    assert note == "1 decision pending: nothing moves until a person decides"
+
+    runs.decide(checkpoint, approve=True, user=personas["approver"])  # the call goes on
+    value, note, counts_down, _ = eta_clock(run_page(viewer, run))
+    assert counts_down and "decision" not in value + note
+
+
 def test_a_run_paused_while_waiting_for_a_decision_says_paused(viewer, gated_run):
     runs.pause(only_the_gate_left(gated_run))
     value, note, counts_down, _ = eta_clock(run_page(viewer, gated_run))

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
-from orchestrator.engine import runs
-from orchestrator.models import Agent, ProviderLimit, Run, TaskRun
+from orchestrator.engine import execution, runs, tool_approvals
+from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, tasks_query
 from orchestrator.readmodels.totals import effective_cap, pace, totals
 
@@ -136,3 +137,44 @@ def test_while_everything_left_waits_for_a_decision_the_eta_is_the_time_after_it
     assert waiting.eta_note == "1 decision pending: nothing runs until a person decides"
     runs.pause(run)
     assert not totals(run).counts_down and totals(run).eta_placeholder == "paused"
+
+
+def asked_to_call_a_tool(run: Run, key: str, *, ago_s: float) -> Checkpoint:
+    """The run's task `key`, claimed by a (pretend) host, asked `ago_s` ago to call a tool granted
+    with approval (the engine's own checkpoint: engine/tool_approvals.py)."""
+    attempt = Attempt.objects.get(task_run__run=run, task_run__subtask__key=key, state=Attempt.State.QUEUED)
+    claim = execution.claim_attempt(attempt.pk, "host:1")
+    checkpoint = Checkpoint.objects.get(
+        pk=tool_approvals.open_checkpoint(claim, tool_approvals.Asked("c1", "write", "workspace", "write_file", {}))
+    )
+    asked = timezone.now() - timedelta(seconds=ago_s)
+    TaskRun.objects.filter(pk=claim.task.pk).update(started_at=asked - timedelta(seconds=0.05))
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(created_at=asked)
+    return checkpoint
+
+
+def test_while_a_task_waits_for_a_tool_calls_approval_the_eta_waits_for_the_decision(launched, personas):
+    """The estimate of a task waiting for a person counted down as if it worked."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    checkpoint = asked_to_call_a_tool(run, "a", ago_s=30)
+    now = timezone.now()
+    waiting = totals(run, now=now)
+    assert waiting.waits_for_decision and not waiting.counts_down
+    assert waiting.eta_after == "after the decision"
+    assert waiting.eta_note == "1 decision pending: nothing moves until a person decides"
+    # a ran 0.05 s of its 0.2 s before it asked: the 30 s since do not wear its estimate down.
+    assert waiting.eta_s == pytest.approx(0.15 + 0.2)
+    assert totals(run, now=now + timedelta(seconds=60)).eta_s == pytest.approx(waiting.eta_s)
+
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    decided = totals(run)
+    assert decided.counts_down and not decided.waits_for_decision and decided.eta_after == ""
+    assert decided.eta_note == "at the cap and each agent's limit, excluding approvals"
+
+
+def test_a_tool_calls_approval_beside_moving_work_is_not_counted_and_the_eta_counts_down(launched):
+    run = launched({"a": ("researcher", []), "b": ("writer", [])})
+    asked_to_call_a_tool(run, "a", ago_s=30)
+    moving = totals(run)  # b is queued: the run moves
+    assert moving.counts_down and not moving.waits_for_decision
+    assert moving.eta_note == "1 decision pending: the wait for it is not counted"
