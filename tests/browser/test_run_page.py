@@ -14,6 +14,7 @@ import re
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 from playwright.sync_api import expect
 
@@ -239,10 +240,59 @@ def test_edit_the_plan_then_reject_it_with_a_comment(logged_in_page, demo_agents
     expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "cancelled")
     expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
     expect(page.locator("#run-header")).to_contain_text("plan rejected: Too broad")
+    expect(page.locator("#run-gantt .gantt-empty")).to_have_text("No attempt ran: the plan was rejected.")
     assert_not_reloaded(page)
     screenshot(page, "plan-rejected")
     checkpoint.refresh_from_db()
     assert (checkpoint.status, checkpoint.comment) == (Checkpoint.Status.REJECTED, "Too broad: split the scope first.")
+
+
+def test_the_lanes_follow_another_run_and_a_pause_and_the_timeline_says_why_no_attempt_ran(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """Nothing runs (no cluster): what changes comes from here, over the websocket, never a reload."""
+    page = logged_in_page
+    run = runs.launch(make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}), budget_usd="1")
+    other = runs.launch(
+        make_plan({k: ("researcher", []) for k in ("x", "y", "z")}, goal="Another run"), cap=3, budget_usd="1"
+    )
+    open_run(page, run)
+    page.set_viewport_size({"width": 1280, "height": 860})
+    researcher = page.locator("#agent-lanes .lane[data-agent='researcher'] .lane-slots-text")
+    expect(researcher).to_have_text("1/4 +3 in other runs")
+    seq = page.evaluate("window.glassboxRun.lastSeq()")
+
+    runs.cancel(other)  # no event of this run
+    expect(researcher).to_have_text("1/4", timeout=3_000)
+    assert page.evaluate("window.glassboxRun.lastSeq()") == seq == Run.objects.get(pk=run.pk).last_event_seq
+    screenshot(page, "other-run-cancelled")
+
+    runs.pause(run)
+    concurrency = page.locator("#run-totals .stat", has_text="Concurrency")
+    expect(concurrency).to_contain_text("0 running · paused")
+    expect(concurrency).to_contain_text("paused: nothing new starts until it is resumed")
+    writer = page.locator("#agent-lanes .lane[data-agent='writer'] .lane-idle")
+    expect(writer).to_have_text("paused: nothing new starts until the run is resumed")
+    screenshot(page, "paused")
+
+    runs.resume(run)
+    expect(concurrency).to_contain_text("0 running of 4")
+    expect(writer).to_have_text("idle")
+
+    runs.cancel(run)
+    empty = page.locator("#run-gantt .gantt-empty")
+    expect(empty).to_have_text("No attempt ran: the run was cancelled before any started.")
+    expect(empty).to_be_visible()
+    assert_not_reloaded(page)
+    screenshot(page, "cancelled-before-any-attempt")
+
+    rejected = runs.launch(make_plan({"a": ("researcher", [])}, goal="Rejected"), require_plan_approval=True)
+    open_run(page, rejected)
+    page.set_viewport_size({"width": 1280, "height": 860})
+    expect(empty).to_have_text("No attempt has started yet.")
+    runs.decide(rejected.checkpoints.get(), approve=False, user=User.objects.get(), comment="Too broad")
+    expect(empty).to_have_text("No attempt ran: the plan was rejected.")
+    screenshot(page, "plan-rejected")
 
 
 def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_content(
