@@ -188,24 +188,39 @@ class Totals:
         return self.status == Run.Status.PAUSED
 
     @property
+    def admits_nothing(self) -> tuple[str, str] | None:
+        """Why the run admits no work now, as the Concurrency card's short word and its note's
+        sentence; None while it admits work (up to its cap)."""
+        if self.finished:
+            return "ended", "the run has ended: it holds no slot"
+        if self.paused:
+            return "paused", "paused: nothing new starts until it is resumed"
+        if self.status == Run.Status.AWAITING_APPROVAL:
+            return "not started", "nothing starts until the plan is approved"
+        return None
+
+    @property
     def concurrency_of(self) -> str:
         """What follows the Concurrency card's running count: "running of 2" while the run admits
-        work; a paused run admits none, so it is not measured against a cap: "running · paused"."""
-        return "running · paused" if self.paused else f"running of {self.effective_cap.value}"
+        work; a run that admits none (paused, ended, awaiting its plan's approval) is not measured
+        against a cap: "running · paused"."""
+        if reason := self.admits_nothing:
+            return f"running · {reason[0]}"
+        return f"running of {self.effective_cap.value}"
 
     @property
     def concurrency_note(self) -> str:
         """The sentence under the running count: the cap in force and which limit sets it, the
-        peak; a paused run says first that nothing new starts."""
+        peak; a run that admits nothing says first why."""
         cap = self.effective_cap
-        if cap.value == self.cap:
+        if cap.value == self.cap or self.finished:
             parts = [f"run cap {self.cap}"]
         else:
             parts = [f"effective cap {cap.value}, limited by {cap.limited_by}", f"run cap {self.cap}"]
         if self.peak_running:
             parts.append(f"at most {self.peak_running} queued or running at once")
-        if self.paused:
-            parts.insert(0, "paused: nothing new starts until it is resumed")
+        if reason := self.admits_nothing:
+            parts.insert(0, reason[1])
         return " · ".join(parts)
 
     @property

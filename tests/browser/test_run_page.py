@@ -283,6 +283,7 @@ def test_the_lanes_follow_another_run_and_a_pause_and_the_timeline_says_why_no_a
     empty = page.locator("#run-gantt .gantt-empty")
     expect(empty).to_have_text("No attempt ran: the run was cancelled before any started.")
     expect(empty).to_be_visible()
+    expect(concurrency).to_contain_text("0 running · ended")
     assert_not_reloaded(page)
     screenshot(page, "cancelled-before-any-attempt")
 

@@ -202,6 +202,11 @@ def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewe
     assert tasks_card(page) == "0 of 6 succeeded · 6 cancelled"  # never "6 of 6 done"
     (lane,) = lane_feet(page).values()
     assert "0 of 6 succeeded · 6 cancelled" in lane and "ended" in lane and "finished" not in lane
+    # It read "0 running of 2", as if it still admitted work up to its cap.
+    assert concurrency_card(page) == (
+        "0 running · ended",
+        "the run has ended: it holds no slot · run cap 2 · at most 2 queued or running at once",
+    )
 
 
 def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, make_agent, make_plan):
@@ -210,6 +215,10 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     page = run_page(viewer, run)
     assert "waits for the plan's approval" in text_of(page)
     assert "run cap 4" in text_of(page) and "at most 0" not in text_of(page)  # no peak before a start
+    assert concurrency_card(page) == (
+        "0 running · not started",
+        "nothing starts until the plan is approved · run cap 4",
+    )
     for task in run.tasks.all():
         assert (task.wait_code, task.wait_reason) == ("plan_approval", "waits for the plan's approval")
         assert "waits for the plan's approval" in task_row(page, task)
@@ -226,6 +235,7 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     row = text_of(runs_row(viewer, run))
     assert "Cancelled" in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
     assert tasks_card(page) == "0 of 2 succeeded · 2 cancelled"
+    assert concurrency_card(page) == ("0 running · ended", "the run has ended: it holds no slot · run cap 4")
 
 
 def test_approving_the_plan_clears_what_the_tasks_waited_for(personas, make_agent, make_plan):
@@ -252,6 +262,7 @@ def test_a_failure_reads_as_a_failure_everywhere(viewer, make_agent, make_plan, 
     assert "1 of 3 tasks succeeded" in row and "1 failed" in row and "1 skipped" in row
     assert "reserved in flight" not in text_of(page)
     assert tasks_card(page) == "1 of 3 succeeded · 1 failed, 1 skipped"
+    assert concurrency_card(page)[0] == "0 running · ended"
     lanes = list(lane_feet(page).values())
     assert any("0 of 1 succeeded · 1 failed" in lane and "ended" in lane for lane in lanes)  # researcher
     assert any("1 of 2 succeeded · 1 skipped" in lane and "ended" in lane for lane in lanes)  # writer
@@ -271,6 +282,7 @@ def test_finish_counts_in_words(viewer, make_agent, make_plan, keys, summary):
     total = len(keys)
     assert f"{total} of {total} task{'s' if total > 1 else ''} succeeded" in row
     assert tasks_card(page) == f"{total} of {total} succeeded"
+    assert concurrency_card(page)[0] == "0 running · ended"
     (lane,) = lane_feet(page).values()
     assert f"{total} of {total} succeeded" in lane and "finished" in lane
     assert strip_states(runs_row(viewer, run)) == ["succeeded"]
