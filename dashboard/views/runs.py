@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, state_strip
+from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, counts_by_run, state_strip
 from orchestrator.wording import counted
 
 from ..formatting import format_duration
@@ -83,19 +83,10 @@ class RunRow:
         return self.run.launched_by.get_username() if self.run.launched_by else "command line"
 
 
-def task_states(run_ids) -> dict[int, dict[str, int]]:
-    """Tasks by state for each run, in one query."""
-    states: dict[int, dict[str, int]] = {}
-    counts = TaskRun.objects.filter(run_id__in=list(run_ids)).order_by().values_list("run_id", "state")
-    for run_id, state, n in counts.annotate(n=Count("pk")):
-        states.setdefault(run_id, {})[state] = n
-    return states
-
-
 def run_rows(runs) -> list[RunRow]:
     now = timezone.now()
     runs = list(runs)
-    states = task_states(run.pk for run in runs)
+    states = counts_by_run(run.pk for run in runs)
     rows = []
     for run in runs:
         if run.started_at:

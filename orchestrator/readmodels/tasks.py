@@ -15,6 +15,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Self
 
+from django.db.models import Count
+
 from orchestrator.models import Attempt, Run, TaskRun
 
 from .records import PartialOutputRecord, TaskRecord
@@ -123,6 +125,16 @@ def outcome_text(counts: Mapping[str, int], total: int) -> str:
     text = f"{counts.get(State.SUCCEEDED, 0)} of {total} succeeded"
     others = [f"{counts[state]} {STATE_LABELS[state]}" for state in ENDED_OTHERWISE if counts.get(state)]
     return text + (" · " + ", ".join(others) if others else "")
+
+
+def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+    """Tasks by (engine) state for each of these runs, in one query: what the runs lists count
+    (the page's strips, the `runs` command's outcomes)."""
+    counts: dict[int, dict[str, int]] = {}
+    rows = TaskRun.objects.filter(run_id__in=list(run_ids)).order_by().values_list("run_id", "state")
+    for run_id, state, n in rows.annotate(n=Count("pk")):
+        counts.setdefault(run_id, {})[state] = n
+    return counts
 
 
 def display_state(state: str, wait_reason: str = "") -> str:

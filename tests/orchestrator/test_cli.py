@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -66,6 +67,11 @@ def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+def columns(line: str) -> list[str]:
+    """The cells of a line of a console table (columns are two or more spaces apart)."""
+    return re.split(r" {2,}", line)
 
 
 @pytest.fixture
@@ -272,10 +278,24 @@ def test_runs_lists_runs_newest_first(gated_run, demo_agents, make_plan):
     second = runs.launch(make_plan({"only": ("writer", [])}, goal="Second goal"))
     out, _ = run_command("runs")
     lines = out.splitlines()
-    assert lines[0].split() == ["id", "status", "done", "cost", "started", "goal"]
-    assert lines[2].split()[:4] == [str(second.pk), "running", "0/1", "$0.00"]
+    assert lines[0].split() == ["id", "status", "tasks", "cost", "started", "goal"]
+    assert columns(lines[2])[:4] == [str(second.pk), "running", "0 of 1 succeeded", "$0.00"]
     assert lines[2].endswith("Second goal")
-    assert lines[3].split()[:3] == [str(first.pk), "running", "0/2"]
+    assert columns(lines[3])[:3] == [str(first.pk), "running", "0 of 2 succeeded"]
+
+
+@pytest.mark.django_db
+def test_runs_counts_only_succeeded_tasks_and_names_the_other_ends(demo_agents, make_plan):
+    """A cancelled or skipped task is not "done": "2/5" was printed as "5/5" for a run whose
+    other three tasks were cancelled or skipped."""
+    plan = make_plan({key: ("writer", []) for key in ("a", "b", "c", "d", "e")})
+    run = runs.launch(plan)
+    states = {"a": "succeeded", "b": "succeeded", "c": "cancelled", "d": "cancelled", "e": "skipped"}
+    for key, state in states.items():
+        run.tasks.filter(subtask__key=key).update(state=state)
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+    out, _ = run_command("runs")
+    assert columns(out.splitlines()[2])[:3] == [str(run.pk), "cancelled", "2 of 5 succeeded · 2 cancelled, 1 skipped"]
 
 
 @pytest.mark.django_db

@@ -3,41 +3,41 @@
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand
-from django.db.models import Count, Q
+from django.db.models import Count
 
 from orchestrator.management import console
-from orchestrator.models import Run, TaskRun
+from orchestrator.models import Run
+from orchestrator.readmodels.tasks import counts_by_run, outcome_text
 
 GOAL_WIDTH = 60
 
 
 class Command(BaseCommand):
-    help = "List the latest runs: id, status, tasks done/total, cost, start time and goal."
+    help = "List the latest runs: id, status, what their tasks came to, cost, start time and goal."
 
     def add_arguments(self, parser):
         parser.add_argument("--limit", type=int, default=20, help="How many runs to show (default 20)")
 
     def handle(self, *args, limit, **options):
-        runs = (
+        runs = list(
             Run.objects.select_related("plan")
-            .annotate(
-                total_tasks=Count("tasks"),
-                done_tasks=Count("tasks", filter=Q(tasks__state__in=TaskRun.TERMINAL)),
-            )
+            .annotate(total_tasks=Count("tasks"))
             .order_by("-created_at", "-pk")[: max(limit, 1)]
         )
+        if not runs:
+            self.stdout.write(f"No runs yet. Start one with `{console.MANAGE} launch examples/research_brief.yaml`.")
+            return
+        counts = counts_by_run(run.pk for run in runs)
         rows = [
             (
                 run.pk,
                 run.status,
-                f"{run.done_tasks}/{run.total_tasks}",
+                # As the run page's Tasks card words it: a cancelled or skipped task is not "done".
+                outcome_text(counts.get(run.pk, {}), run.total_tasks),
                 console.usd(run.cost_usd),
                 console.timestamp(run.started_at),
                 console.shorten(run.plan.goal, GOAL_WIDTH),
             )
             for run in runs
         ]
-        if not rows:
-            self.stdout.write(f"No runs yet. Start one with `{console.MANAGE} launch examples/research_brief.yaml`.")
-            return
-        self.stdout.write(console.table(("id", "status", "done", "cost", "started", "goal"), rows))
+        self.stdout.write(console.table(("id", "status", "tasks", "cost", "started", "goal"), rows))
