@@ -92,7 +92,8 @@ def schedule_retry_or_fail(
             payload={"attempt": task.attempt_count, "error": message[:500], "delay_s": round(delay, 3)},
         )
         return "retry scheduled"
-    reason = message if not retryable else f"{message} (after {wording.counted(task.attempt_count, 'attempt')})"
+    # Appended, not bracketed: a provider's message often ends in brackets of its own.
+    reason = message if not retryable else f"{message}, after {wording.counted(task.attempt_count, 'attempt')}"
     transitions.move(
         task,
         State.FAILED,

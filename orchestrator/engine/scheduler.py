@@ -298,7 +298,8 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
         else run.tasks.filter(state=State.SKIPPED, skip_cascades=True).count()
     )
     if failed or cascaded or counts.get(State.CANCELLED):
-        parts = [f"{key} ({error or 'failed'})" for key, error in failed[:10]]
+        # "a — timed out after 1 s, after 3 attempts": a reason in brackets nested its own.
+        parts = [f"{key} {wording.EM_DASH} {error or 'failed'}" for key, error in failed[:10]]
         summary = f"{len(failed)} of {wording.counted(len(states), 'task')} failed"
         if parts:
             summary += ": " + "; ".join(parts)

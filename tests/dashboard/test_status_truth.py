@@ -252,7 +252,11 @@ def test_a_failure_reads_as_a_failure_everywhere(viewer, make_agent, make_plan, 
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", [])}))
     run_here(run)
     assert run.status == Run.Status.FAILED
-    assert run.summary.startswith("1 of 3 tasks failed: a (simulated failure")
+    assert re.fullmatch(
+        r"1 of 3 tasks failed: a — simulated failure after \d+ output tokens \(failure_rate=1\.0\), after 1 attempt; "
+        r"1 skipped because an upstream task did not succeed",
+        run.summary,
+    ), run.summary
     assert "1 skipped because an upstream task did not succeed" in run.summary
     page = run_page(viewer, run)
     assert 'data-run-status="failed"' in page

@@ -62,7 +62,12 @@ def test_timeout_keeps_the_reported_usage_retries_then_fails_and_skips_downstrea
     run.refresh_from_db()
     assert dict(run.tasks.values_list("subtask__key", "state")) == {"a": "failed", "b": "skipped", "x": "succeeded"}
     assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
-    assert run.status == "failed" and "timed out" in run.summary
+    # The reason reads as one sentence, in the task and in the run's summary: no nested brackets.
+    assert run.tasks.get(subtask__key="a").error == "timed out after 1 s, after 2 attempts"
+    assert run.status == "failed" and run.summary == (
+        "1 of 3 tasks failed: a — timed out after 1 s, after 2 attempts; "
+        "1 skipped because an upstream task did not succeed"
+    )
     # Task and run totals count every attempt, failed ones included.
     failed_task = run.tasks.get(subtask__key="a")
     attempts = Attempt.objects.filter(task_run=failed_task)

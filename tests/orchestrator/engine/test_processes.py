@@ -252,7 +252,7 @@ def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, mak
     )
     assert attempts == ["timed_out"] * 3
     assert run.tasks.get(subtask__key="b").error == "upstream a did not succeed"
-    assert run.status == "failed" and "a (timed out after 1 s (after 3 attempts))" in run.summary
+    assert run.status == "failed" and "a — timed out after 1 s, after 3 attempts;" in run.summary
 
 
 def test_a_rate_limit_storm_backs_off_and_the_run_completes(qcluster, make_agent, make_plan):

@@ -109,7 +109,7 @@ def test_failure_skips_downstream_with_reason_and_independent_branches_go_on(dem
     finish(run, "x")
     run.refresh_from_db()
     assert run.status == "failed"
-    assert "1 of 4 tasks failed: a (boom)" in run.summary
+    assert "1 of 4 tasks failed: a — boom;" in run.summary
     assert "2 skipped because an upstream task did not succeed" in run.summary
 
 
