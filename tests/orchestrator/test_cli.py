@@ -82,6 +82,15 @@ def no_cluster():
 
 
 @pytest.fixture
+def running_cluster(qcluster):
+    """A real qcluster, started and reporting itself running."""
+    cache.clear()
+    qcluster.start()
+    wait_until(cluster_is_running, timeout=60, message="the qcluster to report itself running")
+    return qcluster
+
+
+@pytest.fixture
 def bad_plan(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(BAD_PLAN)
@@ -339,11 +348,8 @@ def test_pause_resume_cancel(gated_run):
 
 @pytest.mark.processes
 @pytest.mark.django_db(transaction=True)
-def test_launch_watch_json_runs_the_research_brief_to_success(demo_agents, priced_limit, qcluster):
-    cache.clear()
-    qcluster.start()
-    wait_until(cluster_is_running, timeout=60, message="the qcluster to report itself running")
-
+def test_launch_watch_json_runs_the_research_brief_to_success(demo_agents, priced_limit, running_cluster):
+    qcluster = running_cluster
     result = manage("launch", RESEARCH_BRIEF, "--watch", "--json", timeout=180)
 
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}\n{qcluster.logs()}"
@@ -547,3 +553,42 @@ def test_launch_waits_for_plan_approval_by_default_once_two_people_may_approve(d
 def test_launch_approval_flag_asks_for_it_with_a_single_approver(demo_agents):
     run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--approval")
     assert Run.objects.latest("pk").status == Run.Status.AWAITING_APPROVAL
+
+
+# --- output into a closed pipe ---------------------------------------------------------------
+
+
+def closed_pipe_run(*args: str, lines_read: int = 0, timeout: float = 120) -> tuple[int, str]:
+    """Run manage.py with its stdout into a pipe whose reader reads `lines_read` lines and goes
+    away, as `manage.py … | head -1` does; return its exit code and stderr."""
+    child = subprocess.Popen(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env=child_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    for _ in range(lines_read):
+        child.stdout.readline()
+    child.stdout.close()
+    stderr = child.stderr.read()
+    return child.wait(timeout=timeout), stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_command_whose_reader_went_away_exits_1_without_a_traceback(gated_run):
+    code, stderr = closed_pipe_run("runs")
+    assert (code, stderr) == (1, "")
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_launch_into_head_1_stops_quietly_and_the_run_goes_on(demo_agents, priced_limit, running_cluster):
+    code, stderr = closed_pipe_run("launch", RESEARCH_BRIEF, "--watch", lines_read=1)
+
+    assert code == 1
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
+    run = Run.objects.get()
+    wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED, 120, "the run to go on to its end")
