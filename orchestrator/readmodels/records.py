@@ -280,14 +280,16 @@ def is_partial_output(task: TaskRun) -> bool:
 
 
 class PartialOutputRecord(Record):
-    """What a task's output is when it is not its result: the partial text of the attempt that
-    wrote it (`attempt`, its number; `attempt_state`, how it ended: failed, timed_out, cancelled,
+    """What a task's output is when it is not its result: the partial text (`text`) of the attempt
+    that wrote it (`attempt`, its number; `attempt_state`, how it ended: failed, timed_out, cancelled,
     lost, handed_back), headed as the run page heads it ("Partial output of attempt 3 (failed)").
-    The downloads carry it so that nobody takes a failed task's text for its result."""
+    The API and the downloads give it here and never as the task's `output`, so that nobody takes
+    a failed task's text for its result."""
 
     attempt: int | None
     attempt_state: str | None
     heading: str
+    text: str
 
     @classmethod
     def of(cls, task: TaskRun, last_attempt: Attempt | None) -> Self | None:
@@ -296,12 +298,13 @@ class PartialOutputRecord(Record):
         if not is_partial_output(task):
             return None
         if last_attempt is None:
-            return cls(attempt=None, attempt_state=None, heading="Partial output (not a result)")
+            return cls(attempt=None, attempt_state=None, heading="Partial output (not a result)", text=task.output)
         ended = last_attempt.get_state_display().lower()
         return cls(
             attempt=last_attempt.number,
             attempt_state=last_attempt.state,
             heading=f"Partial output of attempt {last_attempt.number} ({ended})",
+            text=task.output,
         )
 
 
@@ -315,7 +318,10 @@ class TaskRecord(Record):
     state: str
     wait_reason: str
     progress: int
-    output: str
+    # The task's result (or, while it runs, the text its attempt streams, as the page heads it
+    # "Output"). In a TaskRunRecord (the API, the downloads) it is null when the task has none: a
+    # failed, cancelled or skipped task's text is its `partial_output`, never its output.
+    output: str | None
     summary: str
     error: str
     input_tokens: int
@@ -359,7 +365,7 @@ class TaskRunRecord(TaskRecord):
     """A task of a run with every attempt at it: what the API and the JSON download give."""
 
     attempts: list[AttemptRecord]
-    # Set when `output` is not the task's result but the partial text of an attempt that ended
+    # Set when the task's text is not its result but the partial text of an attempt that ended
     # without one (failed, timed out, cancelled…); null when it is the result or there is none.
     partial_output: PartialOutputRecord | None
 
@@ -371,6 +377,7 @@ class TaskRunRecord(TaskRecord):
         return cls.build(
             task,
             attempts=[AttemptRecord.of(a) for a in attempts],
+            output=task.output if task.state in OUTPUT_STATES else None,
             partial_output=PartialOutputRecord.of(task, attempts[-1] if attempts else None),
         )
 

@@ -135,9 +135,13 @@ def test_both_downloads_label_a_tasks_partial_output_as_the_page_heads_it(run):
         "attempt": 2,
         "attempt_state": "timed_out",
         "heading": "Partial output of attempt 2 (timed out)",
+        "text": "The first half of a sent",
     }
     assert tasks["w"]["partial_output"]["heading"] == "Partial output of attempt 1 (cancelled)"
     assert tasks["scope"]["partial_output"] is None  # its result
+    # `output` is the result only: the partial text was given there too, as if it were one.
+    assert (tasks["a"]["output"], tasks["w"]["output"]) == (None, None)
+    assert tasks["scope"]["output"] == "Scope output."
 
     document = run_markdown(run)
     label = "_Partial output of attempt 2 (timed out): the text it wrote before it ended, not a result._"
