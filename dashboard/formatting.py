@@ -1,4 +1,5 @@
-"""The one formatter of durations, token counts and money on the dashboard's pages.
+"""The one formatter of durations, token counts and money on the dashboard's pages, and of
+identifiers (task keys, event types) that must wrap only between their words.
 
 Views, template filters (templatetags/glassbox_run.py) and fragments render these strings on
 the server; the browser only places them (the run page's DAG reads a task row's
@@ -8,6 +9,11 @@ rule for rule, and tests/browser/test_formatting.py checks that the two agree.
 """
 
 from __future__ import annotations
+
+import re
+
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
 
 from orchestrator import wording
 
@@ -50,3 +56,13 @@ def format_usd(amount) -> str:
     """$0.00, $0.0050 (half a cent: never rounded to zero), $0.0649, $12.35, $1,234.50; an em dash
     when not a number. The rules live in orchestrator/wording.py, which the engine's sentences use too."""
     return wording.usd(amount)
+
+
+# Where an identifier may wrap: after each separator of its words ("probe_11_19", "task.progress").
+IDENTIFIER_SEPARATORS = re.compile(r"([._-])")
+
+
+def wrap_between_words(identifier: str) -> SafeString:
+    """`identifier`, escaped, with a <wbr> after each "_", "." and "-": a narrow column wraps it
+    there ("probe_11_" / "19", "task." / "progress"), never inside a word."""
+    return mark_safe(IDENTIFIER_SEPARATORS.sub(r"\1<wbr>", str(escape(identifier))))

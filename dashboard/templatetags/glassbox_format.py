@@ -1,4 +1,4 @@
-"""Template filters for durations, token counts and money: `{% load glassbox_format %}`.
+"""Template filters for durations, token counts, money and identifiers: `{% load glassbox_format %}`.
 
 Thin wrappers over dashboard/formatting.py, the one formatter the views use too.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django import template
 
-from ..formatting import format_duration, format_tokens, format_usd
+from ..formatting import format_duration, format_tokens, format_usd, wrap_between_words
 
 register = template.Library()
 
@@ -28,3 +28,9 @@ def usd(value) -> str:
 def tokens(value) -> str:
     """1,234 below ten thousand; 12.3k and 4.56M above."""
     return format_tokens(value)
+
+
+@register.filter
+def wrappable(identifier) -> str:
+    """A task key or an event type that wraps only between its words ("probe_11_<wbr>19")."""
+    return wrap_between_words(identifier)

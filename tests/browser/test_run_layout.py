@@ -7,17 +7,27 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 from playwright.sync_api import expect
 
+from orchestrator import events
 from orchestrator.engine import runs
+from tests.browser.conftest import artifact_dir
 from tests.browser.test_narrow import PHONE, overflow
 from tests.finished_run import finish_run
+from tests.large_run import finished_large_run
 
 pytestmark = [pytest.mark.browser]
 
 DESKTOP = {"width": 1280, "height": 860}
 LONG_NAME = "security_reviewer"
+
+
+def part_shot(page, request, selector: str, name: str) -> None:
+    """One part of the page alone, large enough to read (a full-page screenshot shrinks it)."""
+    path = artifact_dir(request.node.name) / f"{name}.png"
+    page.locator(selector).screenshot(path=str(path), caret="initial")
 
 
 def open_page(page, url: str, viewport: dict) -> None:
@@ -139,3 +149,44 @@ def test_the_plan_under_review_shows_each_subtasks_instructions_whole(
     assert whole["text"] <= whole["shown"] + 1, f"at 390 px: {whole}"
     screenshot(page, "plan-review-phone")
     assert overflow(page) == []
+
+
+def cut_event_cells(page) -> list[str]:
+    """Event log cells not read whole: a task key clipped (or cut with an ellipsis), an event type
+    broken over two lines or clipped."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('#event-log-rows .event-row')].flatMap(row => {
+            const cut = [];
+            const task = row.querySelector('.event-task');
+            if (task && task.scrollWidth > task.clientWidth + 1) cut.push('task ' + task.textContent);
+            const key = task && task.querySelector('code');
+            if (key && key.scrollWidth > key.clientWidth + 1) cut.push('task ' + key.textContent);
+            const type = row.querySelector('.event-type');
+            const lines = new Set([...type.getClientRects()].map(r => Math.round(r.bottom))).size;
+            if (lines > 1 || type.getBoundingClientRect().right > type.parentElement.getBoundingClientRect().right + 1)
+                cut.push('type ' + type.textContent);
+            return cut;
+        })"""
+    )
+
+
+def test_the_event_logs_task_keys_and_event_types_are_read_whole(logged_in_page, browser_user, request):
+    """At 1280 px the Task column cut "probe_11_19" short and the Type column broke "task.progress"
+    as "task.prog|ress"; now a key wraps at its "_" (its whole key in its title) and a type is one line."""
+    page = logged_in_page
+    run = finished_large_run(launched_by=browser_user)
+    probe = run.tasks.get(subtask__key="probe_11_19")
+    with transaction.atomic():
+        for event_type in ("task.retry_scheduled", "checkpoint.requested", "task.output_ready"):
+            events.record(event_type, run=run, task=probe, actor_name="agent:researcher", payload={"progress": 40})
+
+    for viewport in (DESKTOP, PHONE):
+        open_page(page, f"/runs/{run.pk}/", viewport)
+        expect(page.locator("#event-log-rows .event-row").first).to_be_visible()
+        page.locator(".event-grid").scroll_into_view_if_needed()
+        part_shot(page, request, "section:has(#log-title)", f"event-log-{viewport['width']}")
+        keys = page.locator("#event-log-rows .event-task code")
+        assert "probe_11_19" in [key.inner_text().replace("\n", "") for key in keys.all()]
+        assert cut_event_cells(page) == [], f"at {viewport['width']} px"
+        assert page.locator('#event-log-rows .event-task a[title="probe_11_19"]').count() == 3
+        assert overflow(page) == [], f"at {viewport['width']} px"

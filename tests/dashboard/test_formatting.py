@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.template import Context, Template
 
-from dashboard.formatting import format_duration, format_tokens, format_usd
+from dashboard.formatting import format_duration, format_tokens, format_usd, wrap_between_words
 
 
 @pytest.mark.parametrize(
@@ -84,3 +84,11 @@ def test_the_template_filters_render_the_same_text():
     )
     text = template.render(Context({"s": 3 * 86400 + 7200, "n": 12_345, "usd": Decimal("0.0042"), "none": ""}))
     assert text == "3 d 2 h · 12.3k · $0.0042 · —"
+
+
+def test_an_identifier_wraps_only_between_its_words():
+    assert wrap_between_words("probe_11_19") == "probe_<wbr>11_<wbr>19"
+    assert wrap_between_words("task.retry_scheduled") == "task.<wbr>retry_<wbr>scheduled"
+    assert wrap_between_words("report") == "report"
+    assert wrap_between_words("<b>x-y</b>") == "&lt;b&gt;x-<wbr>y&lt;/b&gt;"  # escaped first
+    assert Template("{% load glassbox_format %}{{ key|wrappable }}").render(Context({"key": "a_b"})) == "a_<wbr>b"
