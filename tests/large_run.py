@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
 from orchestrator import plans
 from orchestrator.engine import runs
-from orchestrator.models import Agent, Plan, Run
+from orchestrator.models import Agent, Attempt, Plan, Run, TaskRun
 from tests.finished_run import finish_run
 
 AREAS = 12
@@ -92,3 +93,35 @@ def finished_large_run(launched_by=None) -> Run:
     run = runs.launch(plan, cap=8, budget_usd="50", launched_by=launched_by, require_plan_approval=True)
     now = timezone.now()
     return finish_run(run, started=now - timedelta(minutes=9), finished=now)
+
+
+def cancelled_large_run(launched_by=None, *, succeeded: int = 126, running: int = 8) -> Run:
+    """The 293-task run cancelled part way: its first `succeeded` tasks (in plan order) succeeded,
+    the next `running` were running and their attempts were cancelled when the run was (a few
+    seconds after the last of them started), the others never started."""
+    run = finished_large_run(launched_by=launched_by)
+    tasks = list(run.tasks.select_related("subtask").order_by("subtask__position"))
+    stopped = tasks[succeeded : succeeded + running]
+    cancelled_at = max(t.started_at for t in stopped) + timedelta(seconds=2)
+    with transaction.atomic():
+        Attempt.objects.filter(task_run__in=stopped).update(
+            state=Attempt.State.CANCELLED, finished_at=cancelled_at, error="run cancelled"
+        )
+        Attempt.objects.filter(task_run__in=tasks[succeeded + running :]).delete()
+        TaskRun.objects.filter(pk__in=[t.pk for t in stopped]).update(
+            state=TaskRun.State.CANCELLED, finished_at=cancelled_at, output="", summary="", error="run cancelled"
+        )
+        TaskRun.objects.filter(pk__in=[t.pk for t in tasks[succeeded + running :]]).update(
+            state=TaskRun.State.CANCELLED,
+            started_at=None,
+            finished_at=cancelled_at,
+            output="",
+            summary="",
+            attempt_count=0,
+            error="run cancelled",
+        )
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.Status.CANCELLED, finished_at=cancelled_at, summary="cancelled by a person"
+        )
+    run.refresh_from_db()
+    return run

@@ -15,8 +15,9 @@ from orchestrator import events
 from orchestrator.engine import runs
 from tests.browser.conftest import artifact_dir
 from tests.browser.test_narrow import PHONE, overflow
+from tests.browser.test_run_page import poll
 from tests.finished_run import finish_run
-from tests.large_run import finished_large_run
+from tests.large_run import cancelled_large_run, finished_large_run
 
 pytestmark = [pytest.mark.browser]
 
@@ -190,3 +191,81 @@ def test_the_event_logs_task_keys_and_event_types_are_read_whole(logged_in_page,
         assert cut_event_cells(page) == [], f"at {viewport['width']} px"
         assert page.locator('#event-log-rows .event-task a[title="probe_11_19"]').count() == 3
         assert overflow(page) == [], f"at {viewport['width']} px"
+
+
+def crowded_ticks(page) -> list[str]:
+    """The timeline's axis labels that overlap another or stick out of the timeline, read at one
+    moment (the axis is redrawn every second)."""
+    return page.evaluate(
+        """() => {
+            const frame = document.getElementById('run-gantt').getBoundingClientRect();
+            const ticks = [...document.querySelectorAll('#run-gantt .gantt-tick')];
+            const boxes = ticks.map(t => t.getBoundingClientRect());
+            const found = [];
+            boxes.forEach((a, i) => {
+                if (a.left < frame.left - 0.5 || a.right > frame.right + 0.5) found.push(ticks[i].textContent + ' outside');
+                boxes.slice(i + 1).forEach((b, j) => {
+                    if (a.left < b.right && b.left < a.right && a.top < b.bottom && b.top < a.bottom)
+                        found.push(ticks[i].textContent + ' / ' + ticks[i + 1 + j].textContent);
+                });
+            });
+            return found;
+        }"""
+    )
+
+
+def bars_outside_their_lane(page) -> list[str]:
+    """Timeline bars drawn past either end of their lane (px past it)."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('#run-gantt .gantt-bars')].flatMap(lane => {
+            const r = lane.getBoundingClientRect();
+            return [...lane.querySelectorAll('.gantt-bar')].map(bar => [bar, bar.getBoundingClientRect()])
+                .filter(([, b]) => b.right > r.right + 0.5 || b.left < r.left - 0.5)
+                .map(([bar, b]) => bar.textContent + ' ' + Math.round(Math.max(b.right - r.right, r.left - b.left)));
+        })"""
+    )
+
+
+def crowded_group_labels(page, margin_px: float = 4) -> list[str]:
+    """The graph's groups whose label comes within `margin_px` of their box's border (or past it)."""
+    return page.evaluate(
+        """(margin) => window.glassboxRun.cy.nodes('.group:visible').map(n => {
+            const body = n.renderedBoundingBox({includeLabels: false, includeOverlays: false});
+            const label = n.renderedBoundingBox({includeNodes: false, includeEdges: false, includeLabels: true,
+                                                 includeOverlays: false});
+            const room = Math.min(label.x1 - body.x1, body.x2 - label.x2, label.y1 - body.y1, body.y2 - label.y2);
+            return room < margin ? n.data('name') + ': ' + room.toFixed(1) + ' px' : null;
+        }).filter(Boolean)""",
+        margin_px,
+    )
+
+
+def test_a_cancelled_large_runs_timeline_and_graph_fit_their_panels_on_a_phone(
+    logged_in_page, browser_user, request, screenshot
+):
+    """A 293-task run cancelled after 126 tasks, at 390 px: the timeline wrote "2 min 00 s" and
+    "3 min 00 s" over each other, its cancelled bars ran past its right edge, and the graph's group
+    labels touched their boxes' borders (2 px, or over them). Now the axis takes a longer step when
+    its labels would not fit, a bar at the end of the axis ends there, and a group's box is as
+    tall as its label needs at every zoom; the same at 1280 px."""
+    page = logged_in_page
+    run = cancelled_large_run(launched_by=browser_user)
+    assert run.tasks.filter(state="cancelled").count() == 167
+
+    for viewport in (PHONE, DESKTOP):
+        open_page(page, f"/runs/{run.pk}/", viewport)
+        poll(
+            page,
+            "() => !!window.glassboxRun && window.glassboxRun.cy.nodes('.group:visible').length > 0",
+            what="the graph",
+        )
+        expect(page.locator("#run-gantt .gantt-tick").first).to_have_text("0 s")
+        width = viewport["width"]
+        screenshot(page, f"page-{width}")
+        part_shot(page, request, "section:has(#gantt-title)", f"timeline-{width}")
+        part_shot(page, request, ".dag-card", f"graph-{width}")
+        assert page.locator("#run-gantt .gantt-tick").count() >= 2, f"at {width} px"
+        assert crowded_ticks(page) == [], f"at {width} px"
+        assert bars_outside_their_lane(page) == [], f"at {width} px"
+        assert crowded_group_labels(page) == [], f"at {width} px"
+        assert overflow(page) == [], f"at {width} px"

@@ -9,6 +9,12 @@ import { formatDuration } from "./format.js";
 
 var ROW_PX = 23;
 var TICKS = 5;
+// A bar is never drawn thinner than this; below NARROW_PX it shows no text and has no padding, so
+// that its box is no wider than its time (padding made a bar at the end of the axis stick out).
+var MIN_BAR_PX = 3;
+var NARROW_PX = 20;
+// The least room between two axis labels.
+var TICK_GAP_PX = 6;
 var NICE_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
 
 function niceStep(raw) {
@@ -38,16 +44,19 @@ function timeSpan(gantt, bars) {
   return { t0: t0, span: Math.max(1000, t1 - t0) };
 }
 
+// Each bar from its start to its end, in % of its lane; a bar that ends at the end of the axis
+// (an attempt cancelled with its run) keeps its least width by starting that much earlier.
 function placeBars(bars, t0, span) {
   bars.forEach(function (bar) {
+    var lanePx = bar.parentElement.clientWidth || 1;
     var start = Number(bar.dataset.start);
     var end = bar.dataset.end ? Number(bar.dataset.end) : Math.max(start, now());
-    var left = (100 * (start - t0)) / span;
-    var width = Math.max(0.6, (100 * (end - start)) / span);
+    var width = Math.min(100, Math.max((100 * MIN_BAR_PX) / lanePx, (100 * (end - start)) / span));
+    var left = Math.max(0, Math.min((100 * (start - t0)) / span, 100 - width));
     bar.style.left = left.toFixed(3) + "%";
-    bar.style.width = Math.min(width, 100 - left).toFixed(3) + "%";
+    bar.style.width = width.toFixed(3) + "%";
     bar.classList.toggle("is-open", !bar.dataset.end);
-    bar.classList.toggle("is-narrow", width < 4);
+    bar.classList.toggle("is-narrow", (width * lanePx) / 100 < NARROW_PX);
   });
 }
 
@@ -77,6 +86,8 @@ function stackTracks(gantt) {
   });
 }
 
+// TICKS labels along the axis, fewer (a longer step) when their text would not fit side by side:
+// on a phone "2 min 00 s" and "3 min 00 s" were written over each other.
 function drawTicks(gantt, span) {
   var ticks = gantt.querySelector(".gantt-ticks");
   if (!ticks) {
@@ -84,6 +95,18 @@ function drawTicks(gantt, span) {
   }
   var spanS = span / 1000;
   var step = niceStep(spanS / TICKS);
+  for (;;) {
+    writeTicks(ticks, spanS, step);
+    keepLabelsInside(ticks);
+    var longer = niceStep(step + 0.001);
+    if (!labelsOverlap(ticks) || longer <= step || step > spanS) {
+      return;
+    }
+    step = longer;
+  }
+}
+
+function writeTicks(ticks, spanS, step) {
   ticks.textContent = "";
   for (var s = 0; s <= spanS + 0.001; s += step) {
     var tick = document.createElement("span");
@@ -92,7 +115,15 @@ function drawTicks(gantt, span) {
     tick.style.left = ((100 * s) / spanS).toFixed(3) + "%";
     ticks.appendChild(tick);
   }
-  keepLabelsInside(ticks);
+}
+
+function labelsOverlap(ticks) {
+  var boxes = Array.prototype.map.call(ticks.children, function (tick) {
+    return tick.getBoundingClientRect();
+  });
+  return boxes.some(function (box, i) {
+    return i > 0 && box.left < boxes[i - 1].right + TICK_GAP_PX;
+  });
 }
 
 // A tick at or near the end of the axis (the run's length is often a whole number of steps) would

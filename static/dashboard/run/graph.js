@@ -43,6 +43,20 @@ var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "queued", "re
 var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", "ready", "waiting_gate",
   "awaiting_review", "succeeded", "pending", "skipped", "cancelled"];
 var FINISHED = ["succeeded", "skipped", "cancelled", "failed"];
+// A group's box: as wide as GROUP_WIDTH, its label wrapped within GROUP_TEXT_WIDTH, and as tall as
+// the label needs at the largest of its fonts (GROUP_FONTS: near, zoom-mid, zoom-far) with
+// GROUP_PAD above and below, so that no zoom writes it over the box's border (groupHeight).
+var LABEL_FONT = "DejaVu Sans, Arial, sans-serif";
+var GROUP_WIDTH = 300;
+var GROUP_TEXT_WIDTH = 268;
+var GROUP_MIN_HEIGHT = 72;
+var GROUP_PAD = 10;
+var GROUP_BORDER = 3;
+var GROUP_FONTS = [
+  { size: 11, lineHeight: 1.35, text: "label" },
+  { size: 18, lineHeight: 1.1, text: "label" },
+  { size: 24, lineHeight: 1.1, text: "name" },
+];
 
 var cy = null;
 var mini = null;
@@ -172,6 +186,39 @@ function groupLabel(group, counts) {
   return group.label + "\n" + parts.slice(0, 3).join(" · ");
 }
 
+// How many lines `text` takes wrapped within `width` at `font`, wrapped as cytoscape wraps a label:
+// at its line breaks, then between words.
+var measure = null;
+function wrappedLines(text, font, width) {
+  measure = measure || document.createElement("canvas").getContext("2d");
+  measure.font = font;
+  var lines = 0;
+  text.split("\n").forEach(function (line) {
+    var current = "";
+    lines += 1;
+    line.split(/\s+/).forEach(function (word) {
+      var next = current ? current + " " + word : word;
+      if (current && measure.measureText(next).width > width) {
+        lines += 1;
+        current = word;
+      } else {
+        current = next;
+      }
+    });
+  });
+  return lines;
+}
+
+function groupHeight(label, name) {
+  var tallest = 0;
+  GROUP_FONTS.forEach(function (f) {
+    var font = "bold " + f.size + "px " + LABEL_FONT;
+    var lines = wrappedLines(f.text === "name" ? name : label, font, GROUP_TEXT_WIDTH);
+    tallest = Math.max(tallest, lines * f.size * f.lineHeight);
+  });
+  return Math.max(GROUP_MIN_HEIGHT, Math.ceil(tallest + 2 * (GROUP_PAD + GROUP_BORDER)));
+}
+
 function refreshGroup(groupNode) {
   var group = groupNode.data("group");
   var counts = {};
@@ -186,10 +233,12 @@ function refreshGroup(groupNode) {
   var aggregate = GROUP_PRIORITY.find(function (s) {
     return counts[s];
   }) || "pending";
+  var label = groupLabel(group, counts);
   groupNode.data({
     state: aggregate,
     progress: Math.round((100 * done) / Math.max(1, group.members.length)),
-    label: groupLabel(group, counts),
+    label: label,
+    height: label === groupNode.data("label") ? groupNode.data("height") : groupHeight(label, group.label),
   });
 }
 
@@ -243,7 +292,7 @@ function stylesheet() {
         "text-valign": "center",
         "text-halign": "center",
         "font-size": 11,
-        "font-family": "DejaVu Sans, Arial, sans-serif",
+        "font-family": LABEL_FONT,
         color: "#1b2430",
         "line-height": 1.35,
         "min-zoomed-font-size": MIN_LABEL_PX,
@@ -255,13 +304,23 @@ function stylesheet() {
     { selector: "node[state = 'running']", style: { "border-width": 3 } },
     {
       selector: "node.group",
-      style: { width: 270, height: 72, "text-max-width": 256, "border-style": "solid", "border-width": 3, "font-weight": "bold" },
+      style: {
+        width: GROUP_WIDTH,
+        height: "data(height)",
+        "text-max-width": GROUP_TEXT_WIDTH,
+        "border-style": "solid",
+        "border-width": GROUP_BORDER,
+        "font-weight": "bold",
+      },
     },
     // Farther out: the key alone (a group: its name), larger, so that what is shown can be read.
     { selector: "node.task.zoom-mid", style: { label: "data(key)", "font-size": 20, "text-wrap": "ellipsis" } },
     { selector: "node.task.zoom-far", style: { label: "data(key)", "font-size": 30, "text-wrap": "ellipsis" } },
-    { selector: "node.group.zoom-mid", style: { "font-size": 19, "line-height": 1.15 } },
-    { selector: "node.group.zoom-far", style: { label: "data(name)", "font-size": 28, "line-height": 1.1 } },
+    { selector: "node.group.zoom-mid", style: { "font-size": GROUP_FONTS[1].size, "line-height": GROUP_FONTS[1].lineHeight } },
+    {
+      selector: "node.group.zoom-far",
+      style: { label: "data(name)", "font-size": GROUP_FONTS[2].size, "line-height": GROUP_FONTS[2].lineHeight },
+    },
     {
       selector: "node.is-selected",
       style: { "underlay-color": "#2563a8", "underlay-padding": 6, "underlay-opacity": 0.22, "underlay-shape": "round-rectangle" },
@@ -411,7 +470,7 @@ function elementsOf(data) {
   data.groups.forEach(function (g) {
     elements.push({
       group: "nodes",
-      data: { id: g.id, group: g, name: g.label, label: g.label, state: "pending", progress: 0 },
+      data: { id: g.id, group: g, name: g.label, label: g.label, height: groupHeight(g.label, g.label), state: "pending", progress: 0 },
       classes: "group",
     });
   });
