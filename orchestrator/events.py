@@ -113,8 +113,14 @@ def record(
     buffer = getattr(_local, "buffer", None)
     if buffer is not None and run_id is not None:
         buffer.append(event)
-    else:
+    elif connection.in_atomic_block:
         write([event])
+    else:
+        # In autocommit the number's UPDATE would commit before the event's INSERT: a reader in
+        # between sees the number taken and no event under it, and a live viewer's cursor would
+        # pass the event by. Numbered and written in one transaction, as inside `atomic()`.
+        with transaction.atomic():
+            write([event])
     return event
 
 
