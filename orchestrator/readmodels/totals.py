@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from orchestrator import plans, wording
-from orchestrator.models import Agent, Checkpoint, ProviderLimit, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag, makespan
 
 from .approved_plan import fixed_once_approved
@@ -142,6 +142,12 @@ def tool_calls_waiting(pending_checkpoints: QuerySet[Checkpoint]) -> dict[int, d
     return dict(calls.values_list("task_run_id", "created_at"))
 
 
+def attempts_stopping(run: Run) -> int:
+    """The run's attempts that have not ended yet: of an ended run, those a cancel or a skip
+    reaches at their next beat (their tokens and cost are settled then)."""
+    return Attempt.objects.filter(task_run__run=run, state__in=(Attempt.State.QUEUED, Attempt.State.RUNNING)).count()
+
+
 @dataclass
 class StateCount:
     state: str
@@ -177,6 +183,9 @@ class Totals:
     # running but waiting for a tool call's approval): nothing moves until it is taken.
     waits_for_decision: bool = False
     tool_calls_waiting: int = 0  # running tasks waiting for a person to approve a tool call
+    # Attempts of an ended run still stopping (a cancel or a skip reaches them at their next
+    # beat): what they used is added to the run's tokens and cost when they end.
+    attempts_stopping: int = 0
 
     @property
     def never_started(self) -> bool:
@@ -222,6 +231,15 @@ class Totals:
         if reason := self.admits_nothing:
             parts.insert(0, reason[1])
         return " · ".join(parts)
+
+    @property
+    def not_counted_yet(self) -> str:
+        """The Cost and Tokens cards' word on what is still to come once the run has ended ("2
+        attempts still stopping: not counted yet"; "" when none is), so that the totals of a
+        just-cancelled run do not read as final."""
+        if not self.attempts_stopping:
+            return ""
+        return f"{wording.counted(self.attempts_stopping, 'attempt')} still stopping: not counted yet"
 
     @property
     def eta_placeholder(self) -> str:
@@ -374,4 +392,5 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         finished_at=run.finished_at,
         waits_for_decision=nothing_moves and pending > 0,
         tool_calls_waiting=len(asked_at),
+        attempts_stopping=attempts_stopping(run) if run.is_finished else 0,
     )

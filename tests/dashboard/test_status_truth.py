@@ -209,6 +209,38 @@ def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewe
     )
 
 
+def cost_and_tokens_notes(html: str) -> tuple[str, str]:
+    """The notes under the Cost and the Tokens cards, as words."""
+    cost = re.search(r'<div class="stat-label">Cost</div>.*?<div class="stat-note">(.*?)</div>', html, re.S)
+    tokens = re.search(r'<div class="stat-label">Tokens</div>.*?<div class="stat-note">(.*?)</div>', html, re.S)
+    assert cost and tokens, "no Cost or Tokens card"
+    return text_of(cost.group(1)).strip(), text_of(tokens.group(1)).strip()
+
+
+def test_a_cancelled_runs_totals_say_what_its_stopping_attempts_have_not_added_yet(
+    viewer, make_agent, make_plan, priced_limit
+):
+    """Cancelled, the run read its cost and tokens as final while its running attempt was still
+    to stop (at its next beat) and add what it used: "$0.0586" became "$0.0646" 5 s later."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.providers.base import Usage
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", [])}), cap=1)
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__subtask__key="a").pk, "host:1")
+    runs.cancel(run)
+    cost, tokens = cost_and_tokens_notes(run_page(viewer, run))
+    assert cost.endswith("used · 1 attempt still stopping: not counted yet")
+    assert tokens == "0 in · 0 out · 1 attempt still stopping: not counted yet"
+
+    attempt_ends.cancel_attempt(claim, Usage(input_tokens=120, output_tokens=40))  # its next beat
+    page = run_page(viewer, run)
+    cost, tokens = cost_and_tokens_notes(page)
+    assert "stopping" not in cost + tokens and tokens == "120 in · 40 out"
+    run.refresh_from_db()
+    assert run.cost_usd > 0
+
+
 def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, make_agent, make_plan):
     make_agent("researcher")
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), require_plan_approval=True)
