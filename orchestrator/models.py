@@ -469,6 +469,9 @@ class Checkpoint(models.Model):
         PENDING = "pending"
         APPROVED = "approved"
         REJECTED = "rejected"
+        # Nobody decided: the run stopped, the task was skipped or the attempt ended first
+        # (engine/undecided.py); the comment says why.
+        CLOSED = "closed", "Closed without a decision"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
     task_run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
@@ -510,6 +513,15 @@ class Checkpoint(models.Model):
     def __str__(self) -> str:
         target = self.task_run.key if self.task_run else "plan"
         return f"{self.get_kind_display()} checkpoint {self.pk} ({target})"
+
+    @property
+    def outcome(self) -> str:
+        """What became of it, in words: "approved", "pending", or "closed without a decision: the
+        run was cancelled" (a closed checkpoint's comment is why, not a person's)."""
+        said = self.get_status_display().lower()
+        if self.status == self.Status.CLOSED and self.comment:
+            return f"{said}: {self.comment}"
+        return said
 
 
 class AppendOnlyError(Exception):

@@ -72,7 +72,7 @@ JsonId = Annotated[JsonInt | None, AfterValidator(_id_range)]
 # from `Run.Status.values` is not a type to it); tests/dashboard/test_api_schemas.py checks that
 # each lists exactly its model's choices, in the same order.
 RunStatus = Literal["awaiting_approval", "running", "paused", "succeeded", "failed", "cancelled", "over_budget"]
-CheckpointStatus = Literal["pending", "approved", "rejected"]
+CheckpointStatus = Literal["pending", "approved", "rejected", "closed"]
 AgentStatus = Literal["draft", "active", "retired"]
 AgentProvider = Literal["simulated", "anthropic"]
 FailurePolicy = Literal["continue", "fail_fast"]

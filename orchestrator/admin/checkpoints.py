@@ -20,10 +20,15 @@ class CheckpointInline(ReadOnlyInline):
 class CheckpointAdmin(ReadOnlyAdmin):
     """Approving is an action here; rejecting needs a comment, so it is done in the dashboard or API."""
 
-    list_display = ["pk", "run", "task_run", "kind", "status", "decided_by", "decided_at", "created_at"]
+    list_display = ["pk", "run", "task_run", "kind", "outcome", "decided_by", "decided_at", "created_at"]
     list_filter = ["kind", "status"]
     list_select_related = ["run", "task_run__subtask", "decided_by"]
     actions = ["approve"]
+
+    @admin.display(description="Status", ordering="status")
+    def outcome(self, checkpoint: Checkpoint) -> str:
+        """ "Closed without a decision: the run was cancelled", not a bare status with no decider."""
+        return checkpoint.outcome[:1].upper() + checkpoint.outcome[1:]
 
     def has_decide_permission(self, request):
         return request.user.has_perm("orchestrator.decide_checkpoint")

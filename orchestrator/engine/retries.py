@@ -120,7 +120,7 @@ def stop_fail_fast(run: Run, failed: TaskRun) -> None:
         lease_owner="",
         lease_expires_at=None,
     )
-    scheduler.close_pending_checkpoints(run, f"run stopped: {failed.subtask.key} failed (fail_fast)")
+    scheduler.close_pending_checkpoints(run, f"the run stopped: {failed.subtask.key} failed (fail_fast)")
     scheduler.end_run(
         run, Run.Status.FAILED, f"stopped at the first failure (fail_fast): {failed.subtask.key}: {failed.error}"
     )

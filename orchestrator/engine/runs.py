@@ -14,7 +14,7 @@ from django.utils import timezone
 from pydantic import ConfigDict, Field
 
 from orchestrator import events, plans, sql, wording
-from orchestrator.engine import approvers, cost_estimates, scheduler, tool_approvals, transitions, waits
+from orchestrator.engine import approvers, cost_estimates, scheduler, tool_approvals, transitions, undecided, waits
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.governance.audit import record_denial
 from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
@@ -175,7 +175,7 @@ def cancel(run: Run, *, user=None) -> Run:
         for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
             transitions.move(task, State.CANCELLED, error="run cancelled", finished_at=now)
             events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
-        scheduler.close_pending_checkpoints(locked, "run cancelled")
+        scheduler.close_pending_checkpoints(locked, "the run was cancelled")
         scheduler.end_run(
             locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}"
         )
@@ -272,8 +272,8 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             error="",
             finished_at=None,
         )
-        task.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
-            status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
+        undecided.close_undecided(
+            task.checkpoints.all(), f"the task was skipped: {reason}" if reason else f"the task was {why}"
         )
         events.record(
             "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}

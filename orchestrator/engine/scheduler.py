@@ -35,7 +35,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from orchestrator import events, sql, wording
-from orchestrator.engine import admission, dispatch, run_shape, transitions, waits
+from orchestrator.engine import admission, dispatch, run_shape, transitions, undecided, waits
 from orchestrator.models import Attempt, Checkpoint, Run, Subtask, TaskRun
 
 log = logging.getLogger(__name__)
@@ -446,13 +446,12 @@ def stop_over_budget(run: Run) -> None:
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
         transitions.move(task, State.CANCELLED, error="run over budget", finished_at=timezone.now())
         events.record("task.cancelled", run=run, task=task, message="run over budget")
-    close_pending_checkpoints(run, "run over budget")
+    close_pending_checkpoints(run, "the run went over its budget")
     end_run(run, Run.Status.OVER_BUDGET, message)
 
 
 def close_pending_checkpoints(run: Run, why: str) -> None:
-    """A run that stops leaves no question open: its pending checkpoints are closed as rejected,
-    with the reason, so nobody decides a gate whose task was already cancelled."""
-    run.checkpoints.filter(status=Checkpoint.Status.PENDING).update(
-        status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why
-    )
+    """A run that stops leaves no question open: its pending checkpoints (plan, gates, reviews,
+    tool calls) are closed without a decision, with the reason, so nobody decides a gate whose
+    task was already cancelled."""
+    undecided.close_undecided(run.checkpoints.all(), why)

@@ -7,8 +7,8 @@ events naming who decided). Only that task waits: it stays running, says why
 (``waits.ToolApproval``) and keeps its lease; the run and its other tasks go on.
 
 A checkpoint belongs to one call of one attempt. When the attempt ends without a decision (its
-run or task was cancelled, its worker shut down, its lease was lost) the checkpoint is closed as
-rejected with the reason, so that no pending question is left that nobody waits for; a retried
+run or task was cancelled, its worker shut down, its lease was lost) the checkpoint is closed without
+a decision (``undecided.close_undecided``: status ``closed``, the reason, ``checkpoint.closed``), so that no pending question is left that nobody waits for; a retried
 attempt asks again for its own calls. The reaper closes those of a worker that died
 (``close_open``).
 """
@@ -19,11 +19,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.utils import timezone
-
 from orchestrator import events
 from orchestrator.engine import waits
 from orchestrator.engine.execution import Claim, owned
+from orchestrator.engine.undecided import close_undecided
 from orchestrator.models import Checkpoint, TaskRun
 
 PENDING = Checkpoint.Status.PENDING
@@ -113,7 +112,7 @@ def close(checkpoint_id: int, why: str) -> bool:
         checkpoint = Checkpoint.objects.filter(pk=checkpoint_id, status=PENDING).select_related("task_run").first()
         if checkpoint is None:
             return False
-        closed = _close(Checkpoint.objects.filter(pk=checkpoint_id), why)
+        closed = close_undecided(Checkpoint.objects.filter(pk=checkpoint_id), why)
         if closed and checkpoint.task_run is not None:
             refresh_wait(checkpoint.task_run)
     return bool(closed)
@@ -122,23 +121,9 @@ def close(checkpoint_id: int, why: str) -> bool:
 def close_open(task_ids: list[int], why: str) -> int:
     """Close every pending tool checkpoint of these tasks (their attempts are gone). In the
     caller's transaction."""
-    return _close(Checkpoint.objects.filter(task_run_id__in=task_ids, kind=Checkpoint.Kind.TOOL, status=PENDING), why)
-
-
-def _close(checkpoints, why: str) -> int:
-    rows = list(checkpoints.filter(status=PENDING).select_related("task_run"))
-    closed = checkpoints.filter(status=PENDING).update(
-        status=Checkpoint.Status.REJECTED, decided_at=timezone.now(), comment=why[:2000]
+    return close_undecided(
+        Checkpoint.objects.filter(task_run_id__in=task_ids, kind=Checkpoint.Kind.TOOL, status=PENDING), why
     )
-    for checkpoint in rows:
-        events.record(
-            "checkpoint.closed",
-            run=checkpoint.run_id,
-            task=checkpoint.task_run,
-            message=f"tool checkpoint {checkpoint.pk} closed without a decision: {why}"[:500],
-            payload={"checkpoint": checkpoint.pk, "kind": checkpoint.kind, "reason": why[:500]},
-        )
-    return closed
 
 
 def refresh_wait(task: TaskRun) -> None:

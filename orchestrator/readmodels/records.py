@@ -390,6 +390,8 @@ class CheckpointRecord(Record):
     kind: str
     task: str | None
     status: str
+    # What became of it in words: "approved", or "closed without a decision: the run was cancelled".
+    outcome: str
     created_at: Time
     decided_by: str | None
     decided_at: Time
@@ -410,6 +412,7 @@ class CheckpointRecord(Record):
             kind=checkpoint.kind,
             task=task_run.subtask.key if task_run is not None else None,
             status=checkpoint.status,
+            outcome=checkpoint.outcome,
             created_at=checkpoint.created_at,
             decided_by=_username(checkpoint.decided_by),
             decided_at=checkpoint.decided_at,

@@ -227,7 +227,7 @@ def test_a_run_stopped_over_budget_closes_its_open_gates(demo_agents, make_plan)
     with transaction.atomic():
         scheduler.stop_over_budget(scheduler.lock_run(run.pk))
     gate = Checkpoint.objects.get(run=run, kind="before")
-    assert (gate.status, gate.comment) == ("rejected", "run over budget")
+    assert (gate.status, gate.comment) == ("closed", "the run went over its budget")
     assert run.tasks.get(subtask__key="a").state == "cancelled"
 
 

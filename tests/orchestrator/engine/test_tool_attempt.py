@@ -474,5 +474,5 @@ def test_a_lost_attempts_pending_call_is_closed_by_the_reaper(tool_setup, make_a
     TaskRun.objects.filter(pk=claim.task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert reaper.reap_expired() == 1
     checkpoint = Checkpoint.objects.get(pk=checkpoint_id)
-    assert checkpoint.status == Checkpoint.Status.REJECTED and "lost" in checkpoint.comment
+    assert checkpoint.status == Checkpoint.Status.CLOSED and "lost" in checkpoint.comment
     assert agent.name in tool_approvals.describe(checkpoint)

@@ -80,6 +80,7 @@ def test_checkpoint_and_event_records(run, admin_user):
         "kind": "after",
         "task": "w",
         "status": "rejected",
+        "outcome": "rejected",
         "created_at": cp.created_at.isoformat(),
         "decided_by": admin_user.username,
         "decided_at": cp.decided_at.isoformat(),
