@@ -531,3 +531,12 @@ def fake_anthropic(settings):
         settings.ANTHROPIC_BASE_URL = server.url
         settings.ANTHROPIC_API_KEY = FAKE_ANTHROPIC_KEY
         yield server
+
+
+def grant_with_approval(agent: str, server: str, tool: str = "") -> None:
+    """Grant `agent` SERVER[:TOOL] with approval per call, the server registered as a bare row
+    (no process: for what reads grants, not for calls)."""
+    from orchestrator.models import Agent, ToolGrant, ToolServer
+
+    registered, _ = ToolServer.objects.get_or_create(name=server, defaults={"transport": "stdio", "command": "x"})
+    ToolGrant.objects.create(agent=Agent.objects.get(name=agent), server=registered, tool=tool, requires_approval=True)

@@ -199,7 +199,7 @@ def preflight_view(request, token: str):
         "total_work": format_duration(checked.total_work_s),
         "budget_percent": wording.percent(checked.estimate_usd, checked.budget_usd),
         "budget_percent_text": wording.percent_text(checked.estimate_usd, checked.budget_usd),
-        "checkpoints": checked.checkpoints + int(settings.require_plan_approval),
+        "decisions": checked.decisions(plan_review=settings.require_plan_approval),
     }
     # A refusal is the page again with the reason on top (200, like a form with errors).
     return render(request, "dashboard/preflight.html", context)

@@ -14,7 +14,10 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
   `plans.estimated_duration_s` weights (`plans.makespan`), never under the critical path, the
   total work over the cap or an agent's work over its limit; what sets it (the critical path,
   the cap, an agent's limit) and how many subtasks it runs at once. Time spent waiting for people
-  at checkpoints comes on top.
+  at checkpoints comes on top;
+- what may stop the run for a person (`HumanDecisions`): the plan's review when asked for, its
+  gates and reviews, and the tools its agents may call only with a person's approval
+  (`tool_registry.approval_grants`), named since how many calls they make is the model's choice.
 
 Nothing is written until `launching.launch_document` (or `runs.launch` for a saved plan), which
 saves the plan and starts the run in one transaction: a refused launch leaves no plan behind.
@@ -30,6 +33,7 @@ from decimal import Decimal
 from orchestrator import plans, wording
 from orchestrator.engine import context, cost_estimates
 from orchestrator.engine.cluster import cluster_is_running
+from orchestrator.governance import tool_registry
 from orchestrator.models import Plan, Subtask
 from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag, makespan
 
@@ -77,6 +81,38 @@ class AgentLine:
         )
 
 
+@dataclass(frozen=True)
+class HumanDecisions:
+    """What in a run may wait for a person, known before launch: `checkpoints` (the plan's review
+    when asked for, its gates and reviews) and the tools granted with approval per call."""
+
+    checkpoints: int
+    approval_grants: tuple[tool_registry.ApprovalGrant, ...] = ()
+
+    @property
+    def value(self) -> str:
+        """The Checkpoints figure: "2", or "2 + tool calls" when calls may need approval too."""
+        return f"{self.checkpoints} + tool calls" if self.approval_grants else str(self.checkpoints)
+
+    @property
+    def tools_text(self) -> str:
+        """ "workspace:write_file (researcher), workspace:read_file (writer)"."""
+        return ", ".join(grant.text for grant in self.approval_grants)
+
+    @property
+    def note(self) -> str:
+        """What the figure means for the person about to launch."""
+        if not self.approval_grants:
+            if not self.checkpoints:
+                return "The run needs no human decision."
+            return "People decide each one; time spent waiting for them comes on top."
+        tools = f"its agents may ask a person to approve calls of {self.tools_text}"
+        if not self.checkpoints:
+            return f"The plan has no gate or review, but {tools}: the task waits for each decision."
+        counted = wording.counted(self.checkpoints, "checkpoint")
+        return f"People decide {counted}, and {tools}; time spent waiting for them comes on top."
+
+
 @dataclass
 class Preflight:
     """The outcome of a preflight check. `errors` empty means the plan itself is valid."""
@@ -97,7 +133,14 @@ class Preflight:
     forecast: makespan.Forecast = makespan.Forecast(seconds=0.0, peak_parallel=0)
     duration_binding: makespan.Binding = makespan.CRITICAL_PATH
     checkpoints: int = 0  # gates and reviews in the plan: people decide each one
+    # The grants of the plan's agents under which each call waits for a person.
+    approval_grants: list[tool_registry.ApprovalGrant] = field(default_factory=list)
     workers_running: bool = True
+
+    def decisions(self, *, plan_review: bool) -> HumanDecisions:
+        """What may wait for a person in the run launched with (`plan_review`) or without a
+        review of its plan."""
+        return HumanDecisions(self.checkpoints + int(plan_review), tuple(self.approval_grants))
 
     @property
     def ok(self) -> bool:
@@ -295,5 +338,6 @@ def _build(
         forecast=forecast,
         duration_binding=makespan.binding(work, limits, forecast.seconds),
         checkpoints=checkpoints,
+        approval_grants=tool_registry.approval_grants(line.agent for line in estimated.agents),
         workers_running=cluster_is_running(),
     )

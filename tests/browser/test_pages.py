@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from orchestrator.models import Checkpoint, Event, Run
 from tests.browser.conftest import BROWSER_PASSWORD
-from tests.conftest import ROOT, wait_for_run, wait_until
+from tests.conftest import ROOT, grant_with_approval, wait_for_run, wait_until
 
 pytestmark = [pytest.mark.browser]
 
@@ -60,6 +60,27 @@ def test_runs_page_lists_runs_and_refreshes_itself(logged_in_page, screenshot, d
     expect(row).to_contain_text("command line")
     expect(page.get_by_role("link", name="New run").first).to_be_visible()
     screenshot(page, "runs-one")
+
+
+def test_the_preflight_names_the_tool_calls_that_wait_for_approval(
+    logged_in_page, screenshot, demo_agents, priced_limit
+):
+    grant_with_approval("researcher", "workspace", "write_file")
+    grant_with_approval("writer", "workspace", "read_file")
+    page = logged_in_page
+    page.goto("/runs/new/")
+    page.get_by_label("Plan file", exact=True).set_input_files(str(ROOT / "examples" / "workspace_report.yaml"))
+    page.get_by_role("button", name="Check the plan").click()
+    decisions = page.locator("#preflight-decisions")
+    expect(decisions.locator(".stat-value")).to_have_text("0 + tool calls")
+    expect(decisions).to_contain_text(
+        "approve calls of workspace:write_file (researcher), workspace:read_file (writer)"
+    )
+    expect(decisions).not_to_contain_text("needs no human decision")
+    box = decisions.bounding_box()
+    grid = page.locator(".preflight-grid").bounding_box()
+    assert box is not None and grid is not None and box["x"] + box["width"] <= grid["x"] + grid["width"] + 1
+    screenshot(page, "preflight-tool-approvals")
 
 
 @pytest.mark.processes

@@ -15,7 +15,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.models import Agent, Event, Plan, Run
-from tests.conftest import ROOT
+from tests.conftest import ROOT, grant_with_approval
 
 pytestmark = pytest.mark.django_db
 
@@ -230,6 +230,21 @@ def test_preflight_shows_dag_cost_and_duration_and_saves_nothing(launcher_client
     assert nothing_saved()
 
 
+def test_preflight_counts_the_tool_calls_that_wait_for_approval(launcher_client):
+    """examples/workspace_report.yaml has no gate, but its agents' grants ask for approval: the
+    preflight said "CHECKPOINTS 0 — The run needs no human decision." and every run stopped."""
+    grant_with_approval("researcher", "workspace", "write_file")
+    grant_with_approval("writer", "workspace", "read_file")
+    report = ROOT / "examples" / "workspace_report.yaml"
+    html = launcher_client.get(check(launcher_client, plan_file=upload(report.read_bytes(), report.name))).text
+    assert "needs no human decision" not in html
+    assert '<div class="stat-value">0 + tool calls</div>' in html
+    assert (
+        "its agents may ask a person to approve calls of workspace:write_file (researcher), "
+        "workspace:read_file (writer): the task waits for each decision." in html
+    )
+
+
 def test_preflight_says_what_sets_the_duration_and_how_many_run_at_once_under_the_cap(launcher_client):
     brief = ROOT / "examples" / "research_brief.yaml"
     preflight_url = check(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="2")
@@ -269,7 +284,7 @@ def test_the_goal_field_replaces_the_files_goal(launcher_client):
 
 def test_require_plan_approval_starts_the_run_awaiting_approval(launcher_client):
     preflight_url = check(launcher_client, plan_file=pipeline_upload(), require_plan_approval="on")
-    assert launcher_client.get(preflight_url).context["checkpoints"] == 2  # the design review + the plan
+    assert launcher_client.get(preflight_url).context["decisions"].checkpoints == 2  # the design review + the plan
     launcher_client.post(preflight_url, form_data(require_plan_approval="on", action="launch"))
     run = Run.objects.get()
     assert run.status == Run.Status.AWAITING_APPROVAL

@@ -10,7 +10,7 @@ import pytest
 from orchestrator import plans
 from orchestrator.engine import preflight, runs
 from orchestrator.models import Agent, Plan, ProviderLimit
-from tests.conftest import ROOT, fast_latency
+from tests.conftest import ROOT, fast_latency, grant_with_approval
 from tests.large_run import large_plan_document
 
 pytestmark = pytest.mark.django_db
@@ -147,3 +147,53 @@ def test_an_agents_own_limit_sets_the_duration_of_a_plan_made_of_its_tasks(make_
     assert checked.predicted_duration_s > checked.total_work_s / 8  # what the estimate said before
     assert checked.duration_bound == "the researcher's limit of 4 at once"
     assert checked.steps_note == "6 steps, up to 7 in parallel (the widest step has 240)"
+
+
+# --- What may wait for a person -------------------------------------------------------------------
+
+WORKSPACE_REPORT = (ROOT / "examples" / "workspace_report.yaml").read_text()
+
+
+def test_a_plan_whose_agents_call_tools_with_approval_may_wait_for_a_person(demo_agents, priced_limit):
+    grant_with_approval("researcher", "workspace", "write_file")
+    grant_with_approval("writer", "workspace", "read_file")
+    checked = preflight.check_document(WORKSPACE_REPORT, filename="workspace_report.yaml", cap=4, budget_usd=BUDGET)
+    assert checked.ok and checked.checkpoints == 0
+    decisions = checked.decisions(plan_review=False)
+    assert decisions.value == "0 + tool calls"
+    assert decisions.note == (
+        "The plan has no gate or review, but its agents may ask a person to approve calls of "
+        "workspace:write_file (researcher), workspace:read_file (writer): the task waits for each decision."
+    )
+    with_review = checked.decisions(plan_review=True)
+    assert with_review.value == "1 + tool calls"
+    assert with_review.note.startswith("People decide 1 checkpoint, and its agents may ask a person to approve")
+
+
+def test_only_the_plans_agents_and_only_grants_with_approval_count(demo_agents, priced_limit, make_plan):
+    grant_with_approval("coder", "workspace")  # not in the plan
+    grant_with_approval("researcher", "shell")  # a whole server
+    from orchestrator.models import ToolGrant
+
+    ToolGrant.objects.create(
+        agent=demo_agents["writer"], server=ToolGrant.objects.get(agent__name="coder").server, tool="list_files"
+    )  # without approval
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"], {"gate": "after"})})
+    checked = preflight.check_saved_plan(plan, cap=2, budget_usd=BUDGET)
+    decisions = checked.decisions(plan_review=False)
+    assert (decisions.value, decisions.tools_text) == ("1 + tool calls", "any tool of shell (researcher)")
+    assert decisions.note == (
+        "People decide 1 checkpoint, and its agents may ask a person to approve calls of any tool of shell "
+        "(researcher); time spent waiting for them comes on top."
+    )
+
+
+def test_a_plan_without_gates_or_approvals_needs_no_decision(demo_agents, priced_limit):
+    checked = preflight.check_document(WORKSPACE_REPORT, filename="workspace_report.yaml", cap=4, budget_usd=BUDGET)
+    assert (checked.decisions(plan_review=False).value, checked.decisions(plan_review=False).note) == (
+        "0",
+        "The run needs no human decision.",
+    )
+    assert (
+        checked.decisions(plan_review=True).note == "People decide each one; time spent waiting for them comes on top."
+    )
