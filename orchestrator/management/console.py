@@ -20,7 +20,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from orchestrator import wording
-from orchestrator.engine import runs
+from orchestrator.engine import runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run
 
@@ -111,12 +111,20 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join([line(headers), line(["-" * width for width in widths]), *(line(row) for row in cells)])
 
 
+TOOL_ARGUMENTS_WIDTH = 160
+
+
 def checkpoint_target(checkpoint: Checkpoint) -> str:
+    """What a checkpoint asks, in the run page's words for a tool call (engine/tool_approvals)."""
     if checkpoint.kind == Checkpoint.Kind.PLAN:
         return "plan approval"
     task = checkpoint.task_run
     if task is None:
         raise ValueError(f"checkpoint {checkpoint.pk} ({checkpoint.kind}) has no task to name")
+    if checkpoint.kind == Checkpoint.Kind.TOOL:
+        # The arguments on one line, shortened: enough to see what the call would do.
+        arguments = shorten(tool_approvals.arguments_json(checkpoint), TOOL_ARGUMENTS_WIDTH)
+        return f'{tool_approvals.describe(checkpoint)} with {arguments} (task "{task.subtask.key}")'
     where = "before" if checkpoint.kind == Checkpoint.Kind.BEFORE else "review after"
     return f'{where} "{task.subtask.key}" ({task.subtask.title})'
 

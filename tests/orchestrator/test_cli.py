@@ -327,6 +327,44 @@ def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
     assert f"python manage.py approve {checkpoint.pk}" in out
 
 
+@pytest.fixture
+def tool_checkpoint(demo_agents, make_plan):
+    """The coder's running task asks to call workspace:write_file (as engine/tool_approvals opens it)."""
+    from orchestrator.engine import execution, tool_approvals
+
+    run = runs.launch(make_plan({"build": ("coder", [])}, goal="Build it"))
+    claim = execution.claim_attempt(run.tasks.get().attempts.get().pk, "worker:1")
+    long_text = "Figures: " + "1234 " * 80
+    asked = tool_approvals.Asked(
+        "toolu_7", "write_file", "workspace", "write_file", {"path": "notes/a.md", "text": long_text}
+    )
+    return run, Checkpoint.objects.get(pk=tool_approvals.open_checkpoint(claim, asked))
+
+
+@pytest.mark.django_db
+def test_a_tool_call_checkpoint_is_named_as_the_page_names_it_with_its_arguments(tool_checkpoint):
+    """It was printed as 'review after "build" (…)', with nothing of the call to approve."""
+    run, checkpoint = tool_checkpoint
+    out, _ = run_command("run_status", str(run.pk))
+    line = next(line for line in out.splitlines() if f"Checkpoint {checkpoint.pk} waits" in line)
+    assert 'coder wants to call workspace:write_file with { "path": "notes/a.md", "text": "Figures: 1234' in line
+    assert "review after" not in line and '(task "build")' in line
+    assert len(line) < 400  # the 400-character argument shortened
+    out, _ = run_command("reject", str(checkpoint.pk), "--comment", "no drafts")
+    assert out.startswith(f"Rejected checkpoint {checkpoint.pk}: coder wants to call workspace:write_file with {{")
+
+
+@pytest.mark.django_db
+def test_plan_gate_and_review_checkpoints_are_named_by_kind(gated_run):
+    run, gate = gated_run
+    task = gate.task_run
+    review = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="build"), kind="after")
+    plan = Checkpoint(run=run, kind="plan")
+    assert console.checkpoint_target(gate) == f'before "design" ({task.subtask.title})'
+    assert console.checkpoint_target(review) == f'review after "build" ({review.task_run.subtask.title})'
+    assert console.checkpoint_target(plan) == "plan approval"
+
+
 @pytest.mark.django_db
 def test_pause_resume_cancel(gated_run):
     run, _ = gated_run

@@ -1,4 +1,4 @@
-"""`python manage.py approve CHECKPOINT [--comment TEXT]`: approve a plan, gate or review checkpoint."""
+"""`python manage.py approve CHECKPOINT [--comment TEXT]`: approve a plan, gate, review or tool-call checkpoint."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from orchestrator.management import console
 
 
 class Command(BaseCommand):
-    help = "Approve a pending checkpoint (plan approval, gate before a task, review after it)."
+    help = "Approve a pending checkpoint (plan approval, gate before a task, review after it, a tool call)."
 
     def add_arguments(self, parser):
         parser.add_argument("checkpoint", type=int, help="Checkpoint id (see `run_status RUN`)")
