@@ -479,6 +479,9 @@ class Checkpoint(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
     created_at = models.DateTimeField(auto_now_add=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # Who decided as the audit log names them: the user's name, or `cli:<os user>` for a decision
+    # from the command line, which acts as no user ("" before this was kept: see `decider`).
+    decided_by_name = models.CharField(max_length=150, blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)
     comment = models.TextField(blank=True)
     # Plan checkpoints: the version (plans.plan_version) of the plan under review, moved on by
@@ -522,6 +525,13 @@ class Checkpoint(models.Model):
         if self.status == self.Status.CLOSED and self.comment:
             return f"{said}: {self.comment}"
         return said
+
+    @property
+    def decider(self) -> str:
+        """Who decided, "" while pending: the name kept with the decision, else its user's name."""
+        if self.decided_by_name:
+            return self.decided_by_name
+        return self.decided_by.get_username() if self.decided_by_id and self.decided_by else ""
 
 
 class AppendOnlyError(Exception):

@@ -20,7 +20,7 @@ class CheckpointInline(ReadOnlyInline):
 class CheckpointAdmin(ReadOnlyAdmin):
     """Approving is an action here; rejecting needs a comment, so it is done in the dashboard or API."""
 
-    list_display = ["pk", "run", "task_run", "kind", "outcome", "decided_by", "decided_at", "created_at"]
+    list_display = ["pk", "run", "task_run", "kind", "outcome", "decider", "decided_at", "created_at"]
     list_filter = ["kind", "status"]
     list_select_related = ["run", "task_run__subtask", "decided_by"]
     actions = ["approve"]

@@ -302,9 +302,18 @@ def separation_of_duties_refusal(checkpoint: Checkpoint, user) -> str:
 
 
 def decide(
-    checkpoint: Checkpoint, *, approve: bool, user=None, comment: str = "", plan_version: str | None = None
+    checkpoint: Checkpoint,
+    *,
+    approve: bool,
+    user=None,
+    actor_name: str = "",
+    comment: str = "",
+    plan_version: str | None = None,
 ) -> Checkpoint:
     """Approve or reject a checkpoint; a rejection needs a comment saying why.
+
+    Who decided is `user`, or, when no user does (the command line), `actor_name`
+    (`cli:<os user>`): kept on the checkpoint (`decided_by_name`) and its event alike.
 
     A plan checkpoint's approval is bound to the plan its approver reviewed: `plan_version` is
     the version they saw (the page and the approvals inbox send it; the API takes it; the
@@ -338,8 +347,11 @@ def decide(
             checkpoint.plan_version = current
         checkpoint.status = Checkpoint.Status.APPROVED if approve else Checkpoint.Status.REJECTED
         checkpoint.decided_by = user if getattr(user, "is_authenticated", False) else None
+        checkpoint.decided_by_name = checkpoint.decided_by.get_username() if checkpoint.decided_by else actor_name
         checkpoint.decided_at, checkpoint.comment = now, comment
-        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment", "plan_version"])
+        checkpoint.save(
+            update_fields=["status", "decided_by", "decided_by_name", "decided_at", "comment", "plan_version"]
+        )
         version = {"plan_version": checkpoint.plan_version} if checkpoint.kind == Checkpoint.Kind.PLAN else {}
         what = (
             f"{tool_approvals.describe(checkpoint)}: call {checkpoint.status}"
@@ -356,6 +368,7 @@ def decide(
             run=run,
             task=checkpoint.task_run,
             user=user,
+            actor_name=actor_name,
             message=what
             + (f" (plan version {checkpoint.plan_version})" if version else "")
             + (f": {comment}" if comment else ""),
@@ -388,7 +401,7 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
         if approved:
             transitions.move(run, Run.Status.RUNNING, started_at=now)
             run.tasks.filter(wait_code=waits.PlanApproval.code).update(wait_code="", wait_reason="")
-            events.record("run.started", run=run, user=checkpoint.decided_by)
+            events.record("run.started", run=run, user=checkpoint.decided_by, actor_name=checkpoint.decided_by_name)
         else:
             transitions.move_where(run.tasks.all(), State.CANCELLED, error="plan rejected", finished_at=now)
             scheduler.end_run(run, Run.Status.CANCELLED, f"plan rejected: {checkpoint.comment}")

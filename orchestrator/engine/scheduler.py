@@ -259,13 +259,9 @@ def open_gate(task: TaskRun, kind: str) -> Checkpoint:
     if reopened:
         # A retried task asks again: one checkpoint per task and kind, its earlier decision kept in
         # the event log. Without this the task would wait on a decision already taken, forever.
-        checkpoint.status, checkpoint.decided_by, checkpoint.decided_at, checkpoint.comment = (
-            Checkpoint.Status.PENDING,
-            None,
-            None,
-            "",
-        )
-        checkpoint.save(update_fields=["status", "decided_by", "decided_at", "comment"])
+        checkpoint.status, checkpoint.decided_by, checkpoint.decided_by_name = Checkpoint.Status.PENDING, None, ""
+        checkpoint.decided_at, checkpoint.comment = None, ""
+        checkpoint.save(update_fields=["status", "decided_by", "decided_by_name", "decided_at", "comment"])
     events.record(
         "checkpoint.created",
         run=task.run_id,

@@ -100,10 +100,14 @@ def open_checkpoint(claim: Claim, asked: Asked) -> int:
 
 def read(checkpoint_id: int) -> Answer:
     """The checkpoint's status, comment and who decided (a deleted one reads as rejected)."""
-    row = Checkpoint.objects.filter(pk=checkpoint_id).values("status", "comment", "decided_by__username").first()
+    row = (
+        Checkpoint.objects.filter(pk=checkpoint_id)
+        .values("status", "comment", "decided_by_name", "decided_by__username")
+        .first()
+    )
     if row is None:
         return Answer(Checkpoint.Status.REJECTED, "the checkpoint no longer exists")
-    return Answer(row["status"], row["comment"], row["decided_by__username"] or "")
+    return Answer(row["status"], row["comment"], row["decided_by_name"] or row["decided_by__username"] or "")
 
 
 def close(checkpoint_id: int, why: str) -> bool:

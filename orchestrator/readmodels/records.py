@@ -414,7 +414,7 @@ class CheckpointRecord(Record):
             status=checkpoint.status,
             outcome=checkpoint.outcome,
             created_at=checkpoint.created_at,
-            decided_by=_username(checkpoint.decided_by),
+            decided_by=checkpoint.decider or None,
             decided_at=checkpoint.decided_at,
             comment=checkpoint.comment,
             plan_version=checkpoint.plan_version,

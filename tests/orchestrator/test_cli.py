@@ -355,6 +355,39 @@ def test_a_tool_call_checkpoint_is_named_as_the_page_names_it_with_its_arguments
 
 
 @pytest.mark.django_db
+def test_a_decision_from_the_command_line_names_its_decider(tool_checkpoint):
+    """It recorded no one: the event's actor was "system", and the agent's path and the exports
+    said "rejected (no drafts)" with no "by"."""
+    from orchestrator.engine import tool_approvals
+    from orchestrator.models import Event
+    from orchestrator.readmodels.run_export import checkpoint_records
+
+    run, checkpoint = tool_checkpoint
+    run_command("reject", str(checkpoint.pk), "--comment", "no drafts")
+    checkpoint.refresh_from_db()
+    actor = console.cli_actor()
+    assert (checkpoint.decided_by, checkpoint.decided_by_name, checkpoint.decider) == (None, actor, actor)
+    event = Event.objects.get(run=run, type="checkpoint.rejected")
+    assert (event.actor_kind, event.actor_name) == ("system", actor)
+    assert tool_approvals.read(checkpoint.pk).decided_by == actor  # the path's "rejected by cli:… (no drafts)"
+    assert checkpoint_records(run)[0].decided_by == actor  # the JSON download and the API
+
+
+@pytest.mark.django_db
+def test_approve_acts_as_no_user_so_the_launcher_may_approve_from_the_command_line(demo_agents, make_plan, personas):
+    """The README's promise: separation of duties does not stop the command line's approval."""
+    from orchestrator.models import Event
+
+    run = runs.launch(make_plan({"only": ("writer", [])}), launched_by=personas["launcher"], require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    run_command("approve", str(checkpoint.pk))
+    checkpoint.refresh_from_db()
+    assert (checkpoint.status, checkpoint.decided_by, checkpoint.decider) == ("approved", None, console.cli_actor())
+    started = Event.objects.get(run=run, type="run.started")
+    assert started.actor_name == console.cli_actor()
+
+
+@pytest.mark.django_db
 def test_plan_gate_and_review_checkpoints_are_named_by_kind(gated_run):
     run, gate = gated_run
     task = gate.task_run
