@@ -22,7 +22,8 @@ from tqdm import tqdm
 from orchestrator import wording
 from orchestrator.engine import runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
-from orchestrator.models import Checkpoint, Run
+from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels.tasks import outcome_text
 
 MANAGE = "python manage.py"
 WATCH_POLL_S = 0.5
@@ -139,13 +140,21 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
     return f"Checkpoint {checkpoint.pk} waits: {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
 
 
+UNDER_WAY = ("running", "queued", "ready", "throttled", "waiting", "pending")
+
+
 def progress_counts(progress) -> str:
-    parts = [f"{progress.done}/{progress.total} done", f"{progress.succeeded} succeeded"]
-    for label in ("failed", "skipped", "cancelled", "running", "queued", "ready", "throttled", "waiting", "pending"):
-        count = getattr(progress, label)
-        if count:
-            parts.append(f"{count} {label}")
-    return ", ".join(parts)
+    """How the run's tasks came out, as the runs list words it ("5 of 22 succeeded · 17
+    cancelled"), then those still under way ("2 running, 1 pending"): a cancelled, skipped or
+    failed task is never counted as done."""
+    ended: dict[str, int] = {
+        TaskRun.State.SUCCEEDED: progress.succeeded,
+        TaskRun.State.FAILED: progress.failed,
+        TaskRun.State.CANCELLED: progress.cancelled,
+        TaskRun.State.SKIPPED: progress.skipped,
+    }
+    under_way = [f"{getattr(progress, label)} {label}" for label in UNDER_WAY if getattr(progress, label)]
+    return " · ".join([outcome_text(ended, progress.total), *([", ".join(under_way)] if under_way else [])])
 
 
 def run_summary(run: Run, progress) -> dict[str, Any]:
@@ -182,7 +191,8 @@ def watch(
 ):
     """Follow a run until it finishes and return its final RunProgress.
 
-    With `bar_stream`, draws a tqdm bar (done/total; running, failed and elapsed as postfix).
+    With `bar_stream`, draws a tqdm bar filled by the succeeded tasks, followed by
+    `progress_counts` and the time elapsed.
     Every checkpoint that starts waiting is announced once on `messages`, with the commands
     that decide it, so that a gated plan never hangs silently. Ctrl-C raises StoppedWatching.
     """
@@ -191,22 +201,21 @@ def watch(
     try:
         while True:
             current = runs.progress(run)  # re-reads the run
+            counts = f"{progress_counts(current)}, elapsed {duration(current.elapsed_s)}"
             if bar is None and bar_stream is not None:
                 bar = tqdm(
                     total=current.total,
-                    desc=f"Run {run.pk}",
+                    desc=counts,
                     unit="task",
                     file=bar_stream,
                     dynamic_ncols=True,
-                    bar_format="{desc}: {percentage:3.0f}%|{bar}| {n}/{total} tasks{postfix}",
+                    # The text after the bar is its "description": tqdm puts ", " before a postfix.
+                    bar_format=f"Run {run.pk}: {{percentage:3.0f}}%|{{bar}}| {{desc}}",
                 )
             if bar is not None:
-                bar.total = current.total
-                bar.n = current.done
-                bar.set_postfix_str(
-                    f"running={current.running}, failed={current.failed}, elapsed={duration(current.elapsed_s)}",
-                    refresh=False,
-                )
+                # The bar fills with succeeded tasks only: a cancelled run's never reads 100%.
+                bar.total, bar.n = current.total, current.succeeded
+                bar.set_description_str(counts, refresh=False)
                 bar.refresh()
             for checkpoint in current.pending_checkpoints:
                 if checkpoint.pk not in announced:

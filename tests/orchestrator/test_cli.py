@@ -307,6 +307,34 @@ def test_runs_counts_only_succeeded_tasks_and_names_the_other_ends(demo_agents, 
     assert columns(out.splitlines()[2])[:3] == [str(run.pk), "cancelled", "2 of 5 succeeded · 2 cancelled, 1 skipped"]
 
 
+@pytest.fixture
+def cancelled_run(demo_agents, make_plan):
+    """A cancelled run of 22 tasks of which 5 succeeded (the other 17 cancelled)."""
+    run = runs.launch(make_plan({f"t{i}": ("writer", []) for i in range(22)}))
+    runs.cancel(run)
+    succeeded = run.tasks.order_by("subtask__position").values_list("pk", flat=True)[:5]
+    run.tasks.filter(pk__in=list(succeeded)).update(state=TaskRun.State.SUCCEEDED)
+    return run
+
+
+@pytest.mark.django_db
+def test_watching_a_cancelled_run_shows_what_succeeded_not_100_percent(cancelled_run):
+    """The bar ended at "Run 12: 100%|██████████| 22/22 tasks" and the last line said "22/22 done"
+    for a cancelled run where 5 of 22 tasks succeeded."""
+    messages, bar = StringIO(), StringIO()
+    final = console.watch(cancelled_run, messages=messages, bar_stream=bar, poll_s=0)
+    last_bar = bar.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    assert last_bar.startswith(f"Run {cancelled_run.pk}:  23%|") and "100%" not in bar.getvalue()
+    assert re.search(r"\| 5 of 22 succeeded · 17 cancelled, elapsed [\d.]+s$", last_bar), last_bar
+    assert console.progress_counts(final) == "5 of 22 succeeded · 17 cancelled"
+
+
+@pytest.mark.django_db
+def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
+    out, _ = run_command("run_status", str(cancelled_run.pk))
+    assert "Progress: 5 of 22 succeeded · 17 cancelled\n" in out  # it said "22/22 done, 5 succeeded, …"
+
+
 @pytest.mark.django_db
 def test_runs_without_runs_says_how_to_start_one():
     out, _ = run_command("runs")
@@ -318,7 +346,7 @@ def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
     run, checkpoint = gated_run
     out, _ = run_command("run_status", str(run.pk))
     assert f"Run {run.pk}: running" in out
-    assert "Progress: 0/2 done" in out and "1 waiting" in out
+    assert "Progress: 0 of 2 succeeded · 1 waiting, 1 pending" in out
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("design ", "build "))}
     assert rows["design"][1:4] == ["architect", "waiting_gate", "0"]
     assert rows["build"][1:4] == ["coder", "pending", "0"]
@@ -430,7 +458,10 @@ def test_launch_watch_json_runs_the_research_brief_to_success(demo_agents, price
     assert summary["failed"] == summary["skipped"] == summary["cancelled"] == 0
     assert summary["cost_usd"] > 0 and summary["input_tokens"] > 0 and summary["output_tokens"] > 0
     assert result.stdout.strip().count("\n") == 0  # stdout holds exactly the JSON line
-    assert "Launched run" in result.stderr and "6/6 tasks" in result.stderr
+    assert (
+        "Launched run" in result.stderr and "100%|" in result.stderr and "| 6 of 6 succeeded, elapsed" in result.stderr
+    )
+    assert not re.search(r"\| *[\r\n]", result.stderr)  # the bar is never drawn without its counts
     run = Run.objects.get(pk=summary["run"])
     assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.SUCCEEDED}
 
