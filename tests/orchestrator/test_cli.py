@@ -336,6 +336,16 @@ def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize(
+    "limit, problem", [("0", "at least 1, got 0"), ("-1", "at least 1, got -1"), ("x", "a whole number, got 'x'")]
+)
+def test_runs_refuses_a_limit_below_one_naming_the_problem(gated_run, limit, problem):
+    """`--limit 0` and `--limit -1` printed one run as if asked for it."""
+    with pytest.raises(CommandError, match=f"argument --limit: must be {problem}"):
+        run_command("runs", "--limit", limit)
+
+
+@pytest.mark.django_db
 def test_runs_without_runs_says_how_to_start_one():
     out, _ = run_command("runs")
     assert "No runs yet" in out and "launch examples/research_brief.yaml" in out
@@ -579,6 +589,7 @@ def test_agent_creates_shows_and_changes_an_agent(db):
     made_here = Event.objects.filter(agent__name="critic", type__startswith="agent.")
     assert {e.actor_name for e in made_here} == {console.cli_actor()} and made_here.count() == 3
     out, _ = run_command("agent", "critic")
+    assert out.startswith("Agent critic\n")  # the settings were printed without the agent's name
     assert "provider           simulated:sim-1" in out
 
 

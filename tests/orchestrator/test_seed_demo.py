@@ -166,3 +166,11 @@ def test_the_workspace_example_gives_its_report_full_inputs():
     seed()
     plan = Plan.objects.get(source_name="workspace_report.yaml")
     assert dict(plan.subtasks.values_list("key", "inputs")) == {"figures": "", "notes": "", "report": "full"}
+
+
+def test_an_unknown_provider_is_refused_naming_the_choices_as_typed():
+    """The error read "choose from Agent.Provider.SIMULATED, Agent.Provider.ANTHROPIC"."""
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"invalid choice: 'bogus' \(choose from 'simulated', 'anthropic'\)"):
+        call_command("seed_demo", "--provider", "bogus")

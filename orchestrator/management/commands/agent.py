@@ -66,6 +66,7 @@ class Command(BaseCommand):
         if not given:
             if agent is None:
                 raise CommandError(f"no agent named {name!r}: give settings (e.g. --provider simulated) to create it")
+            self.stdout.write(f"Agent {agent.name}")
             self.show(agent)
             return
         created = agent is None

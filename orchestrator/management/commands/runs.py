@@ -16,13 +16,15 @@ class Command(BaseCommand):
     help = "List the latest runs: id, status, what their tasks came to, cost, start time and goal."
 
     def add_arguments(self, parser):
-        parser.add_argument("--limit", type=int, default=20, help="How many runs to show (default 20)")
+        parser.add_argument(
+            "--limit", type=console.positive_int, default=20, help="How many runs to show (default 20, at least 1)"
+        )
 
     def handle(self, *args, limit, **options):
         runs = list(
             Run.objects.select_related("plan")
             .annotate(total_tasks=Count("tasks"))
-            .order_by("-created_at", "-pk")[: max(limit, 1)]
+            .order_by("-created_at", "-pk")[:limit]
         )
         if not runs:
             self.stdout.write(f"No runs yet. Start one with `{console.MANAGE} launch examples/research_brief.yaml`.")

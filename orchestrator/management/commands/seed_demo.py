@@ -172,7 +172,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--provider",
-            choices=[Agent.Provider.SIMULATED, Agent.Provider.ANTHROPIC],
+            choices=[Agent.Provider.SIMULATED.value, Agent.Provider.ANTHROPIC.value],  # plain names in its error
             default=Agent.Provider.SIMULATED,
             help="Provider for the demo agents (default: simulated, no API key needed).",
         )
