@@ -140,32 +140,30 @@ def launch(
 # --- Run controls ----------------------------------------------------------------------------------
 
 
-def _change_status(run: Run, *, allowed: tuple, new: str, event: str, user, verb: str) -> Run:
+def _change_status(run: Run, allowed: str, new: str, verb: str, *, user, actor_name: str) -> Run:
+    """Move a run from `allowed` to `new`, recorded as the event `run.<verb>`."""
     with events.atomic():
         locked = scheduler.lock_run(run.pk)
-        if locked.status not in allowed:
+        if locked.status != allowed:
             raise ActionError(f"run {run.pk} is {locked.get_status_display().lower()}: it cannot be {verb}")
         transitions.move(locked, new)
-        events.record(event, run=locked, user=user, message=f"run {verb}")
+        events.record(f"run.{verb}", run=locked, user=user, actor_name=actor_name, message=f"run {verb}")
     scheduler.advance(run.pk)
     run.refresh_from_db()
     return run
 
 
-def pause(run: Run, *, user=None) -> Run:
-    """Stop admitting new tasks; running tasks finish."""
-    return _change_status(
-        run, allowed=(Run.Status.RUNNING,), new=Run.Status.PAUSED, event="run.paused", user=user, verb="paused"
-    )
+def pause(run: Run, *, user=None, actor_name: str = "") -> Run:
+    """Stop admitting new tasks; running tasks finish. `actor_name` names who did it when no
+    user did (the command line: `cli:<os user>`), as in `decide`."""
+    return _change_status(run, Run.Status.RUNNING, Run.Status.PAUSED, "paused", user=user, actor_name=actor_name)
 
 
-def resume(run: Run, *, user=None) -> Run:
-    return _change_status(
-        run, allowed=(Run.Status.PAUSED,), new=Run.Status.RUNNING, event="run.resumed", user=user, verb="resumed"
-    )
+def resume(run: Run, *, user=None, actor_name: str = "") -> Run:
+    return _change_status(run, Run.Status.PAUSED, Run.Status.RUNNING, "resumed", user=user, actor_name=actor_name)
 
 
-def cancel(run: Run, *, user=None) -> Run:
+def cancel(run: Run, *, user=None, actor_name: str = "") -> Run:
     """Stop admitting and cancel everything unfinished; running attempts stop at their next beat."""
     now = timezone.now()
     with events.atomic():
@@ -174,10 +172,14 @@ def cancel(run: Run, *, user=None) -> Run:
             raise ActionError(f"run {run.pk} already ended ({locked.get_status_display().lower()})")
         for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
             transitions.move(task, State.CANCELLED, error="run cancelled", finished_at=now)
-            events.record("task.cancelled", run=locked, task=task, user=user, message="run cancelled")
+            events.record(
+                "task.cancelled", run=locked, task=task, user=user, actor_name=actor_name, message="run cancelled"
+            )
         scheduler.close_pending_checkpoints(locked, "the run was cancelled")
         scheduler.end_run(
-            locked, Run.Status.CANCELLED, f"cancelled by {user.get_username() if user else 'the command line'}"
+            locked,
+            Run.Status.CANCELLED,
+            f"cancelled by {user.get_username() if user else actor_name or 'the command line'}",
         )
     run.refresh_from_db()
     return run

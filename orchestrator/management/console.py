@@ -49,10 +49,11 @@ def get_checkpoint(checkpoint_id: int) -> Checkpoint:
 
 
 def run_action(action: Callable[..., Any], run_id: int) -> Run:
-    """Apply a runs.py action (pause, resume, cancel) to a run; an ActionError becomes a CommandError."""
+    """Apply a runs.py action (pause, resume, cancel) to a run as the command line's user
+    (`cli_actor`); an ActionError becomes a CommandError."""
     run = get_run(run_id)
     try:
-        action(run, user=None)
+        action(run, user=None, actor_name=cli_actor())
     except runs.ActionError as error:
         raise CommandError(str(error)) from None
     run.refresh_from_db()

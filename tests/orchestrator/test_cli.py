@@ -450,6 +450,13 @@ def test_pause_resume_cancel(gated_run):
     assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.CANCELLED}
     with pytest.raises(CommandError, match="already ended"):
         run_command("cancel", str(run.pk))
+    # The audit log names the command line's user (it said "system"), the run's summary too.
+    from orchestrator.models import Event
+
+    done_here = Event.objects.filter(run=run, type__in=["run.paused", "run.resumed", "task.cancelled"])
+    assert {e.actor_name for e in done_here} == {console.cli_actor()} and done_here.count() == 4
+    run.refresh_from_db()
+    assert run.summary == f"cancelled by {console.cli_actor()}"
 
 
 # --- end to end ------------------------------------------------------------------------------
