@@ -19,6 +19,7 @@ from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.governance.audit import record_denial
 from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
 from orchestrator.plans import dag
+from orchestrator.readmodels import totals as run_totals
 from orchestrator.readmodels.records import RunTotals
 
 State = TaskRun.State
@@ -457,6 +458,8 @@ class RunProgress(RunTotals):
     status: str
     summary: str
     pending_checkpoints: list[Checkpoint] = Field(default_factory=list)
+    # Attempts of an ended run still stopping (at their next beat): their use is not counted yet.
+    attempts_stopping: int = 0
 
 
 def progress(run: Run) -> RunProgress:
@@ -486,4 +489,5 @@ def progress(run: Run) -> RunProgress:
         pending_checkpoints=list(
             run.checkpoints.filter(status=Checkpoint.Status.PENDING).select_related("task_run__subtask")
         ),
+        attempts_stopping=run_totals.attempts_stopping(run) if run.is_finished else 0,
     )

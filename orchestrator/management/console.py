@@ -27,6 +27,9 @@ from orchestrator.readmodels.tasks import outcome_text
 
 MANAGE = "python manage.py"
 WATCH_POLL_S = 0.5
+# Once a run has ended, how long a watch waits for its attempts still stopping (a cancel reaches a
+# running attempt at its next beat, which then adds what it used to the run's totals).
+STOPPING_WAIT_S = 10.0
 
 
 # --- Lookups -------------------------------------------------------------------------------------
@@ -199,6 +202,7 @@ def watch(
     """
     announced: set[int] = set()
     bar = None
+    ended_at = None
     try:
         while True:
             current = runs.progress(run)  # re-reads the run
@@ -223,7 +227,9 @@ def watch(
                     announced.add(checkpoint.pk)
                     write_line(messages, checkpoint_line(checkpoint), bar)
             if current.status in Run.FINISHED:
-                return current
+                ended_at = ended_at or time.monotonic()
+                if not current.attempts_stopping or time.monotonic() - ended_at >= STOPPING_WAIT_S:
+                    return current
             time.sleep(poll_s)
     except KeyboardInterrupt:
         raise StoppedWatching(

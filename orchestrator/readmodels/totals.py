@@ -142,6 +142,14 @@ def tool_calls_waiting(pending_checkpoints: QuerySet[Checkpoint]) -> dict[int, d
     return dict(calls.values_list("task_run_id", "created_at"))
 
 
+def stopping_text(attempts_stopping: int) -> str:
+    """ "2 attempts still stopping: not counted yet" ("" for none): what an ended run's totals do
+    not hold yet (the run page's Cost and Tokens cards, the command line's last line)."""
+    if not attempts_stopping:
+        return ""
+    return f"{wording.counted(attempts_stopping, 'attempt')} still stopping: not counted yet"
+
+
 def attempts_stopping(run: Run) -> int:
     """The run's attempts that have not ended yet: of an ended run, those a cancel or a skip
     reaches at their next beat (their tokens and cost are settled then)."""
@@ -237,9 +245,7 @@ class Totals:
         """The Cost and Tokens cards' word on what is still to come once the run has ended ("2
         attempts still stopping: not counted yet"; "" when none is), so that the totals of a
         just-cancelled run do not read as final."""
-        if not self.attempts_stopping:
-            return ""
-        return f"{wording.counted(self.attempts_stopping, 'attempt')} still stopping: not counted yet"
+        return stopping_text(self.attempts_stopping)
 
     @property
     def eta_placeholder(self) -> str:

@@ -335,6 +335,35 @@ def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
     assert "Progress: 5 of 22 succeeded · 17 cancelled\n" in out  # it said "22/22 done, 5 succeeded, …"
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_waits_for_the_attempts_a_cancel_stops_before_it_gives_the_cost(demo_agents, make_plan):
+    """The watch's last line gave a cancelled run's cost at the moment it ended ("cost $0.0319"),
+    before its running attempts stopped and added what they used (run_status then: "$0.0496")."""
+    import threading
+
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+
+    run = runs.launch(make_plan({"a": ("writer", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    runs.cancel(run)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "(1 attempt still stopping: not counted yet)" in out
+
+    def its_next_beat():
+        attempt_ends.cancel_attempt(claim, Usage(input_tokens=300, output_tokens=100))
+
+    beat = threading.Timer(0.5, its_next_beat)
+    beat.start()
+    try:
+        final = console.watch(run, messages=StringIO(), bar_stream=None, poll_s=0.05)
+    finally:
+        beat.join()
+    assert final.attempts_stopping == 0 and (final.input_tokens, final.output_tokens) == (300, 100)
+    assert "still stopping" not in run_command("run_status", str(run.pk))[0]
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize(
     "limit, problem", [("0", "at least 1, got 0"), ("-1", "at least 1, got -1"), ("x", "a whole number, got 'x'")]

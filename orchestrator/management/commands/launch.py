@@ -22,6 +22,7 @@ from orchestrator.management import console
 from orchestrator.management.commands.validate_plan import database_unavailable, load_or_fail
 from orchestrator.management.console import budget_argument, cap_argument
 from orchestrator.models import Run
+from orchestrator.readmodels.totals import stopping_text
 from orchestrator.wording import counted
 
 NO_CLUSTER_MESSAGE = (
@@ -118,6 +119,8 @@ class Command(BaseCommand):
             f"Run {run.pk} {final.status}: {console.progress_counts(final)}; "
             f"elapsed {console.duration(final.elapsed_s)}, cost {console.usd(final.cost_usd)}"
         )
+        if stopping := stopping_text(final.attempts_stopping):
+            line += f" ({stopping})"
         console.write_line(messages, line)
         if final.summary:
             console.write_line(messages, final.summary)

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
+from orchestrator.readmodels.totals import stopping_text
 
 NOTE_WIDTH = 70
 
@@ -36,6 +37,7 @@ class Command(BaseCommand):
             f"Elapsed:  {console.duration(progress.elapsed_s)}   "
             f"cost {console.usd(progress.cost_usd)} of {console.usd(run.budget_usd)} budget   "
             f"tokens {progress.input_tokens} in / {progress.output_tokens} out   cap {run.cap}"
+            + (f"   ({stopping})" if (stopping := stopping_text(progress.attempts_stopping)) else "")
         )
         if progress.summary:
             write(f"Summary:  {progress.summary}")
