@@ -66,18 +66,30 @@ class Agent(models.Model):
 class ProviderLimit(models.Model):
     """Limits and prices shared by every agent that uses one provider and model."""
 
+    # Admission reads an empty limit and 0 alike as "no limit", so 0 is refused: a person who
+    # writes 0 output tokens per minute means none, and would get no cap at all.
+    NO_ZERO_LIMIT = "Enter 1 or more, or leave it blank for no limit (0 would mean no limit too)."
+    NEGATIVE_PRICE = "A price cannot be negative: enter 0 or more."
+    LIMIT_VALIDATORS = [MinValueValidator(1, message=NO_ZERO_LIMIT)]
+    PRICE_VALIDATORS = [MinValueValidator(Decimal("0"), message=NEGATIVE_PRICE)]
+    CONFIGURED_LIMITS = ("requests_per_minute", "input_tokens_per_minute", "output_tokens_per_minute", "max_in_flight")
+
     provider = models.CharField(max_length=20, choices=Agent.Provider.choices)
     model = models.CharField(max_length=100)
-    requests_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    input_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    output_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True)
-    max_in_flight = models.PositiveIntegerField(null=True, blank=True)
+    requests_per_minute = models.PositiveIntegerField(null=True, blank=True, validators=LIMIT_VALIDATORS)
+    input_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True, validators=LIMIT_VALIDATORS)
+    output_tokens_per_minute = models.PositiveIntegerField(null=True, blank=True, validators=LIMIT_VALIDATORS)
+    max_in_flight = models.PositiveIntegerField(null=True, blank=True, validators=LIMIT_VALIDATORS)
     # Adaptive concurrency: the in-flight cap in force now (None = max_in_flight, or no cap).
     effective_in_flight = models.PositiveIntegerField(null=True, blank=True)
     # Successes since the effective cap last changed: it grows by one per window of successes.
     successes_since_change = models.PositiveIntegerField(default=0)
-    input_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
-    output_price_per_mtok = models.DecimalField(max_digits=10, decimal_places=4, default=Decimal("0"))
+    input_price_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=Decimal("0"), validators=PRICE_VALIDATORS
+    )
+    output_price_per_mtok = models.DecimalField(
+        max_digits=10, decimal_places=4, default=Decimal("0"), validators=PRICE_VALIDATORS
+    )
     # A 429/529 backs off the whole provider until this moment.
     backoff_until = models.DateTimeField(null=True, blank=True)
     # With no requests_per_minute configured or reported: how many requests the provider accepted

@@ -74,8 +74,21 @@ class AgentAdmin(AuditedAdmin):
         self._set_status(request, queryset, Agent.Status.RETIRED, "Retired")
 
 
+class ProviderLimitForm(forms.ModelForm):
+    """A provider limit's form: every bad value is named under its field at once (the model's
+    validators); a negative limit says what a limit of 0 says, to leave it blank for no limit."""
+
+    class Meta:
+        model = ProviderLimit
+        fields = list(registry.LIMIT_FIELDS)
+        error_messages = {
+            field: {"min_value": ProviderLimit.NO_ZERO_LIMIT} for field in ProviderLimit.CONFIGURED_LIMITS
+        }
+
+
 @admin.register(ProviderLimit)
 class ProviderLimitAdmin(AuditedAdmin):
+    form = ProviderLimitForm
     list_display = [
         "provider",
         "model",

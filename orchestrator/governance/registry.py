@@ -55,23 +55,36 @@ class RegistryError(Exception):
     """A registry change that cannot be made; the message says why, for people."""
 
 
-class InvalidAgent(RegistryError):
-    """An agent's settings with problems, by field; nothing was saved."""
+class InvalidSettings(RegistryError):
+    """Settings with problems, by field; nothing was saved."""
 
     def __init__(self, problems: dict[str, list[str]]):
         self.problems = problems
         super().__init__("; ".join(f"{field}: {problem}" for field, items in problems.items() for problem in items))
 
 
+class InvalidAgent(InvalidSettings):
+    """An agent's settings with problems, by field; nothing was saved."""
+
+
+class InvalidProviderLimit(InvalidSettings):
+    """A provider limit's values with problems (a negative price, a limit of 0), by field; nothing was saved."""
+
+
+def field_problems(obj) -> dict[str, list[str]]:
+    """Every problem the model's own validators find in `obj`, by field (all of them, not the first)."""
+    try:
+        obj.full_clean()
+    except ValidationError as error:
+        return {field: [str(message) for message in messages] for field, messages in error.message_dict.items()}
+    return {}
+
+
 def agent_problems(agent: Agent) -> dict[str, list[str]]:
     """Every problem of an agent's settings, by field: the model's validators (ranges, the name's
     form and uniqueness, the provider's choices) and the provider's option schema
     (providers/options.py). Empty when the agent may be saved."""
-    problems: dict[str, list[str]] = {}
-    try:
-        agent.full_clean()
-    except ValidationError as error:
-        problems = {field: [str(message) for message in messages] for field, messages in error.message_dict.items()}
+    problems = field_problems(agent)
     if "provider" not in problems:
         options = option_problems(agent.provider, agent.provider_options)
         if options:
@@ -206,8 +219,12 @@ def save_provider_limit(limit: ProviderLimit, *, user=None) -> ProviderLimit:
     """Create or update a provider's limits and prices and record what changed.
 
     Lowering `max_in_flight` below the adaptive cap in force brings that cap down with it, so
-    the new limit holds at once.
+    the new limit holds at once. Invalid values (a negative price, a limit of 0) raise
+    InvalidProviderLimit naming every problem, and nothing is saved.
     """
+    problems = field_problems(limit)
+    if problems:
+        raise InvalidProviderLimit(problems)
     with transaction.atomic():
         previous = ProviderLimit.objects.select_for_update().filter(pk=limit.pk).first() if limit.pk else None
         if (

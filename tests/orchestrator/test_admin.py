@@ -358,6 +358,50 @@ def test_provider_limit_edits_are_audited_and_engine_fields_read_only(client, db
     assert event.payload["changes"]["requests_per_minute"] == [None, 120]
 
 
+def _limit_form(model: str, **values: str) -> dict:
+    """The provider limit form's fields for a new simulated model: no limits, free, but `values`."""
+    return {
+        "provider": "simulated",
+        "model": model,
+        **dict.fromkeys(ProviderLimit.CONFIGURED_LIMITS, ""),
+        "input_price_per_mtok": "0",
+        "output_price_per_mtok": "0",
+        **values,
+    }
+
+
+def test_the_admin_names_every_bad_provider_limit_value_at_once_and_saves_nothing(client, db):
+    client.force_login(staff_in("Agent admin"))
+    data = _limit_form(
+        "negprice",
+        requests_per_minute="-5",
+        output_tokens_per_minute="0",
+        max_in_flight="0",
+        input_price_per_mtok="-1",
+        output_price_per_mtok="-3",
+    )
+    response = client.post(reverse("admin:orchestrator_providerlimit_add"), data)
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    no_zero = "Enter 1 or more, or leave it blank for no limit (0 would mean no limit too)."
+    assert errors == {
+        "requests_per_minute": [no_zero],
+        "output_tokens_per_minute": [no_zero],
+        "max_in_flight": [no_zero],
+        "input_price_per_mtok": ["A price cannot be negative: enter 0 or more."],
+        "output_price_per_mtok": ["A price cannot be negative: enter 0 or more."],
+    }
+    assert not ProviderLimit.objects.exists() and not Event.objects.filter(type__startswith="provider_limit").exists()
+
+
+def test_a_blank_provider_limit_means_no_limit_and_a_price_of_0_is_free(client, db):
+    client.force_login(staff_in("Agent admin"))
+    data = _limit_form("free", output_tokens_per_minute="1")
+    assert client.post(reverse("admin:orchestrator_providerlimit_add"), data).status_code == 302
+    limit = ProviderLimit.objects.get(model="free")
+    assert (limit.requests_per_minute, limit.output_tokens_per_minute, limit.output_price_per_mtok) == (None, 1, 0)
+
+
 def test_deleting_a_provider_limit_in_the_admin_is_audited(client, superuser):
     limit = ProviderLimit.objects.create(provider="simulated", model="sim-1")
     client.force_login(superuser)

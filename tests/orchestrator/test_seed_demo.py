@@ -7,6 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
+from orchestrator.governance import registry
 from orchestrator.models import Agent, Plan, ProviderLimit, Subtask
 
 DEMO_AGENTS = {"researcher", "architect", "coder", "tester", "reviewer", "writer"}
@@ -97,6 +98,8 @@ def test_anthropic_provider_switches_the_team(settings):
         assert agent.status == Agent.Status.ACTIVE
     assert ProviderLimit.objects.filter(provider="anthropic", model="claude-test-model").exists()
 
+    for limit in ProviderLimit.objects.all():  # seeded past the admin's form: valid all the same
+        assert registry.field_problems(limit) == {}, limit
     seed()  # back to the simulated team
     assert set(Agent.objects.filter(name__in=DEMO_AGENTS).values_list("provider", flat=True)) == {"simulated"}
 

@@ -141,6 +141,17 @@ def test_provider_limit_changes_are_recorded_with_money_as_text(db, admin_user):
     }
 
 
+def test_save_provider_limit_refuses_negative_prices_and_zero_limits_naming_each(db, admin_user):
+    limit = ProviderLimit(
+        provider="simulated", model="negprice", max_in_flight=0, output_tokens_per_minute=0, input_price_per_mtok=-1
+    )
+    with pytest.raises(registry.InvalidProviderLimit) as refused:
+        registry.save_provider_limit(limit, user=admin_user)
+    assert set(refused.value.problems) == {"max_in_flight", "output_tokens_per_minute", "input_price_per_mtok"}
+    assert "leave it blank for no limit" in str(refused.value) and "cannot be negative" in str(refused.value)
+    assert not ProviderLimit.objects.exists() and not Event.objects.exists()
+
+
 def test_lowering_max_in_flight_brings_the_adaptive_cap_down(db):
     limit = ProviderLimit.objects.create(provider="simulated", model="sim-1", max_in_flight=8, effective_in_flight=6)
     limit.max_in_flight = 2
