@@ -76,13 +76,13 @@ class ToolServerForm(forms.ModelForm):
         env: dict[str, str] | None = None
         try:
             if _lines(data.get("environment")) or existing is None or data.get("clear_environment"):
-                env = tool_registry.parse_env(_lines(data.get("environment")))
+                env = tool_registry.parse_env((data.get("environment") or "").splitlines(), lines=True)
             self.checked = tool_registry.candidate(
                 data.get("name") or (existing.name if existing else ""),
                 command=command,
                 env=env,
                 url=data.get("url") or "",
-                headers=tool_registry.parse_headers(_lines(data.get("header_lines"))),
+                headers=tool_registry.parse_headers((data.get("header_lines") or "").splitlines(), lines=True),
                 existing=existing,
             )
         except tool_registry.ToolRegistryError as error:

@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -60,33 +60,56 @@ def parse_target(target: str) -> tuple[str, str]:
     return server, tool
 
 
-def parse_pairs(pairs: Iterable[str], *, what: str, name_pattern: re.Pattern[str]) -> dict[str, str]:
-    """``NAME=VALUE`` strings → {NAME: VALUE}; a malformed or repeated one is an error."""
+def parse_pairs(
+    pairs: Iterable[str],
+    *,
+    what: str,
+    name_pattern: re.Pattern[str],
+    lines: bool = False,
+    value_problem: Callable[[str, str], str] | None = None,
+) -> dict[str, str]:
+    """``NAME=VALUE`` strings → {NAME: VALUE}. Every malformed or repeated one (or one whose value
+    `value_problem` refuses) is named in one error, not only the first. ``lines``: `pairs` are the
+    lines of a text box, blank ones skipped and each problem given its line number."""
     parsed: dict[str, str] = {}
-    for pair in pairs:
+    problems: list[str] = []
+    for number, pair in enumerate(pairs, 1):
+        if lines:
+            pair = pair.strip()
+            if not pair:
+                continue
+        where = f"line {number}: " if lines else ""
         name, sep, value = pair.partition("=")
         if not sep or not name_pattern.match(name):
-            raise ToolRegistryError(f"{what} {name or pair!r} is not NAME=VALUE with a valid name")
-        if name in parsed:
-            raise ToolRegistryError(f"{what} {name} is given twice")
-        parsed[name] = value
+            problems.append(f"{where}{what} {name or pair!r} is not NAME=VALUE with a valid name")
+        elif name in parsed:
+            problems.append(f"{where}{what} {name} is given twice")
+        else:
+            parsed[name] = value
+            if value_problem is not None and (problem := value_problem(name, value)):
+                problems.append(where + problem)
+    if problems:
+        raise ToolRegistryError("; ".join(problems))
     return parsed
 
 
-def parse_env(pairs: Iterable[str]) -> dict[str, str]:
-    return parse_pairs(pairs, what="environment variable", name_pattern=ENV_NAME)
+def parse_env(pairs: Iterable[str], *, lines: bool = False) -> dict[str, str]:
+    return parse_pairs(pairs, what="environment variable", name_pattern=ENV_NAME, lines=lines)
 
 
-def parse_headers(pairs: Iterable[str]) -> dict[str, str]:
+def _header_variable_problem(header: str, variable: str) -> str:
+    if ENV_NAME.match(variable):
+        return ""
+    return (
+        f"header {header} must name the environment variable that holds its value (HEADER=ENVVAR), not the value itself"
+    )
+
+
+def parse_headers(pairs: Iterable[str], *, lines: bool = False) -> dict[str, str]:
     """``HEADER=ENVVAR`` → {HEADER: ENVVAR}: the header's value is read from that variable."""
-    headers = parse_pairs(pairs, what="header", name_pattern=HEADER_NAME)
-    for header, variable in headers.items():
-        if not ENV_NAME.match(variable):
-            raise ToolRegistryError(
-                f"header {header} must name the environment variable that holds its value (HEADER=ENVVAR), "
-                "not the value itself"
-            )
-    return headers
+    return parse_pairs(
+        pairs, what="header", name_pattern=HEADER_NAME, lines=lines, value_problem=_header_variable_problem
+    )
 
 
 # --- From rows to what the client needs ---------------------------------------------------------------

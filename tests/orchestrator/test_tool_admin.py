@@ -68,6 +68,27 @@ def test_a_server_that_does_not_speak_mcp_is_a_form_error_and_the_secret_is_not_
     assert not ToolServer.objects.exists() and not Event.objects.exists()
 
 
+def test_every_bad_environment_and_header_line_is_named_with_its_line_number(client, superuser):
+    client.force_login(superuser)
+    response = client.post(
+        reverse("admin:orchestrator_toolserver_add"),
+        {
+            "name": "bad",
+            "command_line": COMMAND,
+            "environment": f"NOEQUALS\n\n1BAD={SECRET}\nOK=1\nOK=2",
+            "url": "",
+            "header_lines": "",
+        },
+    )
+    assert response.status_code == 200
+    assert response.context["adminform"].form.non_field_errors() == [
+        "line 1: environment variable 'NOEQUALS' is not NAME=VALUE with a valid name; "
+        "line 3: environment variable '1BAD' is not NAME=VALUE with a valid name; "
+        "line 5: environment variable OK is given twice"
+    ]
+    assert SECRET not in response.content.decode() and not ToolServer.objects.exists()
+
+
 def test_the_change_page_and_the_list_show_names_never_values(client, superuser, testsrv):
     client.force_login(superuser)
     for url in (

@@ -87,6 +87,15 @@ def test_bad_input_is_one_line_and_saves_nothing(db, settings, options, message)
     assert nothing_saved()
 
 
+def test_every_bad_header_line_is_named_with_its_line_number():
+    with pytest.raises(tool_registry.ToolRegistryError) as refused:
+        tool_registry.parse_headers(["X-Key=literal-value", "bad header=TOKEN", "X-Ok=TOKEN"], lines=True)
+    assert str(refused.value) == (
+        "line 1: header X-Key must name the environment variable that holds its value (HEADER=ENVVAR), "
+        "not the value itself; line 2: header 'bad header' is not NAME=VALUE with a valid name"
+    )
+
+
 def test_a_server_name_must_be_valid_and_unused(testsrv):
     with pytest.raises(ToolRegistryError, match="not a valid server name"):
         tool_registry.add_server("has space", command=TEST_COMMAND)
