@@ -47,6 +47,7 @@ TEMPLATES = {
     "header": T + "run_header.html",
     "totals": T + "run_totals.html",
     "checkpoints": T + "run_checkpoints.html",
+    "approvals_count": T + "approvals_count.html",
     "lanes": T + "agent_lanes.html",
     "gantt": T + "run_gantt.html",
     "result": T + "run_result.html",
@@ -379,6 +380,10 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     ):
         if part in parts:
             html.append(render(part, {**ctx, **builders[part]()}))
+    if "checkpoints" in parts and viewer.can_decide:
+        # The header's "Approvals N" counts every run's checkpoints: a frame or answer that changed
+        # this run's brings it at once, not at the badge's next 5 s poll.
+        html.append(render("approvals_count", {**ctx, "count": run_checkpoints.awaiting_decision().count()}))
     task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
         html.extend(task_rows.render_rows(ctx, run_tasks.task_views(run, task_ids)))

@@ -12,15 +12,16 @@ from dataclasses import dataclass
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
-from django.template.loader import render_to_string
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from orchestrator.engine import approvers, runs, tool_approvals
-from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.models import Checkpoint, TaskRun
+from orchestrator.readmodels import checkpoints as run_checkpoints
 
 from ..formatting import format_duration
 from ..forms import DecisionForm
+from ..fragments import TEMPLATES
 from ..permissions import DECIDE_CHECKPOINT, VIEW_RUN, permission_required
 from .runs import run_url
 
@@ -31,12 +32,7 @@ EXCERPT_CHARS = 6000
 
 def pending_checkpoints():
     """Checkpoints waiting for a person, on runs that have not ended, oldest first."""
-    return (
-        Checkpoint.objects.filter(status=Checkpoint.Status.PENDING)
-        .exclude(run__status__in=Run.FINISHED)
-        .select_related("run__plan", "task_run__subtask", "task_run__agent")
-        .order_by("created_at", "pk")
-    )
+    return run_checkpoints.awaiting_decision().select_related("run__plan", "task_run__subtask", "task_run__agent")
 
 
 @dataclass
@@ -136,19 +132,14 @@ def inbox(request):
     return render(request, "dashboard/approvals.html", {"approvals": items, "form": DecisionForm()})
 
 
-COUNT_PART = "dashboard/partials/approvals_count.html"
+COUNT_PART = TEMPLATES["approvals_count"]
 
 
 @permission_required(DECIDE_CHECKPOINT)
 def count(request):
-    """The header's count of pending checkpoints (polled every 5 s)."""
+    """The header's count of pending checkpoints (polled every 5 s; the run page's frames and
+    answers also bring it out of band as a checkpoint opens or closes: fragments.render_parts)."""
     return render(request, COUNT_PART, {"count": pending_checkpoints().count()})
-
-
-def count_part() -> str:
-    """The header's count, out of band: an answer to a decision taken elsewhere (the run page)
-    brings it at once rather than at its next poll."""
-    return render_to_string(COUNT_PART, {"count": pending_checkpoints().count(), "oob": True})
 
 
 @permission_required(VIEW_RUN)

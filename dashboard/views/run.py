@@ -10,7 +10,6 @@ brings the rest); a plain form post is redirected back to the page with a messag
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -35,7 +34,6 @@ from orchestrator.wording import counted
 from .. import fragments
 from ..markdown import render_markdown
 from ..permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN, VIEW_RUN, permission_required
-from . import approvals
 
 
 def is_htmx(request) -> bool:
@@ -68,14 +66,12 @@ def _answer(
     parts=(),
     tasks=(),
     panel: TaskRun | None = None,
-    also: Callable[[], str] | None = None,
 ):
     """The answer to an action: htmx gets the message and the changed parts, a form post a redirect.
 
     A refused action (the engine's message says why) still answers 200 to htmx, with the message
     as an error: the request was handled, and browsers log every 4xx answer as a console error.
-    The header `X-Glassbox-Refused: 1` marks it for scripts. `also` renders more out-of-band parts
-    for a done action (a decision: the header's count of pending checkpoints).
+    The header `X-Glassbox-Refused: 1` marks it for scripts.
     """
     if not is_htmx(request):
         (messages.success if ok else messages.error)(request, message)
@@ -88,8 +84,6 @@ def _answer(
             html += fragments.render_parts(run, viewer, parts, tasks=tasks)
             if panel is not None:
                 html += fragments.render_panel_parts(panel, viewer)
-            if also is not None:
-                html += also()
     response = HttpResponse(html)
     if not ok:
         response["X-Glassbox-Refused"] = "1"
@@ -389,7 +383,6 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
         ok=True,
         parts=RUN_PARTS,
         tasks=tasks,
-        also=approvals.count_part,  # the header's count of pending checkpoints
     )
 
 

@@ -1,8 +1,20 @@
-"""The run page's checkpoints: those waiting for a decision and the latest decisions."""
+"""Checkpoints waiting for a decision (on one run's page, and across runs for the header's
+count and the inbox) and the latest decisions."""
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
+
 from orchestrator.models import Checkpoint, Run
+
+
+def awaiting_decision() -> QuerySet[Checkpoint]:
+    """Checkpoints waiting for a person, on runs that have not ended, oldest first."""
+    return (
+        Checkpoint.objects.filter(status=Checkpoint.Status.PENDING)
+        .exclude(run__status__in=Run.FINISHED)
+        .order_by("created_at", "pk")
+    )
 
 
 def pending_checkpoints(run: Run) -> list[Checkpoint]:

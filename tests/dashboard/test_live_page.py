@@ -208,3 +208,13 @@ def test_the_frame_of_a_runs_last_moving_task_says_the_rest_waits_for_the_decisi
     eta = reloaded.find("run-totals")
     assert "after the decision" in canonical(eta) and 'data-eta-at=""' in canonical(eta)
     assert_same_page(page, reloaded, batch, before)  # the live frame stops the countdown as a reload does
+
+
+def test_a_frame_that_changes_checkpoints_brings_the_header_count_to_those_who_decide(awaiting_approval):
+    decider = fragments.Viewer(can_control=False, can_decide=True)
+    frame = frames.render_batch(awaiting_approval.pk, 0, decider)
+    assert frame is not None and "approvals-count" in oob_ids(frame.html)
+    assert re.search(r'<span id="approvals-count"[^>]*>1</span>', frame.html)
+    # The header of a viewer who may not decide has no count: its frames carry none.
+    viewer_frame = frames.render_batch(awaiting_approval.pk, 0, VIEWER)
+    assert viewer_frame is not None and "approvals-count" not in oob_ids(viewer_frame.html)

@@ -1,0 +1,63 @@
+"""The header's "Approvals N" badge on the run page, in a real browser: a checkpoint that opens
+or closes while the page is open is counted by the live view's frames, with no reload and
+without waiting for the badge's own 5 s poll (which the test holds unanswered)."""
+
+from __future__ import annotations
+
+import pytest
+from playwright.sync_api import expect
+
+from orchestrator import events
+from orchestrator.engine import runs
+from orchestrator.models import Checkpoint, Run, TaskRun
+
+pytestmark = [pytest.mark.browser]
+
+
+def open_tool_checkpoint(run: Run, task: TaskRun) -> Checkpoint:
+    """What engine/tool_approvals.open_checkpoint writes: the checkpoint and its event, in one transaction."""
+    with events.atomic():
+        checkpoint = Checkpoint.objects.create(
+            run=run,
+            task_run=task,
+            kind=Checkpoint.Kind.TOOL,
+            call_id="call-1",
+            details={"agent": "coder", "name": "echo", "server": "testsrv", "tool": "echo", "arguments": {}},
+        )
+        events.record(
+            "checkpoint.created",
+            run=run.pk,
+            task=task,
+            actor_name="agent:coder",
+            message="coder wants to call testsrv:echo: approval needed",
+            payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.TOOL, "tool": "testsrv:echo"},
+        )
+    return checkpoint
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_tool_call_waiting_for_a_decision_is_counted_in_the_header_without_a_reload(
+    logged_in_page, browser_user, make_agent, make_plan, screenshot, width
+):
+    page = logged_in_page
+    make_agent("coder")
+    run = runs.launch(make_plan({"a": ("coder", [])}), budget_usd="1")
+    task = run.tasks.get()
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING)
+    page.set_viewport_size({"width": width, "height": 860})
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    badge = page.locator("#approvals-count")
+    expect(badge).to_have_text("0")
+    page.evaluate("window.__notReloaded = true")
+    page.route("**/approvals/count/", lambda route: None)  # the poll goes unanswered from now on
+
+    checkpoint = open_tool_checkpoint(run, task)
+    expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_be_visible()
+    expect(badge).to_have_text("1", timeout=3_000)
+    screenshot(page, f"badge-{width}")
+
+    runs.decide(checkpoint, approve=True, user=browser_user)
+    expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
+    expect(badge).to_have_text("0", timeout=3_000)
+    assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
