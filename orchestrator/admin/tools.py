@@ -74,15 +74,26 @@ class ToolServerForm(forms.ModelForm):
             raise forms.ValidationError(f"Command: {error}") from None
         existing = self.instance if self.instance.pk else None
         env: dict[str, str] | None = None
+        headers: dict[str, str] = {}
+        # Each box's bad lines are named under that box, both boxes at once.
         try:
             if _lines(data.get("environment")) or existing is None or data.get("clear_environment"):
                 env = tool_registry.parse_env((data.get("environment") or "").splitlines(), lines=True)
+        except tool_registry.ToolRegistryError as error:
+            self.add_error("environment", str(error))
+        try:
+            headers = tool_registry.parse_headers((data.get("header_lines") or "").splitlines(), lines=True)
+        except tool_registry.ToolRegistryError as error:
+            self.add_error("header_lines", str(error))
+        if self.errors:
+            return data
+        try:
             self.checked = tool_registry.candidate(
                 data.get("name") or (existing.name if existing else ""),
                 command=command,
                 env=env,
                 url=data.get("url") or "",
-                headers=tool_registry.parse_headers((data.get("header_lines") or "").splitlines(), lines=True),
+                headers=headers,
                 existing=existing,
             )
         except tool_registry.ToolRegistryError as error:
