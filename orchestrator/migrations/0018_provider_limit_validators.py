@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0015_provider_limit_learned_rate"),
+        ("orchestrator", "0017_checkpoint_decided_by_name"),
     ]
 
     operations = [
