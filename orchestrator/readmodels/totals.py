@@ -20,7 +20,6 @@ from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
 
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from orchestrator import plans, wording
@@ -134,12 +133,16 @@ def time_left(
     return makespan.forecast(work, limits, done=done, running=running).seconds
 
 
-def tool_calls_waiting(pending_checkpoints: QuerySet[Checkpoint]) -> dict[int, datetime]:
+def tool_calls_waiting(pending: Sequence[tuple[str, int | None, datetime]]) -> dict[int, datetime]:
     """The running tasks that wait for a person to approve a tool call: task id -> when the first
-    of their pending calls asked. Such a task does not move on its own, as a task at its gate does
-    not (engine/tool_approvals.py: it stays running, its run goes on)."""
-    calls = pending_checkpoints.filter(kind=Checkpoint.Kind.TOOL, task_run__isnull=False).order_by("-created_at")
-    return dict(calls.values_list("task_run_id", "created_at"))
+    of their pending calls asked, from the run's pending checkpoints as (kind, task id, created
+    at). Such a task does not move on its own, as a task at its gate does not
+    (engine/tool_approvals.py: it stays running, its run goes on)."""
+    asked: dict[int, datetime] = {}
+    for kind, task_id, created_at in pending:
+        if kind == Checkpoint.Kind.TOOL and task_id is not None:
+            asked[task_id] = min(created_at, asked.get(task_id, created_at))
+    return asked
 
 
 def stopping_text(attempts_stopping: int) -> str:
@@ -363,11 +366,15 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     unfinished = [v for v in tasks if not v.is_terminal]
     agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
     cap = _effective_cap(run, list(agents.values()))
-    pending_checkpoints = run.checkpoints.filter(status=Checkpoint.Status.PENDING)
+    # One read of the pending checkpoints for their count and the tool calls among them: the live
+    # view builds the totals at nearly every frame of a running run.
+    pending_checkpoints = list(
+        run.checkpoints.filter(status=Checkpoint.Status.PENDING).values_list("kind", "task_run_id", "created_at")
+    )
     asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
         eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now, asked_at=asked_at)
-    pending = pending_checkpoints.count()
+    pending = len(pending_checkpoints)
     nothing_moves = (
         run.status == Run.Status.RUNNING
         and bool(unfinished)
