@@ -3,9 +3,11 @@ the roles data migration."""
 
 from __future__ import annotations
 
+import importlib
 from decimal import Decimal
 
 import pytest
+from django.apps import apps as django_apps
 from django.contrib.auth.models import Group, User
 
 from orchestrator.engine import runs
@@ -166,6 +168,23 @@ def test_deleting_a_provider_limit_is_recorded(db, admin_user):
     assert not ProviderLimit.objects.exists()
     event = Event.objects.get(type="provider_limit.deleted")
     assert event.payload["limit"] == "simulated:sim-1" and event.payload["fields"]["requests_per_minute"] == 10
+
+
+def test_limits_saved_as_zero_before_the_validators_become_blank_keeping_their_meaning(db, admin_user):
+    """Data migration 0019: a 0 (which admission always read as no limit) becomes blank, so the
+    admin can save the row again without being stopped on a field left untouched."""
+    migration = importlib.import_module("orchestrator.migrations.0019_provider_limit_zero_is_no_limit")
+    old = ProviderLimit.objects.create(provider="simulated", model="old", requests_per_minute=10)
+    ProviderLimit.objects.filter(pk=old.pk).update(max_in_flight=0, output_tokens_per_minute=0)  # as saved before 0018
+    kept = ProviderLimit.objects.create(provider="simulated", model="kept", max_in_flight=3)
+
+    migration.zero_limits_to_blank(django_apps, None)
+
+    old.refresh_from_db()
+    assert (old.requests_per_minute, old.max_in_flight, old.output_tokens_per_minute) == (10, None, None)
+    assert ProviderLimit.objects.get(pk=kept.pk).max_in_flight == 3
+    old.input_price_per_mtok = Decimal("2.5")
+    registry.save_provider_limit(old, user=admin_user)  # refused before: "Enter 1 or more…" on max_in_flight
 
 
 # --- Roles (data migration 0006_roles) -----------------------------------------------------------
