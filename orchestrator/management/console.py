@@ -196,18 +196,26 @@ def watch(
     """Follow a run until it finishes and return its final RunProgress.
 
     With `bar_stream`, draws a tqdm bar filled by the succeeded tasks, followed by
-    `progress_counts` and the time elapsed.
+    `progress_counts` and the time elapsed. A `bar_stream` that is not a terminal (a log file, a
+    pipe, CI) gets a line each time the counts change instead: a bar redrawn twice a second
+    there is the same line over and over, thousands of them for a long run.
     Every checkpoint that starts waiting is announced once on `messages`, with the commands
     that decide it, so that a gated plan never hangs silently. Ctrl-C raises StoppedWatching.
     """
     announced: set[int] = set()
     bar = None
     ended_at = None
+    draws_bar = bar_stream is not None and bar_stream.isatty()
+    last_line = None
     try:
         while True:
             current = runs.progress(run)  # re-reads the run
-            counts = f"{progress_counts(current)}, elapsed {duration(current.elapsed_s)}"
-            if bar is None and bar_stream is not None:
+            tasks = progress_counts(current)
+            counts = f"{tasks}, elapsed {duration(current.elapsed_s)}"
+            if bar_stream is not None and not draws_bar and tasks != last_line:
+                last_line = tasks
+                write_line(bar_stream, f"Run {run.pk}: {counts}")
+            if bar is None and draws_bar:
                 bar = tqdm(
                     total=current.total,
                     desc=counts,

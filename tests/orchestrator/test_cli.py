@@ -321,12 +321,47 @@ def cancelled_run(demo_agents, make_plan):
 def test_watching_a_cancelled_run_shows_what_succeeded_not_100_percent(cancelled_run):
     """The bar ended at "Run 12: 100%|██████████| 22/22 tasks" and the last line said "22/22 done"
     for a cancelled run where 5 of 22 tasks succeeded."""
-    messages, bar = StringIO(), StringIO()
+    messages, bar = StringIO(), Terminal()
     final = console.watch(cancelled_run, messages=messages, bar_stream=bar, poll_s=0)
     last_bar = bar.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert last_bar.startswith(f"Run {cancelled_run.pk}:  23%|") and "100%" not in bar.getvalue()
     assert re.search(r"\| 5 of 22 succeeded · 17 cancelled, elapsed [\d.]+s$", last_bar), last_bar
     assert console.progress_counts(final) == "5 of 22 succeeded · 17 cancelled"
+
+
+class Terminal(StringIO):
+    """A stream that says it is a terminal, as a person's stderr does: the watch draws its bar there."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.django_db
+def test_a_watch_into_a_log_writes_a_line_per_change_not_a_bar_per_poll(cancelled_run, monkeypatch):
+    """Into a file or a pipe (CI), the bar redrawn at every poll was the same line again and again;
+    there the watch writes a line when the counts change, and none while they stay the same."""
+    task = cancelled_run.tasks.filter(state=TaskRun.State.CANCELLED).first()
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING)
+    Run.objects.filter(pk=cancelled_run.pk).update(status=Run.Status.RUNNING)
+    polls = []
+    real_progress = console.runs.progress
+
+    def progress(run):  # three polls with a task running, then it is cancelled and the run ends
+        polls.append(run.pk)
+        if len(polls) == 4:
+            TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.CANCELLED)
+            Run.objects.filter(pk=run.pk).update(status=Run.Status.CANCELLED)
+        return real_progress(run)
+
+    monkeypatch.setattr(console.runs, "progress", progress)
+    log = StringIO()
+    console.watch(cancelled_run, messages=StringIO(), bar_stream=log, poll_s=0)
+
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue() and "%|" not in log.getvalue()
+    assert len(polls) == 4 and len(lines) == 2, lines
+    assert re.fullmatch(rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 16 cancelled · 1 running, elapsed \S+", lines[0])
+    assert re.fullmatch(rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 17 cancelled, elapsed \S+", lines[1])
 
 
 @pytest.mark.django_db
@@ -504,10 +539,9 @@ def test_launch_watch_json_runs_the_research_brief_to_success(demo_agents, price
     assert summary["failed"] == summary["skipped"] == summary["cancelled"] == 0
     assert summary["cost_usd"] > 0 and summary["input_tokens"] > 0 and summary["output_tokens"] > 0
     assert result.stdout.strip().count("\n") == 0  # stdout holds exactly the JSON line
-    assert (
-        "Launched run" in result.stderr and "100%|" in result.stderr and "| 6 of 6 succeeded, elapsed" in result.stderr
-    )
-    assert not re.search(r"\| *[\r\n]", result.stderr)  # the bar is never drawn without its counts
+    # stderr is a pipe here, not a terminal: a line per change of the counts, no bar redrawn.
+    assert "Launched run" in result.stderr and f"Run {summary['run']}: 6 of 6 succeeded, elapsed" in result.stderr
+    assert "\r" not in result.stderr and "%|" not in result.stderr
     run = Run.objects.get(pk=summary["run"])
     assert set(run.tasks.values_list("state", flat=True)) == {TaskRun.State.SUCCEEDED}
 
