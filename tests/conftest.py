@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -255,29 +256,48 @@ class QCluster:
 
 
 def _processes():
-    """(pid, state, parent pid, process group) of every process, from /proc."""
+    """(pid, state, parent pid, process group, session) of every process, from /proc."""
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            state, ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+            state, ppid, pgrp, session = stat.read_text().rsplit(")", 1)[1].split()[:4]
         except OSError:
             continue
-        yield int(stat.parent.name), state, int(ppid), int(pgrp)
+        yield int(stat.parent.name), state, int(ppid), int(pgrp), int(session)
 
 
 def child_pids(parent: int) -> list[int]:
     """Direct children of a process."""
-    return [pid for pid, _, ppid, _ in _processes() if ppid == parent]
+    return [pid for pid, _, ppid, _, _ in _processes() if ppid == parent]
 
 
 def process_ended(pid: int) -> bool:
     """No process has this pid, or it is a zombie: dead, whether or not its new parent (PID 1, once
     its own died) has reaped it yet."""
-    return all(state in ("Z", "X") for found, state, _, _ in _processes() if found == pid)
+    return all(state in ("Z", "X") for found, state, _, _, _ in _processes() if found == pid)
 
 
 def process_group(pgid: int) -> list[int]:
     """The living processes of a process group (a zombie is dead)."""
-    return [pid for pid, state, _, pgrp in _processes() if pgrp == pgid and state not in ("Z", "X")]
+    return [pid for pid, state, _, pgrp, _ in _processes() if pgrp == pgid and state not in ("Z", "X")]
+
+
+def session_members(sid: int) -> list[int]:
+    """The living processes of a session (a zombie is dead): a stdio tool server's session is
+    everything it started, and its launcher's watcher."""
+    return [pid for pid, state, _, _, session in _processes() if session == sid and state not in ("Z", "X")]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL to every living process of a session: what a failed test left."""
+    for pid in session_members(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def pid_written_to(path: Path, timeout: float = 60) -> int:
+    """The process id a process writes to `path`, once it has."""
+    wait_until(lambda: path.exists() and path.read_text().strip(), timeout, f"a pid in {path.name}")
+    return int(path.read_text())
 
 
 @pytest.fixture

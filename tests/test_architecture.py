@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "orchestrator.sql",
         "orchestrator.db_threads",
         "orchestrator.parent_death",
+        "orchestrator.process_group",
         "orchestrator.wording",
         "orchestrator.migrations",
     ),

@@ -10,7 +10,8 @@ the worker's environment (its API keys, ``DATABASE_URL`` …) reaches it. The SD
 process when the session closes, also when the caller is cancelled: it closes the server's
 stdin, waits two seconds, then terminates and kills its process group. A worker killed outright
 reaps nothing: the server is started through orchestrator/tools/stdio_launcher.py, so that the
-kernel kills it when the worker dies.
+kernel kills it when the worker dies, and what it started goes with it (also when it exits by
+itself, which the SDK takes as the end).
 
 The server's stderr goes to a temporary file, not to the worker's log (a server may print its
 own environment); when it fails to start, the end of it is quoted in the error with every secret

@@ -1,7 +1,8 @@
 """A stdio tool server that dies with the process that started it.
 
 ``python -I -m orchestrator.tools.stdio_launcher PARENT_PID EXECUTABLE ARGV0 [ARG ...]`` asks the
-kernel for a SIGKILL when its parent dies (orchestrator/parent_death.py), then execs the server in
+kernel for a SIGKILL when its parent dies (orchestrator/parent_death.py), has what the server
+will start ended when the server ends (orchestrator/process_group.py), then execs the server in
 its own place: same process, working directory, environment and pipes; the setting survives the
 exec. :func:`launch_command` is how the parent (orchestrator/tools/sessions.py) runs a command
 through it.
@@ -14,7 +15,11 @@ fork and exec, hence a launcher.
 
 SIGKILL rather than SIGTERM: once the worker is dead nobody reads the server's answers, and a
 server blocked in a call (or that ignores SIGTERM) would outlive a SIGTERM by as long as the call.
-A normal end is unchanged: the SDK closes the server's stdin, then terminates its process group.
+The kernel kills the server only, not what it started (a script's ``python server.py``, ``npx``'s
+node, helpers): those are in its process group, which a watcher ends once the server is gone,
+whether killed so, ended by the SDK or exited by itself. A normal end is otherwise unchanged: the
+SDK closes the server's stdin, then terminates its process group; the server is still the SDK's
+child, its exit status its own.
 
 The kernel signals when the *thread* that forked the server ends, not its process. In a worker
 that is the agent host's event-loop thread (the SDK forks from the loop), which runs until the
@@ -32,7 +37,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from orchestrator import parent_death
+from orchestrator import parent_death, process_group
 
 
 def launch_command(
@@ -71,6 +76,8 @@ def main(argv: Sequence[str]) -> int:
     parent_pid, executable, *server_argv = argv
     # A parent dead before this took effect has the signal sent at once.
     parent_death.signal_when_parent_dies(signal.SIGKILL, int(parent_pid))
+    # What the server starts (a script's interpreter, npx's node, helpers) goes when it goes.
+    process_group.end_when_leader_exits()
     # Python ignores these at start-up and an ignored signal stays ignored across exec: give the
     # server the default actions, as starting it directly (subprocess's restore_signals) did.
     for name in ("SIGPIPE", "SIGXFSZ"):

@@ -16,7 +16,16 @@ from django.utils import timezone
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Event, Run, TaskRun
-from tests.conftest import child_pids, fast_latency, process_ended, process_group, wait_for_run, wait_until
+from tests.conftest import (
+    child_pids,
+    fast_latency,
+    kill_session,
+    pid_written_to,
+    process_group,
+    session_members,
+    wait_for_run,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
@@ -205,38 +214,39 @@ def test_sigkill_of_a_clusters_sentinel_alone_drains_its_workers_and_loses_nothi
     assert_drained_then_finished_by_another_cluster(qcluster, run)
 
 
-def test_sigkill_of_a_worker_mid_tool_call_kills_its_stdio_tool_server(
-    qcluster, make_agent, make_plan, settings, tmp_path
+def test_sigkill_of_a_worker_mid_tool_call_leaves_nothing_of_its_stdio_tool_server(
+    qcluster, make_agent, make_plan, settings, tmp_path, monkeypatch
 ):
     """A stdio tool server blocked in a synchronous call reads nothing, not even the end of its
     stdin: when its worker was SIGKILLed, it ran on re-parented to PID 1 until the call returned
-    (an hour here). The kernel now kills it with its worker (orchestrator/tools/stdio_launcher.py)."""
-    import sys
-
+    (an hour here). The kernel now kills it with its worker (orchestrator/tools/stdio_launcher.py),
+    and with it what it started (orchestrator/process_group.py): here the server is a shell script
+    that runs the MCP server beside a helper, both of which outlived the script."""
     from orchestrator.governance import tool_registry
     from orchestrator.tools.workspace import run_directory
-    from tests.orchestrator.tools.conftest import TEST_SERVER
+    from tests.orchestrator.tools.conftest import WRAPPED_SERVER_SCRIPT
 
     settings.GLASSBOX_ARTIFACTS_DIR = tmp_path / "artifacts"
     qcluster.env["GLASSBOX_ARTIFACTS_DIR"] = str(settings.GLASSBOX_ARTIFACTS_DIR)
-    tool_registry.add_server("testsrv", command=[sys.executable, str(TEST_SERVER)], actor="test")
+    monkeypatch.chdir(tmp_path)  # registration lists the tools with the server in this directory
+    tool_registry.add_server("testsrv", command=["sh", "-c", WRAPPED_SERVER_SCRIPT], actor="test")
     make_agent("researcher")
     tool_registry.grant("researcher", "testsrv:block", actor="test")
     plan = make_plan({"t": ("researcher", [], {"instructions": "Use the block tool."})})
     qcluster.workers = 1
     qcluster.start()
     run = runs.launch(plan)
-    blocking = run_directory(run.pk, create=False) / "blocking.pid"  # written by the server in the call
-    wait_until(lambda: blocking.exists() and blocking.read_text(), 60, "the tool server blocked in its call")
-    server = int(blocking.read_text())
+    directory = run_directory(run.pk, create=False)
+    server = pid_written_to(directory / "blocking.pid")  # written by the server in the call
+    script, helper = pid_written_to(directory / "script.pid"), pid_written_to(directory / "helper.pid")
     worker = Attempt.objects.get(task_run__run=run, state="running").worker
     try:
-        assert not process_ended(server)  # the host's loop thread, which started it, lives on
+        # The host's loop thread, which started the script, lives on; so does the launcher's watcher.
+        assert {script, server, helper} < set(session_members(script))
         os.kill(int(worker.rsplit(":", 1)[1]), signal.SIGKILL)
-        wait_until(lambda: process_ended(server), 15, f"the tool server (pid {server}) to die with its worker")
+        wait_until(lambda: not session_members(script), 15, "every process of the tool server to end")
     finally:
-        if not process_ended(server):
-            os.kill(server, signal.SIGKILL)
+        kill_session(script)
 
 
 def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, make_agent, make_plan):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
 import sys
 from pathlib import Path
 
@@ -12,6 +13,13 @@ from orchestrator.tools import sessions
 from orchestrator.tools.servers import GrantedTool, ServerGrant, ServerSpec, ToolInfo
 
 TEST_SERVER = Path(__file__).with_name("mcp_test_server.py")
+# The test server run by a shell script, as many servers are, with a helper of its own beside it
+# (``sh -c WRAPPED_SERVER_SCRIPT``). In its working directory: the script's pid in script.pid (its
+# session's id: the SDK starts it in a session of its own), the helper's in helper.pid.
+WRAPPED_SERVER_SCRIPT = (
+    "echo $$ > script.pid; sleep 600 & echo $! > helper.pid; "
+    f"{shlex.quote(sys.executable)} {shlex.quote(str(TEST_SERVER))}"
+)
 
 
 def server_spec(name: str = "testsrv", **env: str) -> ServerSpec:

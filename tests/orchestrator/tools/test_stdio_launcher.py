@@ -15,7 +15,8 @@ import pytest
 from orchestrator import parent_death
 from orchestrator.tools import sessions, stdio_launcher
 from orchestrator.tools.servers import ServerSpec
-from tests.conftest import ROOT, process_ended, wait_until
+from tests.conftest import ROOT, kill_session, pid_written_to, process_ended, session_members, wait_until
+from tests.orchestrator.tools.conftest import WRAPPED_SERVER_SCRIPT
 
 pytestmark = pytest.mark.skipif(not parent_death.SUPPORTED, reason="the parent-death signal is Linux's")
 
@@ -143,3 +144,58 @@ def test_without_the_parent_death_signal_the_command_runs_as_it_is(monkeypatch):
         "glassbox-no-such-server",
         ["--x"],
     )
+
+
+# --- What the server starts goes with it (orchestrator/process_group.py) ----------------------------
+
+
+def test_closing_a_session_ends_everything_its_server_started(tmp_path):
+    """The script ends once its server reads the end of its stdin, within the SDK's grace, so the
+    SDK signals nothing: the helper ran on for ever."""
+
+    async def use() -> tuple[int, list[int]]:
+        spec = ServerSpec(name="wrapped", transport="stdio", command="sh", args=("-c", WRAPPED_SERVER_SCRIPT))
+        async with sessions.connect(spec, cwd=tmp_path) as session:
+            result = await session.call_tool("pid", {})
+            server = int(result.content[0].text)
+            return server, session_members(pid_written_to(tmp_path / "script.pid"))
+
+    server, members = asyncio.run(use())
+    script, helper = pid_written_to(tmp_path / "script.pid"), pid_written_to(tmp_path / "helper.pid")
+    try:
+        assert {script, server, helper} < set(members)  # and the launcher's watcher
+        wait_until(lambda: not session_members(script), 15, "every process the server started to end")
+    finally:
+        kill_session(script)
+
+
+# A worker holding a session with the wrapped server, its server blocked in a synchronous call.
+WORKER = """
+import asyncio, sys
+from pathlib import Path
+from orchestrator.tools import sessions
+from orchestrator.tools.servers import ServerSpec
+
+async def work():
+    spec = ServerSpec(name="wrapped", transport="stdio", command="sh", args=("-c", sys.argv[2]))
+    async with sessions.connect(spec, cwd=Path(sys.argv[1])) as session:
+        await session.call_tool("block", {})
+
+asyncio.run(work())
+"""
+
+
+def test_a_sigkilled_worker_leaves_nothing_its_server_started(tmp_path):
+    """The kernel killed the script with its worker; the server it ran, blocked in a call, and its
+    helper ran on, re-parented to PID 1."""
+    worker = subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), WRAPPED_SERVER_SCRIPT], cwd=ROOT)
+    server = pid_written_to(tmp_path / "blocking.pid")
+    script, helper = pid_written_to(tmp_path / "script.pid"), pid_written_to(tmp_path / "helper.pid")
+    try:
+        assert {script, server, helper} < set(session_members(script))  # and the launcher's watcher
+        worker.kill()
+        worker.wait(timeout=30)
+        wait_until(lambda: not session_members(script), 15, "every process of the server's tree to end")
+    finally:
+        worker.kill()
+        kill_session(script)
