@@ -8,15 +8,17 @@ then execs whatever is to lead the group (orchestrator/tools/stdio_launcher.py, 
 Why: a worker killed with SIGKILL closes nothing, and the kernel's parent-death signal
 (orchestrator/parent_death.py) kills the process it was set in, not what that process started.
 A tool server that is a shell script running ``python server.py``, ``npx …``, or one with helpers,
-left those running, re-parented to PID 1. Nothing is told of a SIGKILL but the dead process's
-parent and children, hence a process of its own that watches the leader.
+left those running, re-parented to PID 1. A death is told to the dead process's parent, to
+children that asked (as the server did) and to whoever holds a pidfd of it: hence a watcher that
+holds the leader's.
 
 The watcher is not the leader's child (it is forked twice, the middle process reaped at once),
 so the program the leader execs finds no child it did not start itself; and it leaves the group,
 so that neither its own signals nor the SDK's reach it. It stays in the leader's session, which
-keeps the group's id from being reused while it signals the group. It holds none of the
-caller's standard streams: the end of a pipe is the leader's business alone. A process that
-left the group (``setsid``, a daemon) is not followed, as the SDK does not follow it either.
+(the leader leading that too, as the SDK starts a server) keeps the group's id from being reused
+while it signals the group. It holds none of the caller's standard streams: the end of a pipe is
+the leader's business alone. A process that left the group (``setsid``, a daemon) is not
+followed, as the SDK does not follow it either. The watcher is a forked interpreter, about 10 MB.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ POLL_S = 0.05
 
 
 def end_when_leader_exits() -> bool:
-    """Make this process the leader of its group (if it is not), and have the group ended when it
-    exits, however it exits. Returns False where no watcher can be started (no pidfd)."""
+    """Make this process the leader of its group (if it is not: of a new session), and have the
+    group ended when it exits, however it exits. Returns False where no watcher can be started
+    (no pidfd)."""
     leader = os.getpid()
     if os.getpgrp() != leader:
-        os.setpgid(0, 0)
+        os.setsid()
     try:
         pidfd = os.pidfd_open(leader)
     except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
@@ -64,7 +67,9 @@ def _start_watcher(pidfd: int, group: int) -> NoReturn:
         if watcher == 0:
             try:
                 os.setpgid(0, 0)
-                select.select([pidfd], [], [])  # readable once the leader has exited
+                exited = select.poll()
+                exited.register(pidfd, select.POLLIN)
+                exited.poll()  # readable once the leader has exited
                 end_group(group)
             finally:
                 os._exit(0)
