@@ -291,7 +291,9 @@ def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_age
     limit = ProviderLimit.objects.create(provider="anthropic", model="claude-test", requests_per_minute=100)
     claude_agent(make_agent, "alpha", "testsrv:echo")
     tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
-    run = launch(make_plan, {"a": ("alpha", [], {"timeout_s": 2})})
+    # The timeout also covers starting the tool server (a Python process importing the MCP SDK):
+    # 2 s left no time for the first call on a loaded machine.
+    run = launch(make_plan, {"a": ("alpha", [], {"timeout_s": 4})})
     limit.backoff_until = timezone.now() + timedelta(minutes=5)
     limit.save(update_fields=["backoff_until"])
     run_here(run)
