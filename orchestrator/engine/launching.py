@@ -21,6 +21,7 @@ def launch_document(
     goal: str = "",
     source_name: str | None = None,
     launched_by=None,
+    actor_name: str = "",
 ) -> Run:
     """Validate a YAML or JSON plan document, save it and launch a run of it in one transaction.
 
@@ -35,15 +36,23 @@ def launch_document(
         settings=settings,
         source_name=filename if source_name is None else source_name,
         launched_by=launched_by,
+        actor_name=actor_name,
     )
 
 
 def launch_spec(
-    spec: plans.PlanSpec, *, document: str, settings: RunSettings, source_name: str = "", launched_by=None
+    spec: plans.PlanSpec,
+    *,
+    document: str,
+    settings: RunSettings,
+    source_name: str = "",
+    launched_by=None,
+    actor_name: str = "",
 ) -> Run:
-    """Save a validated plan and launch a run of it in one transaction (see launch_document)."""
+    """Save a validated plan and launch a run of it in one transaction (see launch_document);
+    `actor_name` names who launched it when no user did (`runs.launch`)."""
     with events.atomic():
         plan = plans.save_plan(
             spec, document=document, source=Plan.Source.FILE, source_name=source_name, created_by=launched_by
         )
-        return runs.launch(plan, launched_by=launched_by, **settings.as_dict())
+        return runs.launch(plan, launched_by=launched_by, actor_name=actor_name, **settings.as_dict())

@@ -58,11 +58,14 @@ def launch(
     budget_usd: Decimal | str | None = None,
     failure_policy: str = Run.FailurePolicy.CONTINUE,
     launched_by=None,
+    actor_name: str = "",
     require_plan_approval: bool = False,
 ) -> Run:
     """Start a run of a saved plan (or open its plan checkpoint first), or raise LaunchRefused.
 
     Settings not given are the defaults (`RunSettings`); a run over its budget is refused.
+    `actor_name` names who launched it when no user did (the command line: `cli:<os user>`), as in
+    `pause` and `decide`: the run's `run.created` and `run.started` events say who.
     """
     try:
         chosen = RunSettings.of(
@@ -114,6 +117,7 @@ def launch(
             "run.created",
             run=run,
             user=launched_by,
+            actor_name=actor_name,
             message=f"run of plan {plan.pk} created: cap {cap}, budget ${budget}, policy {failure_policy}",
             payload={
                 "plan": plan.pk,
@@ -133,7 +137,7 @@ def launch(
                 payload={"checkpoint": checkpoint.pk, "kind": Checkpoint.Kind.PLAN, "plan_version": version},
             )
         else:
-            events.record("run.started", run=run, user=launched_by)
+            events.record("run.started", run=run, user=launched_by, actor_name=actor_name)
             scheduler.advance(run.pk)
     return run
 

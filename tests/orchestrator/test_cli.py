@@ -163,6 +163,26 @@ def test_launch_reports_the_run_and_honours_cap_budget_and_policy(demo_agents):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("approval", ["--no-approval", "--approval"])
+def test_the_audit_log_names_who_launched_from_the_command_line(demo_agents, approval):
+    """The run's creation and start said "system", while pause, cancel and approve named `cli:<user>`."""
+    from orchestrator.models import Event
+
+    run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", approval)
+    run = Run.objects.get()
+    launched = Event.objects.filter(run=run, type__in=["run.created", "run.started"]).order_by("seq")
+    expected = ["run.created", "run.started"] if approval == "--no-approval" else ["run.created"]
+    assert [(e.type, e.actor_kind, e.actor_name) for e in launched] == [
+        (event_type, "system", console.cli_actor()) for event_type in expected
+    ]
+    if approval == "--approval":  # started later, by whoever approves the plan
+        checkpoint = run.checkpoints.get()
+        approver = "someone else"
+        runs.decide(checkpoint, approve=True, user=None, actor_name=approver)
+        assert Event.objects.get(run=run, type="run.started").actor_name == approver
+
+
+@pytest.mark.django_db
 def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, priced_limit):
     refused = r"Run not launched: estimated cost \$0\.\d+ is over the budget of \$0\.0010"
     with pytest.raises(CommandError, match=refused):

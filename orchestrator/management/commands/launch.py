@@ -106,7 +106,13 @@ class Command(BaseCommand):
         if check_cluster and not cluster_is_running():
             raise CommandError(NO_CLUSTER_MESSAGE, returncode=NO_CLUSTER_EXIT)
         try:
-            return launching.launch_spec(spec, document=document, settings=settings, source_name=Path(path).name)
+            return launching.launch_spec(
+                spec,
+                document=document,
+                settings=settings,
+                source_name=Path(path).name,
+                actor_name=console.cli_actor(),
+            )
         except plans.PlanValidationError as error:
             raise CommandError(error.report(path), returncode=1) from None
         except runs.ActionError as error:

@@ -104,7 +104,14 @@ class Command(BaseCommand):
 
     def launch(self, plan: Plan, *, cap: int | None, budget, policy: str, approval: bool) -> None:
         try:
-            run = runs.launch(plan, cap=cap, budget_usd=budget, failure_policy=policy, require_plan_approval=approval)
+            run = runs.launch(
+                plan,
+                cap=cap,
+                budget_usd=budget,
+                failure_policy=policy,
+                require_plan_approval=approval,
+                actor_name=console.cli_actor(),
+            )
         except runs.ActionError as error:
             raise CommandError(f"Run not launched: {error}\nThe plan was saved as plan {plan.pk}.") from None
         self.stdout.write(

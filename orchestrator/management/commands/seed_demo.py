@@ -26,6 +26,7 @@ from django.db import transaction
 
 from orchestrator import plans
 from orchestrator.governance import tool_registry
+from orchestrator.management import console
 from orchestrator.models import Agent, Plan, ProviderLimit, ToolGrant, ToolServer
 from orchestrator.wording import counted
 
@@ -42,7 +43,6 @@ EXAMPLE_PLANS = ("research_brief.yaml", "feature_pipeline.yaml", "exploration.ya
 DEMO_TOOL_SERVER = "workspace"
 DEMO_TOOL_COMMAND = (sys.executable, "-m", "orchestrator.tools.demo_server")
 DEMO_TOOL_GRANTS = ("researcher", "writer")
-SEED_ACTOR = "seed_demo"
 SIMULATED_MODEL = "sim-1"
 DEMO_LATENCY = {"latency": {"dist": "lognormal", "median_s": 1.0, "sigma": 0.4}}
 
@@ -281,11 +281,11 @@ class Command(BaseCommand):
         command = list(DEMO_TOOL_COMMAND)
         try:
             if server is None:
-                server = tool_registry.add_server(DEMO_TOOL_SERVER, command=command, actor=SEED_ACTOR)
+                server = tool_registry.add_server(DEMO_TOOL_SERVER, command=command, actor=console.cli_actor())
                 self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: registered ({server.tools.count()} tools)")
             elif [server.command, *server.args] != command:
                 checked = tool_registry.candidate(DEMO_TOOL_SERVER, command=command, existing=server)
-                server = tool_registry.save(checked, actor=SEED_ACTOR)
+                server = tool_registry.save(checked, actor=console.cli_actor())
                 self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: command updated")
             else:
                 self.stdout.write(f"Tool server {DEMO_TOOL_SERVER}: kept as it is")
@@ -293,7 +293,7 @@ class Command(BaseCommand):
             raise CommandError(f"The demo tool server could not be registered: {error}") from None
         for name in DEMO_TOOL_GRANTS:
             if not ToolGrant.objects.filter(agent__name=name, server=server, tool="").exists():
-                tool_registry.grant(name, DEMO_TOOL_SERVER, actor=SEED_ACTOR)
+                tool_registry.grant(name, DEMO_TOOL_SERVER, actor=console.cli_actor())
                 self.stdout.write(f"Tool grant {name} → {DEMO_TOOL_SERVER}: created")
 
     def import_example_plans(self) -> None:

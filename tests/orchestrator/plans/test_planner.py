@@ -14,6 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
+from orchestrator.management import console
 from orchestrator.models import Agent, Checkpoint, Plan, PlannerAttempt, ProviderLimit, Run
 from orchestrator.plans import planner
 from orchestrator.providers.fake_anthropic import Reply
@@ -307,6 +308,16 @@ def test_plan_launch_without_approval_starts_at_once(demo_agents, no_key):
     run = Run.objects.get()
     assert run.status == Run.Status.RUNNING and not run.checkpoints.exists()
     assert f"run_status {run.pk}" in output
+
+
+@pytest.mark.parametrize("approval", [(), ("--no-approval",)])
+def test_plan_launch_names_who_launched_in_the_audit_log(demo_agents, no_key, approval):
+    """`plan --launch` recorded the run's creation and start as "system"."""
+    plan_command("Research the best queue for our workers", "--launch", *approval)
+    run = Run.objects.get()
+    launched = run.events.filter(type__in=["run.created", "run.started"]).order_by("seq")
+    assert [e.type for e in launched] == ["run.created", *(["run.started"] if approval else [])]
+    assert {e.actor_name for e in launched} == {console.cli_actor()}
 
 
 def test_plan_options_need_launch_and_planner_errors_are_one_line(demo_agents, fake_anthropic):
