@@ -462,8 +462,6 @@ class RunProgress(RunTotals):
     status: str
     summary: str
     pending_checkpoints: list[Checkpoint] = Field(default_factory=list)
-    # Attempts of an ended run still stopping (at their next beat): their use is not counted yet.
-    attempts_stopping: int = 0
 
 
 def progress(run: Run) -> RunProgress:

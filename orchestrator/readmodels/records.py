@@ -20,7 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, InstanceOf, PlainSerializer, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
 
@@ -460,8 +460,9 @@ class EventRecord(Record):
 
 
 class RunTotals(Record):
-    """A run's task counts by state and its spend: the API's run totals, and the heart of the
-    engine's RunProgress (which adds what the command line follows: status, checkpoints)."""
+    """A run's task counts by state, its spend and its attempts still stopping: the API's run
+    totals, and the heart of the engine's RunProgress (which adds what the command line follows:
+    status, checkpoints)."""
 
     total: int
     done: int
@@ -479,6 +480,15 @@ class RunTotals(Record):
     cost_usd: Money
     input_tokens: int
     output_tokens: int
+    attempts_stopping: int = Field(
+        description=(
+            "Attempts of an ended run that have not stopped yet: a cancel reaches a running attempt "
+            "at its next heartbeat, which then adds what it used to cost_usd and the tokens. 0 while "
+            "the run goes on (its running tasks say what runs) and once every attempt has stopped. "
+            "Everything is stopped, and the totals final, when the run's status is succeeded, failed, "
+            "cancelled or over_budget and this is 0."
+        )
+    )
 
     @classmethod
     def of(cls, totals: RunTotals) -> RunTotals:

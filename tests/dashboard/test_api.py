@@ -481,13 +481,41 @@ def test_run_totals_are_the_engines_progress_counts(api, two_runs):
     first, _ = two_runs
     totals = api["viewer"].get(f"/runs/{first.pk}").json()["totals"]
     progress = runs.progress(first)
-    expected = progress.model_dump(
-        mode="json", exclude={"run_id", "status", "summary", "pending_checkpoints", "attempts_stopping"}
-    )
+    expected = progress.model_dump(mode="json", exclude={"run_id", "status", "summary", "pending_checkpoints"})
     assert {k: v for k, v in totals.items() if k != "elapsed_s"} == {
         k: v for k, v in expected.items() if k != "elapsed_s"
     }
     assert isinstance(totals["cost_usd"], str)
+
+
+def test_after_a_cancel_the_totals_say_an_attempt_is_still_stopping_until_it_stops(api, two_runs):
+    """A client polling "is everything stopped?" after a cancel saw status "cancelled" while an
+    attempt still ran to its next beat, and no count of it (the totals left attempts_stopping out)."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+
+    first, _ = two_runs
+    launcher = api["launcher"]
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=first).pk, "host:1")
+    running = launcher.get(f"/runs/{first.pk}").json()["totals"]
+    assert (running["running"], running["attempts_stopping"]) == (1, 0)  # a running run's attempt is not stopping
+
+    assert launcher.post(f"/runs/{first.pk}/cancel").json()["run"]["status"] == "cancelled"
+    body = launcher.get(f"/runs/{first.pk}").json()
+    assert body["run"]["status"] == "cancelled" and body["totals"]["attempts_stopping"] == 1
+    assert body["totals"]["input_tokens"] == 0  # what it used is not counted yet
+
+    attempt_ends.cancel_attempt(claim, Usage(input_tokens=300, output_tokens=100))  # its next beat
+    totals = launcher.get(f"/runs/{first.pk}").json()["totals"]
+    assert totals["attempts_stopping"] == 0 and (totals["input_tokens"], totals["output_tokens"]) == (300, 100)
+
+
+def test_the_schema_says_what_attempts_stopping_means(api):
+    totals = api["viewer"].get("/openapi.json").json()["components"]["schemas"]["RunTotals"]
+    assert "attempts_stopping" in totals["required"]
+    description = totals["properties"]["attempts_stopping"]["description"]
+    assert "next heartbeat" in description and "this is 0" in description
 
 
 def test_money_is_text(api, two_runs):
