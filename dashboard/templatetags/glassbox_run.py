@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django import template
 
-from orchestrator.engine import tool_approvals
+from orchestrator.engine import checkpoint_questions, tool_approvals
 from orchestrator.readmodels.log import describe_event
 from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
@@ -27,9 +27,10 @@ def markdown(text):
 
 
 @register.filter
-def tool_call(checkpoint) -> str:
-    """A tool checkpoint in words: "coder wants to call workspace:write_file"."""
-    return tool_approvals.describe(checkpoint)
+def question(checkpoint) -> checkpoint_questions.Question:
+    """What a pending checkpoint asks, in parts (the task's title becomes a link): the command
+    line's and the inbox's words too (engine/checkpoint_questions.py)."""
+    return checkpoint_questions.question(checkpoint)
 
 
 @register.filter

@@ -15,7 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from orchestrator.engine import approvers, runs, tool_approvals
+from orchestrator.engine import approvers, checkpoint_questions, runs, tool_approvals
 from orchestrator.models import Checkpoint, TaskRun
 from orchestrator.readmodels import checkpoints as run_checkpoints
 
@@ -67,15 +67,8 @@ class Approval:
 
     @property
     def ask(self) -> str:
-        checkpoint = self.checkpoint
-        if checkpoint.kind == Checkpoint.Kind.PLAN:
-            return "Approve the plan before anything runs"
-        subtask = self.task.subtask
-        if checkpoint.kind == Checkpoint.Kind.BEFORE:
-            return f"May “{subtask.title}” start?"
-        if checkpoint.kind == Checkpoint.Kind.TOOL:
-            return f"{tool_approvals.describe(checkpoint)} with these arguments"
-        return f"Review the output of “{subtask.title}”"
+        """What the checkpoint asks, in the run page's and the command line's words."""
+        return checkpoint_questions.question(self.checkpoint).text()
 
     @property
     def excerpt_label(self) -> str:

@@ -20,7 +20,7 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from orchestrator import wording
-from orchestrator.engine import runs, tool_approvals
+from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.tasks import outcome_text
@@ -121,18 +121,16 @@ TOOL_ARGUMENTS_WIDTH = 160
 
 
 def checkpoint_target(checkpoint: Checkpoint) -> str:
-    """What a checkpoint asks, in the run page's words for a tool call (engine/tool_approvals)."""
-    if checkpoint.kind == Checkpoint.Kind.PLAN:
-        return "plan approval"
+    """What a checkpoint asks, in the run page's words (engine/checkpoint_questions), then the key
+    of its task; a tool call with its arguments on one line, shortened: enough to see what the
+    call would do."""
     task = checkpoint.task_run
     if task is None:
-        raise ValueError(f"checkpoint {checkpoint.pk} ({checkpoint.kind}) has no task to name")
+        return checkpoint_questions.question(checkpoint).text()
     if checkpoint.kind == Checkpoint.Kind.TOOL:
-        # The arguments on one line, shortened: enough to see what the call would do.
         arguments = shorten(tool_approvals.arguments_json(checkpoint), TOOL_ARGUMENTS_WIDTH)
         return f'{tool_approvals.describe(checkpoint)} with {arguments} (task "{task.subtask.key}")'
-    where = "before" if checkpoint.kind == Checkpoint.Kind.BEFORE else "review after"
-    return f'{where} "{task.subtask.key}" ({task.subtask.title})'
+    return f'{checkpoint_questions.question(checkpoint).text()} (task "{task.subtask.key}")'
 
 
 def decide_hint(checkpoint_id: int) -> str:
@@ -141,7 +139,7 @@ def decide_hint(checkpoint_id: int) -> str:
 
 def checkpoint_line(checkpoint: Checkpoint) -> str:
     """One pending checkpoint and the commands that decide it."""
-    return f"Checkpoint {checkpoint.pk} waits: {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
+    return f"Checkpoint {checkpoint.pk} waits — {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
 
 
 UNDER_WAY = ("running", "queued", "ready", "throttled", "waiting", "pending")

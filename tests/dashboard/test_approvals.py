@@ -109,7 +109,7 @@ def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(
     assert [item.checkpoint.pk for item in items] == [plan_cp.pk, gate.pk]
     assert items[0].ask == "Approve the plan before anything runs"
     assert items[0].waited.startswith("12 min")
-    assert items[1].ask == "May “Publish” start?"
+    assert items[1].ask == "Gate: may “Publish” start?"  # as the run page and the command line ask it
     assert items[1].excerpt == "Publish <b>it</b>"
     html = response.text
     assert "<p>Publish <b>it</b></p>" in html  # instructions and output are shown as sanitised Markdown
@@ -310,7 +310,7 @@ def test_a_tool_call_is_shown_with_its_tool_and_arguments(client, personas, tool
     run, checkpoint = tool_checkpoint
     client.force_login(personas["approver"])
     inbox = client.get("/approvals/").text
-    assert "coder wants to call workspace:write_file with these arguments" in inbox
+    assert "coder wants to call workspace:write_file — may it?" in inbox
     assert "notes/a.md" in inbox and "<b>hi</b>" not in inbox  # shown as text, never as HTML
     assert "tool call awaiting approval" in inbox
     page = client.get(f"/runs/{run.pk}/").text

@@ -316,6 +316,34 @@ def test_pending_review_is_shown_with_approve_and_reject(login, personas, brief,
     assert "<strong>brief</strong>" in html  # the output under review, as sanitised Markdown
 
 
+def asks(html: str) -> dict[str, str]:
+    """Each checkpoint card's question as a person reads it, by checkpoint id."""
+    from html import unescape
+
+    from django.utils.html import strip_tags
+
+    cards = re.findall(r'id="checkpoint-(\d+)".*?<p class="ask">(.*?)</p>', html, re.S)
+    return {pk: unescape(strip_tags(ask)) for pk, ask in cards}
+
+
+def test_a_review_and_a_gate_ask_in_the_engines_words_with_the_task_linked(login, personas, brief, review, make_plan):
+    """The card's question is engine/checkpoint_questions' (the inbox's and the command line's
+    too), the task's title a link to its panel."""
+    from orchestrator.engine.checkpoint_questions import question
+
+    html = login(personas["approver"]).get(url("run_detail", brief)).content.decode()
+    write = review.task_run
+    assert asks(html)[str(review.pk)] == "Review the output of Write"
+    assert question(review).text() == "Review the output of “Write”"
+    link = f'<a href="{url("run_task", brief, write.pk)}" class="task-link" data-task="{write.pk}">Write</a>'
+    assert f'<p class="ask">Review the output of {link}</p>' in html
+
+    gated = runs.launch(make_plan({"ship": ("writer", [], {"gate": "before"})}), cap=1, budget_usd="5")
+    gate = gated.checkpoints.get()
+    html = login(personas["approver"]).get(url("run_detail", gated)).content.decode()
+    assert asks(html)[str(gate.pk)] == "Gate: may Ship start?" and question(gate).text() == "Gate: may “Ship” start?"
+
+
 def test_reject_needs_a_comment(login, personas, brief, review):
     client = login(personas["approver"])
     response = client.post(

@@ -266,7 +266,7 @@ def test_reject_with_a_comment_skips_the_gated_task(gated_run):
 def test_approve_opens_the_gate_and_cannot_decide_twice(gated_run):
     run, checkpoint = gated_run
     out, _ = run_command("approve", str(checkpoint.pk), "--comment", "looks right")
-    assert f'Approved checkpoint {checkpoint.pk}: before "design"' in out
+    assert f'Approved checkpoint {checkpoint.pk} of run {run.pk}: Gate: may “Design” start? (task "design")' in out
     checkpoint.refresh_from_db()
     assert checkpoint.status == Checkpoint.Status.APPROVED and checkpoint.comment == "looks right"
     assert run.tasks.get(subtask__key="design").state != TaskRun.State.WAITING_GATE
@@ -445,7 +445,7 @@ def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
     assert rows["design"][1:4] == ["architect", "waiting_gate", "0"]
     assert rows["build"][1:4] == ["coder", "pending", "0"]
     assert "Pending checkpoints:" in out
-    assert f'Checkpoint {checkpoint.pk} waits: before "design"' in out
+    assert f'Checkpoint {checkpoint.pk} waits — Gate: may “Design” start? (task "design")' in out
     assert f"python manage.py approve {checkpoint.pk}" in out
 
 
@@ -473,7 +473,9 @@ def test_a_tool_call_checkpoint_is_named_as_the_page_names_it_with_its_arguments
     assert "review after" not in line and '(task "build")' in line
     assert len(line) < 400  # the 400-character argument shortened
     out, _ = run_command("reject", str(checkpoint.pk), "--comment", "no drafts")
-    assert out.startswith(f"Rejected checkpoint {checkpoint.pk}: coder wants to call workspace:write_file with {{")
+    assert out.startswith(
+        f"Rejected checkpoint {checkpoint.pk} of run {run.pk}: coder wants to call workspace:write_file with {{"
+    )
 
 
 @pytest.mark.django_db
@@ -510,14 +512,34 @@ def test_approve_acts_as_no_user_so_the_launcher_may_approve_from_the_command_li
 
 
 @pytest.mark.django_db
-def test_plan_gate_and_review_checkpoints_are_named_by_kind(gated_run):
+def test_plan_gate_and_review_checkpoints_ask_in_the_run_pages_words(gated_run):
+    """The command line said 'before "design" (Design)' and 'review after "build" (Build)' for what
+    the run page asks as "Gate: may Design start?" and "Review the output of Build"."""
+    from orchestrator.engine.checkpoint_questions import question
+
     run, gate = gated_run
-    task = gate.task_run
     review = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="build"), kind="after")
     plan = Checkpoint(run=run, kind="plan")
-    assert console.checkpoint_target(gate) == f'before "design" ({task.subtask.title})'
-    assert console.checkpoint_target(review) == f'review after "build" ({review.task_run.subtask.title})'
-    assert console.checkpoint_target(plan) == "plan approval"
+    assert console.checkpoint_target(gate) == 'Gate: may “Design” start? (task "design")'
+    assert console.checkpoint_target(review) == 'Review the output of “Build” (task "build")'
+    assert console.checkpoint_target(plan) == "Approve the plan before anything runs"
+    for checkpoint in (gate, review, plan):
+        assert console.checkpoint_target(checkpoint).startswith(question(checkpoint).text())
+    out, _ = run_command("run_status", str(run.pk))
+    assert f'  Checkpoint {gate.pk} waits — Gate: may “Design” start? (task "design"). Decide: ' in out
+    out, _ = run_command("approve", str(gate.pk))
+    assert out == f'Approved checkpoint {gate.pk} of run {run.pk}: Gate: may “Design” start? (task "design")\n'
+
+
+@pytest.mark.django_db
+def test_approving_a_plan_names_the_version_approved(demo_agents, make_plan):
+    run = runs.launch(make_plan({"only": ("writer", [])}), require_plan_approval=True)
+    checkpoint = run.checkpoints.get()
+    out, _ = run_command("approve", str(checkpoint.pk))
+    assert out == (
+        f"Approved checkpoint {checkpoint.pk} of run {run.pk}: Approve the plan before anything runs "
+        f"(plan version {checkpoint.plan_version})\n"
+    )
 
 
 @pytest.mark.django_db

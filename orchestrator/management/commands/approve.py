@@ -16,7 +16,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, checkpoint, comment, **options):
         decided = console.decide_checkpoint(checkpoint, approve=True, comment=comment)
-        version = f", plan version {decided.plan_version}" if decided.plan_version else ""
+        version = f" (plan version {decided.plan_version})" if decided.plan_version else ""
         self.stdout.write(
-            f"Approved checkpoint {decided.pk}: {console.checkpoint_target(decided)} (run {decided.run_id}{version})."
+            f"Approved checkpoint {decided.pk} of run {decided.run_id}: {console.checkpoint_target(decided)}{version}"
         )

@@ -17,5 +17,5 @@ class Command(BaseCommand):
     def handle(self, *args, checkpoint, comment, **options):
         decided = console.decide_checkpoint(checkpoint, approve=False, comment=comment)
         self.stdout.write(
-            f"Rejected checkpoint {decided.pk}: {console.checkpoint_target(decided)} (run {decided.run_id})."
+            f"Rejected checkpoint {decided.pk} of run {decided.run_id}: {console.checkpoint_target(decided)}"
         )
