@@ -142,7 +142,7 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(runs.ActionError)
     def action_refused(request, exc):
-        return respond(api, request, 409, "action_refused", str(exc)[:1].upper() + str(exc)[1:])
+        return respond(api, request, 409, "action_refused", exc.sentence)
 
     @api.exception_handler(RequestDataTooBig)
     def too_large(request, exc):

@@ -28,6 +28,13 @@ State = TaskRun.State
 class ActionError(Exception):
     """An action that cannot be taken now; the message says why, for people."""
 
+    @property
+    def sentence(self) -> str:
+        """The message as it is shown on its own (the API's error, the command line's): capitalised,
+        "Run 3 already ended (succeeded): it cannot be paused"."""
+        message = str(self)
+        return message[:1].upper() + message[1:]
+
 
 class LaunchRefused(ActionError):
     pass
@@ -149,6 +156,8 @@ def _change_status(run: Run, allowed: str, new: str, verb: str, *, user, actor_n
     """Move a run from `allowed` to `new`, recorded as the event `run.<verb>`."""
     with events.atomic():
         locked = scheduler.lock_run(run.pk)
+        if locked.is_finished:  # not "run 3 is succeeded"
+            raise ActionError(f"{already_ended(locked)}: it cannot be {verb}")
         if locked.status != allowed:
             raise ActionError(f"run {run.pk} is {locked.get_status_display().lower()}: it cannot be {verb}")
         transitions.move(locked, new)
@@ -156,6 +165,11 @@ def _change_status(run: Run, allowed: str, new: str, verb: str, *, user, actor_n
     scheduler.advance(run.pk)
     run.refresh_from_db()
     return run
+
+
+def already_ended(run: Run) -> str:
+    """ "run 3 already ended (succeeded)": why nothing can be done to an ended run."""
+    return f"run {run.pk} already ended ({run.get_status_display().lower()})"
 
 
 def pause(run: Run, *, user=None, actor_name: str = "") -> Run:
@@ -174,7 +188,7 @@ def cancel(run: Run, *, user=None, actor_name: str = "") -> Run:
     with events.atomic():
         locked = scheduler.lock_run(run.pk)
         if locked.is_finished:
-            raise ActionError(f"run {run.pk} already ended ({locked.get_status_display().lower()})")
+            raise ActionError(already_ended(locked))
         for task in locked.tasks.exclude(state__in=TaskRun.TERMINAL).select_related("agent"):
             transitions.move(task, State.CANCELLED, error="run cancelled", finished_at=now)
             events.record(
@@ -260,7 +274,7 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
         if task.is_terminal and task.state != State.FAILED:
             raise ActionError(f"task {task.key} already ended ({task.get_state_display().lower()})")
         if run.is_finished and run.status != Run.Status.FAILED:
-            raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
+            raise ActionError(already_ended(run))
         why = reason or f"skipped by {user.get_username() if user else 'the command line'}"
         transitions.move(
             task,
@@ -341,9 +355,10 @@ def decide(
         run = scheduler.lock_run(checkpoint.run_id)
         checkpoint = Checkpoint.objects.select_related("task_run__subtask", "task_run__agent").get(pk=checkpoint.pk)
         if checkpoint.status != Checkpoint.Status.PENDING:
-            raise ActionError(f"checkpoint {checkpoint.pk} was already {checkpoint.status}")
+            by = f" by {checkpoint.decider}" if checkpoint.decider else ""
+            raise ActionError(f"checkpoint {checkpoint.pk} was already {checkpoint.outcome}{by}")
         if run.is_finished:
-            raise ActionError(f"run {run.pk} already ended ({run.get_status_display().lower()})")
+            raise ActionError(already_ended(run))
         if checkpoint.kind == Checkpoint.Kind.PLAN:
             current = plans.plan_version(run.plan)
             if approve and plan_version and plan_version != current:

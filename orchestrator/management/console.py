@@ -58,7 +58,7 @@ def run_action(action: Callable[..., Any], run_id: int) -> Run:
     try:
         action(run, user=None, actor_name=cli_actor())
     except runs.ActionError as error:
-        raise CommandError(str(error)) from None
+        raise CommandError(error.sentence) from None
     run.refresh_from_db()
     return run
 
@@ -70,7 +70,7 @@ def decide_checkpoint(checkpoint_id: int, *, approve: bool, comment: str) -> Che
         # As no user (separation of duties has no one to compare), named as the command line.
         return runs.decide(checkpoint, approve=approve, user=None, actor_name=cli_actor(), comment=comment)
     except runs.ActionError as error:
-        raise CommandError(str(error)) from None
+        raise CommandError(error.sentence) from None
 
 
 # --- Formatting ----------------------------------------------------------------------------------
@@ -92,6 +92,17 @@ def duration(seconds: float | None) -> str:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def not_started(run: Run) -> str:
+    """What a run that has not started says instead of its elapsed time, as the run page says it:
+    "not started (waits for the plan's approval)", "never started" (ended before it started);
+    "" once it has started."""
+    if run.started_at is not None:
+        return ""
+    if run.status == Run.Status.AWAITING_APPROVAL:
+        return "not started (waits for the plan's approval)"
+    return "never started"
 
 
 def timestamp(moment) -> str:
@@ -204,14 +215,14 @@ def watch(
     bar = None
     ended_at = None
     draws_bar = bar_stream is not None and bar_stream.isatty()
-    last_line = None
+    last_line: tuple[str, str] | None = None
     try:
         while True:
             current = runs.progress(run)  # re-reads the run
-            tasks = progress_counts(current)
-            counts = f"{tasks}, elapsed {duration(current.elapsed_s)}"
-            if bar_stream is not None and not draws_bar and tasks != last_line:
-                last_line = tasks
+            tasks, waiting = progress_counts(current), not_started(run)
+            counts = f"{tasks}, {waiting or f'elapsed {duration(current.elapsed_s)}'}"
+            if bar_stream is not None and not draws_bar and (tasks, waiting) != last_line:
+                last_line = (tasks, waiting)
                 write_line(bar_stream, f"Run {run.pk}: {counts}")
             if bar is None and draws_bar:
                 bar = tqdm(

@@ -320,7 +320,9 @@ def test_deciding_twice_is_a_conflict(api, personas, make_plan):
     checkpoint = run.checkpoints.get()
     api["approver"].post(f"/checkpoints/{checkpoint.pk}/reject", {"comment": "no"})
     again = api["approver"].post(f"/checkpoints/{checkpoint.pk}/approve")
-    assert again.status_code == 409 and error(again)["message"] == f"Checkpoint {checkpoint.pk} was already rejected"
+    assert again.status_code == 409 and error(again)["message"] == (
+        f"Checkpoint {checkpoint.pk} was already rejected by approver"
+    )
 
 
 # --- Events and agents ---------------------------------------------------------------------------

@@ -246,7 +246,7 @@ def test_reject_requires_a_comment(gated_run):
     _, checkpoint = gated_run
     with pytest.raises(CommandError, match="--comment"):
         run_command("reject", str(checkpoint.pk))
-    with pytest.raises(CommandError, match="a comment is required to reject"):
+    with pytest.raises(CommandError, match="^A comment is required to reject: say what is wrong$"):
         run_command("reject", str(checkpoint.pk), "--comment", "   ")
     checkpoint.refresh_from_db()
     assert checkpoint.status == Checkpoint.Status.PENDING
@@ -563,6 +563,119 @@ def test_pause_resume_cancel(gated_run):
     assert {e.actor_name for e in done_here} == {console.cli_actor()} and done_here.count() == 4
     run.refresh_from_db()
     assert run.summary == f"cancelled by {console.cli_actor()}"
+
+
+# --- what a newcomer meets: each state of a run, refusals in sentences ----------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", ["pause", "resume", "cancel"])
+def test_a_control_on_an_ended_run_says_it_ended_in_a_sentence(demo_agents, make_plan, command):
+    """`pause` on a finished run said "run 3 is succeeded: it cannot be paused" (and the API capitalised
+    its refusals, the command line not)."""
+    run = runs.launch(make_plan({"only": ("writer", [])}))
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED)
+    with pytest.raises(CommandError) as refused:
+        run_command(command, str(run.pk))
+    verb = {"pause": "paused", "resume": "resumed", "cancel": ""}[command]
+    assert str(refused.value) == f"Run {run.pk} already ended (succeeded)" + (f": it cannot be {verb}" if verb else "")
+
+
+@pytest.mark.django_db
+def test_a_control_that_does_not_fit_the_state_is_a_capitalised_sentence(gated_run):
+    run, _ = gated_run
+    with pytest.raises(CommandError) as refused:
+        run_command("resume", str(run.pk))
+    assert str(refused.value) == f"Run {run.pk} is running: it cannot be resumed"
+
+
+@pytest.mark.django_db
+def test_deciding_a_decided_checkpoint_says_who_decided_it(gated_run):
+    """It said "checkpoint 3 was already rejected", naming no one."""
+    run, gate = gated_run
+    run_command("reject", str(gate.pk), "--comment", "not now")
+    with pytest.raises(CommandError) as refused:
+        run_command("approve", str(gate.pk))
+    assert str(refused.value) == f"Checkpoint {gate.pk} was already rejected by {console.cli_actor()}"
+
+
+@pytest.mark.django_db
+def test_deciding_a_checkpoint_closed_by_a_cancel_says_why_it_closed(demo_agents, make_plan):
+    """It said "checkpoint 1 was already closed": closed by whom, or why?"""
+    run = runs.launch(make_plan({"only": ("writer", [])}), require_plan_approval=True)
+    run_command("cancel", str(run.pk))
+    with pytest.raises(CommandError) as refused:
+        run_command("approve", str(run.checkpoints.get().pk))
+    assert str(refused.value) == (
+        f"Checkpoint {run.checkpoints.get().pk} was already closed without a decision: the run was cancelled"
+    )
+
+
+@pytest.mark.django_db
+def test_a_run_that_has_not_started_says_so_instead_of_an_elapsed_time(demo_agents, make_plan):
+    """run_status said "Elapsed:  0.0s" for a run waiting for its plan's approval, and for one
+    cancelled before it started, where the run page says "not started" and "never started"."""
+    run = runs.launch(make_plan({"only": ("writer", [])}), require_plan_approval=True)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "Elapsed:  not started (waits for the plan's approval)   cost $0.00" in out
+    run_command("cancel", str(run.pk))
+    out, _ = run_command("run_status", str(run.pk))
+    assert "Elapsed:  never started   cost $0.00" in out and "0.0s" not in out
+    final = console.watch(run, messages=StringIO(), bar_stream=StringIO(), poll_s=0)
+    assert final.status == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_watch_of_a_run_waiting_for_approval_says_it_has_not_started(demo_agents, make_plan, monkeypatch):
+    """The bar said "elapsed 0.0s" while the plan waited for its approval."""
+    import time as time_module
+
+    run = runs.launch(make_plan({"only": ("writer", [])}), require_plan_approval=True)
+
+    def cancel_while_watching(seconds):  # the watch's first look is drawn; then someone cancels
+        monkeypatch.setattr(time_module, "sleep", lambda s: None)
+        runs.cancel(run)
+
+    monkeypatch.setattr(time_module, "sleep", cancel_while_watching)
+    bar = StringIO()
+    console.watch(run, messages=StringIO(), bar_stream=bar, poll_s=0)
+    drawn = bar.getvalue().replace("\r", "\n")
+    assert "0 of 1 succeeded · 1 pending, not started (waits for the plan's approval)" in drawn
+    assert drawn.strip().splitlines()[-1].endswith("0 of 1 succeeded · 1 cancelled, never started")
+    assert "elapsed" not in drawn
+
+
+@pytest.mark.django_db
+def test_pause_says_what_goes_on_and_how_to_resume(demo_agents, make_plan):
+    """A pause holds back what is not admitted yet; what is running or queued goes on."""
+    run = runs.launch(make_plan({"a": ("writer", []), "b": ("writer", []), "c": ("writer", ["a"])}), cap=4)
+    assert run.tasks.filter(state=TaskRun.State.QUEUED).count() == 2
+    out, _ = run_command("pause", str(run.pk))
+    assert out == (
+        f"Run {run.pk} paused; status is now paused. No task is admitted until "
+        f"`python manage.py resume {run.pk}`; 2 tasks already admitted go on to the end.\n"
+    )
+
+
+@pytest.mark.django_db
+def test_cancel_says_an_attempt_is_still_stopping_and_its_cost_not_final(demo_agents, make_plan):
+    """`cancel` said "status is now cancelled" while an attempt ran on to its next heartbeat, whose
+    use the run's cost did not hold yet."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+
+    run = runs.launch(make_plan({"a": ("writer", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    out, _ = run_command("cancel", str(run.pk))
+    assert out == (
+        f"Run {run.pk} cancelled; status is now cancelled. 1 attempt still stopping: not counted yet; "
+        f"`python manage.py run_status {run.pk}` shows the final cost once it has stopped.\n"
+    )
+    attempt_ends.cancel_attempt(claim, Usage(input_tokens=300, output_tokens=100))
+    other = runs.launch(make_plan({"b": ("writer", [])}))
+    out, _ = run_command("cancel", str(other.pk))
+    assert out == f"Run {other.pk} cancelled; status is now cancelled.\n"  # nothing was running
 
 
 # --- end to end ------------------------------------------------------------------------------

@@ -1,4 +1,8 @@
-"""`python manage.py cancel RUN`: stop admitting tasks and cancel running ones at their next heartbeat."""
+"""`python manage.py cancel RUN`: stop admitting tasks and cancel running ones at their next heartbeat.
+
+The run ends at once; an attempt still running stops at its next heartbeat and only then adds
+what it used to the run's cost, so the command says how many are still stopping.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
+from orchestrator.readmodels.totals import attempts_stopping, stopping_text
 
 
 class Command(BaseCommand):
@@ -16,4 +21,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, run, **options):
         changed = console.run_action(runs.cancel, run)
-        self.stdout.write(f"Run {changed.pk} cancelled; status is now {changed.status}.")
+        line = f"Run {changed.pk} cancelled; status is now {changed.status}."
+        stopping = attempts_stopping(changed)
+        if stopping:
+            # Their use is added to the run's cost at their next heartbeat: the cost is not final yet.
+            line += (
+                f" {stopping_text(stopping)}; `{console.MANAGE} run_status {changed.pk}` shows the final cost "
+                f"once {'it has' if stopping == 1 else 'they have'} stopped."
+            )
+        self.stdout.write(line)
