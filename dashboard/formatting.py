@@ -21,25 +21,9 @@ EM_DASH = "—"
 
 
 def format_duration(seconds: float | None) -> str:
-    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown.
-
-    Rounding is Python's (half to even: 12.5 s shows as "12 s"); format.js does the same.
-    """
-    if seconds is None:
-        return EM_DASH
-    if seconds < 10:
-        return f"{max(0.0, seconds):.1f} s"
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, secs = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {secs:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
+    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown. The rules live in
+    orchestrator/wording.py, which the engine's and the read models' sentences use too."""
+    return wording.duration(seconds)
 
 
 def format_tokens(count: int | None) -> str:
@@ -56,6 +40,17 @@ def format_usd(amount) -> str:
     """$0.00, $0.0050 (half a cent: never rounded to zero), $0.0649, $12.35, $1,234.50; an em dash
     when not a number. The rules live in orchestrator/wording.py, which the engine's sentences use too."""
     return wording.usd(amount)
+
+
+def format_earlier_spend(attempts: int, tokens: int, cost) -> str:
+    """What a task's attempts before its last re-run spent, which its row and panel keep apart
+    from this start's tokens and cost: "before the re-run: 1 attempt, 1,234 tokens, $0.0040"
+    ("" for a task never re-run after an attempt)."""
+    if not attempts:
+        return ""
+    return (
+        f"before the re-run: {wording.counted(attempts, 'attempt')}, {format_tokens(tokens)} tokens, {format_usd(cost)}"
+    )
 
 
 # Where an identifier may wrap: after each separator of its words ("probe_11_19", "task.progress").

@@ -301,6 +301,12 @@ class Run(models.Model):
     estimate_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     peak_running = models.PositiveIntegerField(default=0)
     summary = models.TextField(blank=True, help_text="How the run ended, in words")
+    # Time in which nothing could start, so that its elapsed time can say how much of it was: when
+    # the pause now under way began, the seconds of the pauses that ended, and the seconds it lay
+    # ended before a person reopened it (a retry, a skip, a re-run). engine/transitions.py keeps them.
+    paused_at = models.DateTimeField(null=True, blank=True)
+    paused_s = models.FloatField(default=0.0)
+    ended_s = models.FloatField(default=0.0)
 
     class Meta:
         ordering = ["-created_at"]
@@ -381,6 +387,11 @@ class TaskRun(models.Model):
     output_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     attempt_count = models.PositiveIntegerField(default=0)
+    # What the attempts before the task's last re-run spent (engine/reruns.py): still counted in
+    # the totals above and the run's, but not this start's, so the task's row can tell them apart.
+    earlier_attempts = models.PositiveIntegerField(default=0)
+    earlier_tokens = models.PositiveBigIntegerField(default=0)
+    earlier_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     # Failures that were the task's own fault (not a provider-wide 429/529): the retry budget.
     fault_count = models.PositiveIntegerField(default=0)
     # A skip that downstream tasks inherit (upstream failed or was rejected), unlike a person's

@@ -1,13 +1,15 @@
-"""Money and counts in words: the one place their rules live, for every layer.
+"""Money, counts and durations in words: the one place their rules live, for every layer.
 
 The engine writes sentences people read (a refused launch, a run's summary, a budget stop) and
-the dashboard renders pages (dashboard/formatting.py re-exports `usd`), so the rules sit at the
+the dashboard renders pages (dashboard/formatting.py re-exports `usd` and `duration`), so the rules sit at the
 bottom of the stack where both may use them:
 
 - `usd`: never rounds a real amount to zero. Under a cent it keeps two significant digits
   ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
   thousands separators ($1,234.50). Zero is $0.00.
 - `counted`: "1 task", "2 tasks", "0 tasks".
+- `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
+  static/dashboard/run/format.js).
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
   a non-zero amount ("<1%") nor 100% before the whole is reached (99%).
 - `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
@@ -50,6 +52,28 @@ def usd(amount) -> str:
         # Two significant digits, at least four decimals: 0.005 → 0.0050, 0.000012 → 0.000012.
         places = min(6, max(4, -size.adjusted() + 1))
     return f"{sign}${size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)}"
+
+
+def duration(seconds: float | None) -> str:
+    """0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown.
+
+    Rounding is Python's (half to even: 12.5 s shows as "12 s"); format.js does the same.
+    """
+    if seconds is None:
+        return EM_DASH
+    if seconds < 10:
+        return f"{max(0.0, seconds):.1f} s"
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, secs = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
 
 def counted(count: int, singular: str, plural: str | None = None) -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 from urllib.parse import quote
@@ -156,6 +157,21 @@ def artifacts_dir(tmp_path, settings) -> Path:
     """The runs' working directories (and kept tool results) under this test's own folder."""
     settings.GLASSBOX_ARTIFACTS_DIR = tmp_path / "artifacts"
     return settings.GLASSBOX_ARTIFACTS_DIR
+
+
+@pytest.fixture
+def stopped_clock(monkeypatch):
+    """`timezone.now` stopped, moved on only by hand (`stopped_clock(600)`: ten minutes later), so
+    that what a duration reads is exact, whatever the machine's load."""
+    from django.utils import timezone
+
+    now = [timezone.now()]
+    monkeypatch.setattr(timezone, "now", lambda: now[0])
+
+    def move_on(seconds: float) -> None:
+        now[0] += timedelta(seconds=seconds)
+
+    return move_on
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django import template
 
-from ..formatting import format_duration, format_tokens, format_usd, wrap_between_words
+from ..formatting import format_duration, format_earlier_spend, format_tokens, format_usd, wrap_between_words
 
 register = template.Library()
 
@@ -34,3 +34,9 @@ def tokens(value) -> str:
 def wrappable(identifier) -> str:
     """A task key or an event type that wraps only between its words ("probe_11_<wbr>19")."""
     return wrap_between_words(identifier)
+
+
+@register.filter
+def earlier_spend(view) -> str:
+    """A task view's spend before its last re-run, in words ("" when it was not re-run)."""
+    return format_earlier_spend(view.earlier_attempts, view.earlier_tokens, view.earlier_cost_usd)

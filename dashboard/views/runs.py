@@ -14,6 +14,7 @@ from django.utils import timezone
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, counts_by_run, state_strip
+from orchestrator.readmodels.totals import run_idle_text
 from orchestrator.wording import counted
 
 from ..formatting import format_duration
@@ -39,6 +40,7 @@ class RunRow:
     failed: int
     pending_checkpoints: int
     elapsed: str
+    idle: str  # how much of the elapsed time nothing could start ("57 s of it paused"), or ""
     states: dict[str, int] = field(default_factory=dict)  # tasks by state
 
     @property
@@ -102,6 +104,7 @@ def run_rows(runs) -> list[RunRow]:
                 failed=run.n_failed,
                 pending_checkpoints=run.n_pending_checkpoints,
                 elapsed=elapsed,
+                idle=run_idle_text(run),
                 states=states.get(run.pk, {}),
             )
         )

@@ -5,7 +5,9 @@
 - `rerun_from(task)`: a finished or failed task and everything below it in the DAG start over
   in the same run; the tasks above keep their results, so their summaries feed the new attempts.
   Outputs being cleared are first kept on the attempt that produced them (`Attempt.output`), so
-  a re-run never loses an earlier answer. Tokens and cost already spent stay counted.
+  a re-run never loses an earlier answer. Tokens and cost already spent stay counted (the task's
+  and the run's), and the task keeps them apart as spent before the re-run (`earlier_*`), so that
+  its row shows what this start spends.
 
 Both check the state and write their events in one transaction under the run's lock, like
 every action of `runs`.
@@ -76,10 +78,19 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
         resets.sort(key=lambda t: t.pk != task.pk)  # the task first, then its downstream in plan order
         keep_outputs(resets)
         for reset in resets:
-            if reset.state != State.PENDING:
+            # What it spent so far stays in its totals and the run's, set apart as before the re-run.
+            spent = {
+                "earlier_attempts": reset.attempt_count,
+                "earlier_tokens": reset.input_tokens + reset.output_tokens,
+                "earlier_cost_usd": reset.cost_usd,
+            }
+            if reset.state == State.PENDING:
+                TaskRun.objects.filter(pk=reset.pk).update(**spent)
+            else:
                 transitions.move(
                     reset,
                     State.PENDING,
+                    **spent,
                     output="",
                     summary="",
                     error="",

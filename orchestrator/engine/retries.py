@@ -92,8 +92,10 @@ def schedule_retry_or_fail(
             payload={"attempt": task.attempt_count, "error": message[:500], "delay_s": round(delay, 3)},
         )
         return "retry scheduled"
-    # Appended, not bracketed: a provider's message often ends in brackets of its own.
-    reason = message if not retryable else f"{message}, after {wording.counted(task.attempt_count, 'attempt')}"
+    # Appended, not bracketed: a provider's message often ends in brackets of its own. The
+    # attempts are this start's: those before a re-run are the row's own line (engine/reruns.py).
+    attempts = task.attempt_count - task.earlier_attempts
+    reason = message if not retryable else f"{message}, after {wording.counted(attempts, 'attempt')}"
     transitions.move(
         task,
         State.FAILED,

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.utils import timezone
+
 from orchestrator import sql
 from orchestrator.models import Run, TaskRun
 
@@ -113,10 +115,27 @@ def move(obj: TaskRun | Run, new: str, **fields) -> None:
         raise IllegalTransition(_describe(obj), old, new)
     if isinstance(obj, TaskRun) and (obj.wait_reason or obj.wait_code):
         fields = _without_stale_wait(new, fields)
+    if isinstance(obj, Run):
+        fields = {**_pause_clock(obj, old, new), **fields}
     setattr(obj, attribute, new)
     for name, value in fields.items():
         setattr(obj, name, value)
     obj.save(update_fields=[attribute, *fields])
+
+
+def _pause_clock(run: Run, old: str, new: str) -> dict:
+    """A run's time in which nothing could start, kept by every move: a pause starts its clock,
+    whatever ends it (resume, cancel, the last running task ending) adds what it lasted to
+    `paused_s`, and a reopening (a person's retry, skip or re-run of an ended run) adds the time
+    since its end to `ended_s`."""
+    now = timezone.now()
+    if new == Status.PAUSED and old != Status.PAUSED:
+        return {"paused_at": now}
+    if old == Status.PAUSED and new != Status.PAUSED and run.paused_at is not None:
+        return {"paused_at": None, "paused_s": run.paused_s + (now - run.paused_at).total_seconds()}
+    if old in Run.FINISHED and new not in Run.FINISHED and run.finished_at is not None:
+        return {"ended_s": run.ended_s + max(0.0, (now - run.finished_at).total_seconds())}
+    return {}
 
 
 def move_where(

@@ -146,7 +146,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
                 run_ended=run.is_finished,
                 run_paused=run.status == Run.Status.PAUSED,
                 cap=agents[agent_id].max_concurrency,
-                tokens=sum(v.tokens for v in items),
+                tokens=sum(v.spent_tokens for v in items),
                 cost_usd=sum((v.cost_usd for v in items), Decimal("0")),
             )
         )

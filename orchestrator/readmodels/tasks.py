@@ -153,6 +153,11 @@ class TaskView(TaskRecord):
     live_output_tokens: int  # streamed so far by the attempt running now (not yet settled)
     gate: str
     activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
+    # What its attempts before its last re-run spent (engine/reruns.py): part of its record's
+    # totals and the run's, not of what this start spends (`tokens`, `cost_now_usd`).
+    earlier_attempts: int
+    earlier_tokens: int
+    earlier_cost_usd: Decimal
 
     @classmethod
     def of(cls, task: TaskRun, live_output_tokens: int = 0, activity: str = "") -> Self:
@@ -165,6 +170,9 @@ class TaskView(TaskRecord):
             live_output_tokens=live_output_tokens,
             gate=task.subtask.gate,
             activity=activity if task.state == State.RUNNING else "",
+            earlier_attempts=task.earlier_attempts,
+            earlier_tokens=task.earlier_tokens,
+            earlier_cost_usd=task.earlier_cost_usd,
         )
 
     @property
@@ -177,8 +185,14 @@ class TaskView(TaskRecord):
 
     @property
     def tokens(self) -> int:
-        """The task's token burn: settled input + output tokens plus what is streaming now."""
-        return self.input_tokens + self.output_tokens + self.live_output_tokens
+        """The token burn of this start of the task: settled input + output tokens plus what is
+        streaming now, less what was spent before its last re-run."""
+        return self.input_tokens + self.output_tokens + self.live_output_tokens - self.earlier_tokens
+
+    @property
+    def cost_now_usd(self) -> Decimal:
+        """What this start of the task cost: its cost less what was spent before its last re-run."""
+        return self.cost_usd - self.earlier_cost_usd
 
     @property
     def is_terminal(self) -> bool:
@@ -258,6 +272,7 @@ class TaskState:
     input_tokens: int
     output_tokens: int
     cost_usd: Decimal
+    earlier_tokens: int
     live_output_tokens: int = 0
 
     @property
@@ -269,9 +284,14 @@ class TaskState:
         return self.state in TaskRun.TERMINAL
 
     @property
-    def tokens(self) -> int:
-        """As TaskView.tokens: settled input + output tokens plus what is streaming now."""
+    def spent_tokens(self) -> int:
+        """Every token the task has used, before its last re-run too, and what is streaming now."""
         return self.input_tokens + self.output_tokens + self.live_output_tokens
+
+    @property
+    def tokens(self) -> int:
+        """As TaskView.tokens: this start's burn, without what was spent before its last re-run."""
+        return self.spent_tokens - self.earlier_tokens
 
 
 STATE_FIELDS = tuple(

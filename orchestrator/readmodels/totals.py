@@ -159,6 +159,30 @@ def attempts_stopping(run: Run) -> int:
     return Attempt.objects.filter(task_run__run=run, state__in=(Attempt.State.QUEUED, Attempt.State.RUNNING)).count()
 
 
+# The shortest time the elapsed note names (durations show tenths of a second: less reads "0.0 s").
+SHOWN_S = 0.05
+
+
+def idle_parts(paused_since: datetime | None, paused_s: float, ended_s: float) -> list[str]:
+    """How much of a run's elapsed (wall-clock) time nothing could start, in words: the pause
+    under way, the pauses before, the time it lay ended before a person reopened it. The run
+    page's Elapsed card and the runs lists say it alike."""
+    parts = []
+    if paused_since is not None:
+        parts.append(f"paused since {paused_since:%H:%M:%S} UTC")
+    if paused_s >= SHOWN_S:
+        parts.append(f"{wording.duration(paused_s)} {'paused before that' if paused_since else 'of it paused'}")
+    if ended_s >= SHOWN_S:
+        parts.append(f"{wording.duration(ended_s)} of it ended, until it was reopened")
+    return parts
+
+
+def run_idle_text(run: Run) -> str:
+    """`idle_parts` of a run, joined: "" for a run that was never paused nor reopened."""
+    paused_since = run.paused_at if run.status == Run.Status.PAUSED else None
+    return " · ".join(idle_parts(paused_since, run.paused_s, run.ended_s))
+
+
 @dataclass
 class StateCount:
     state: str
@@ -197,6 +221,13 @@ class Totals:
     # Attempts of an ended run still stopping (a cancel or a skip reaches them at their next
     # beat): what they used is added to the run's tokens and cost when they end.
     attempts_stopping: int = 0
+    started_at: datetime | None = None
+    # The pause under way began at `paused_since`; `paused_s` is what the pauses that ended
+    # lasted, `ended_s` the time it lay ended before it was reopened. Elapsed is wall-clock time,
+    # so its note says how much of it nothing could start.
+    paused_since: datetime | None = None
+    paused_s: float = 0.0
+    ended_s: float = 0.0
 
     @property
     def never_started(self) -> bool:
@@ -242,6 +273,17 @@ class Totals:
         if reason := self.admits_nothing:
             parts.insert(0, reason[1])
         return " · ".join(parts)
+
+    @property
+    def elapsed_note(self) -> str:
+        """The sentence under the elapsed time: since when, and how much of it nothing could start
+        ("since 10:02:07 UTC · 4 min 10 s of it paused"; while paused, "paused since 10:09:30
+        UTC"; "2 h 10 min of it ended, until it was reopened" by a retry, skip or re-run), or why
+        it has none."""
+        if self.started_at is None:
+            return "waits for the plan's approval" if self.status == Run.Status.AWAITING_APPROVAL else "never started"
+        idle = idle_parts(self.paused_since, self.paused_s, self.ended_s)
+        return " · ".join([f"since {self.started_at:%H:%M:%S} UTC", *idle])
 
     @property
     def not_counted_yet(self) -> str:
@@ -406,4 +448,8 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         waits_for_decision=nothing_moves and pending > 0,
         tool_calls_waiting=len(asked_at),
         attempts_stopping=attempts_stopping(run) if run.is_finished else 0,
+        started_at=run.started_at,
+        paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
+        paused_s=run.paused_s,
+        ended_s=run.ended_s,
     )

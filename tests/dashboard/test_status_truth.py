@@ -444,3 +444,155 @@ def test_the_budget_used_is_rounded_to_the_nearest_percent_and_never_zero_for_a_
     Run.objects.filter(pk=wide_run.pk).update(cost_usd=Decimal("0.0001"))
     assert "<1% used" in text_of(run_page(viewer, wide_run))
     assert 'aria-label="&lt;1% of the budget spent"' in runs_row(viewer, wide_run)
+
+
+def elapsed_card(html: str) -> tuple[str, str]:
+    """The Elapsed card's value and note, as words."""
+    match = re.search(
+        r'<div class="stat-value js-elapsed"[^>]*>(.*?)</div>\s*<div class="stat-note">(.*?)</div>', html, re.S
+    )
+    assert match, "no Elapsed card"
+    return text_of(match.group(1)).strip(), text_of(match.group(2)).strip()
+
+
+def test_elapsed_says_how_much_of_it_the_run_spent_paused(viewer, stopped_clock, wide_run):
+    """Elapsed is wall-clock time: after a ten-minute pause it read "11 min 00 s" with nothing to
+    say that ten of them nothing could start."""
+    wide_run.refresh_from_db()
+    since = f"since {wide_run.started_at:%H:%M:%S} UTC"
+    assert elapsed_card(run_page(viewer, wide_run)) == ("0.0 s", since)
+    stopped_clock(60)
+    runs.pause(wide_run)
+    paused_at = Run.objects.get(pk=wide_run.pk).paused_at
+    assert elapsed_card(run_page(viewer, wide_run)) == (
+        "1 min 00 s",
+        f"{since} · paused since {paused_at:%H:%M:%S} UTC",
+    )
+    stopped_clock(600)
+    runs.resume(wide_run)
+    assert elapsed_card(run_page(viewer, wide_run)) == ("11 min 00 s", f"{since} · 10 min 00 s of it paused")
+    assert "11 min 00 s 10 min 00 s of it paused" in text_of(runs_row(viewer, wide_run))  # the runs list
+    plan_row = re.search(r'<tr id="plan-run-\d+">.*?</tr>', viewer.get(f"/plans/{wide_run.plan_id}/").text, re.S)
+    assert plan_row and "11 min 00 s 10 min 00 s of it paused" in text_of(plan_row.group(0))  # the plan's runs
+    stopped_clock(120)
+    runs.pause(wide_run)
+    paused_again = Run.objects.get(pk=wide_run.pk).paused_at
+    assert elapsed_card(run_page(viewer, wide_run)) == (
+        "13 min 00 s",
+        f"{since} · paused since {paused_again:%H:%M:%S} UTC · 10 min 00 s paused before that",
+    )
+    stopped_clock(30)
+    runs.cancel(wide_run)  # the cancel ends the pause: the clock and the paused time stop together
+    stopped_clock(300)
+    assert elapsed_card(run_page(viewer, wide_run)) == ("13 min 30 s", f"{since} · 10 min 30 s of it paused")
+
+
+def test_a_run_never_paused_says_only_since_when(viewer, make_agent, make_plan):
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = run_here(runs.launch(make_plan({"a": ("researcher", [])})))
+    assert run.status == Run.Status.SUCCEEDED
+    assert elapsed_card(run_page(viewer, run))[1] == f"since {run.started_at:%H:%M:%S} UTC"
+
+
+def task_row_whole(html: str, task: TaskRun) -> str:
+    """A task's whole row (`task_row` stops at the end of its first cell with a line under it)."""
+    whole = re.search(rf'<div id="task-{task.pk}" .*?<div role="cell">\d+</div></div>', html, re.S)
+    assert whole, f"no row for task {task.pk}"
+    return whole.group(0)
+
+
+def row_figures(html: str, task: TaskRun) -> tuple[str, str, str, str]:
+    """A task row's tokens, cost and attempts cells, and the last line under its state, as words."""
+    row = task_row_whole(html, task)
+    cells = re.search(
+        r'class="cell-tokens">(.*?)</div><div role="cell">(.*?)</div><div role="cell">(.*?)</div>', row, re.S
+    )
+    assert cells, "no figures in the row"
+    lines = re.findall(r'<div class="wait-reason[^"]*">(.*?)</div>', row, re.S)
+    return (*(text_of(cell).strip() for cell in cells.groups()), text_of(lines[-1]).strip() if lines else "")
+
+
+def test_a_rerun_task_shows_what_this_start_spends_and_says_what_came_before(
+    viewer, make_agent, make_plan, priced_limit
+):
+    """After "Re-run from here" a task that started over showed its earlier attempt's tokens and
+    cost as its own; the run's totals must keep them (the money was spent), the row must not."""
+    from dashboard.formatting import format_tokens
+    from orchestrator import wording
+    from orchestrator.engine import reruns
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = run_here(runs.launch(make_plan({"scope": ("researcher", []), "write": ("researcher", ["scope"])})))
+    scope, write = run.tasks.get(subtask__key="scope"), run.tasks.get(subtask__key="write")
+    first = {t.key: Attempt.objects.get(task_run=t, number=1) for t in (scope, write)}
+    spent = run.cost_usd
+    before = {
+        key: f"before the re-run: 1 attempt, {format_tokens(a.input_tokens + a.output_tokens)} tokens, "
+        f"{wording.usd(a.cost_usd)}"
+        for key, a in first.items()
+    }
+
+    reruns.rerun_from(scope)
+    page = run_page(viewer, run)
+    assert row_figures(page, scope) == ("0", "$0.00", "2", before["scope"])  # attempt 2 is queued
+    assert row_figures(page, write) == ("0", "$0.00", "1", before["write"])  # pending
+    run.refresh_from_db()
+    assert run.cost_usd == spent  # the run still counts what was spent
+    assert f"{wording.usd(spent)} of" in text_of(page[page.index('id="run-totals"') :])
+    panel = viewer.get(f"/runs/{run.pk}/tasks/{scope.pk}/", HTTP_HX_REQUEST="true").text
+    assert (
+        f"{before['scope'][0].upper()}{before['scope'][1:]}: counted in the run's totals, not in this start's "
+        "tokens and cost." in text_of(panel)
+    )
+
+    run_here(run)  # both run again and succeed
+    page = run_page(viewer, run)
+    for task in (scope, write):
+        again = Attempt.objects.get(task_run=task, number=2)
+        assert row_figures(page, task) == (
+            format_tokens(again.input_tokens + again.output_tokens),
+            wording.usd(again.cost_usd),
+            "2",
+            before[task.key],
+        )
+    run.refresh_from_db()
+    assert run.cost_usd == spent + sum(a.cost_usd for a in Attempt.objects.filter(task_run__run=run, number=2))
+    lane = lane_feet(page)["researcher"]
+    assert wording.usd(run.cost_usd) in lane  # the agent's lane counts every attempt it made
+
+
+def test_elapsed_says_how_long_a_reopened_run_lay_ended(viewer, stopped_clock, make_agent, make_plan, priced_limit):
+    """A retry a day after a run failed reopens it: its elapsed time ran on through that day."""
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = run_here(runs.launch(make_plan({"a": ("breaker", [])})))
+    since = f"since {run.started_at:%H:%M:%S} UTC"
+    assert elapsed_card(run_page(viewer, run)) == ("0.0 s", since)
+    stopped_clock(2 * 3600)
+    runs.retry_task(run.tasks.get())
+    assert elapsed_card(run_page(viewer, run)) == (
+        "2 h 00 min",
+        f"{since} · 2 h 00 min of it ended, until it was reopened",
+    )
+
+
+def test_a_rerun_task_that_ends_otherwise_says_why_and_what_came_before(viewer, make_agent, make_plan, priced_limit):
+    """Cancelled after a re-run, a task read "0 tokens, $0.00, 1 attempt" beside only the cancel's
+    reason: its one attempt was of the start before, and the row did not say so."""
+    from dashboard.formatting import format_tokens
+    from orchestrator import wording
+    from orchestrator.engine import reruns
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = run_here(runs.launch(make_plan({"scope": ("researcher", []), "write": ("researcher", ["scope"])})))
+    write = run.tasks.get(subtask__key="write")
+    first = Attempt.objects.get(task_run=write, number=1)
+    reruns.rerun_from(run.tasks.get(subtask__key="scope"))
+    runs.cancel(run)
+    tokens, cost, attempts, _ = row_figures(run_page(viewer, run), write)
+    assert (tokens, cost, attempts) == ("0", "$0.00", "1")
+    lines = re.findall(r'<div class="wait-reason">(.*?)</div>', task_row_whole(run_page(viewer, run), write))
+    assert [html_module.unescape(line) for line in lines] == [
+        "run cancelled",
+        f"before the re-run: 1 attempt, {format_tokens(first.input_tokens + first.output_tokens)} tokens, "
+        f"{wording.usd(first.cost_usd)}",
+    ]

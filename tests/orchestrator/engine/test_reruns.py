@@ -127,3 +127,28 @@ def test_each_attempt_keeps_the_exact_request_it_sent(chain):
     draft = chain.tasks.get(subtask__key="draft")
     assert f"- Draft (draft): {draft.summary}" in request["prompt"]  # the upstream summary it received
     assert request["options"] == fast_latency(0.01)
+
+
+def test_a_rerun_task_keeps_what_it_spent_before_apart_and_counts_this_starts_attempts(
+    make_agent, make_plan, priced_limit
+):
+    """The task's and the run's totals keep every attempt's spend; what came before the re-run is
+    set apart, and a failure after the re-run counts only this start's attempts."""
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = run_all(runs.launch(make_plan({"a": ("breaker", [])})))
+    task = run.tasks.get()
+    assert task.state == State.FAILED and task.error.endswith("after 1 attempt")
+    spent = (task.attempt_count, task.input_tokens + task.output_tokens, task.cost_usd)
+    assert spent[0] == 1 and spent[2] > 0 and (task.earlier_attempts, task.earlier_cost_usd) == (0, 0)
+
+    reruns.rerun_from(task)
+    task.refresh_from_db()
+    assert (task.earlier_attempts, task.earlier_tokens, task.earlier_cost_usd) == spent
+    assert (task.attempt_count, task.cost_usd) == (2, spent[2])  # attempt 2 queued, nothing spent yet
+
+    run_all(run)
+    task.refresh_from_db()
+    assert task.attempt_count == 2 and task.error.endswith("after 1 attempt")  # not "after 2 attempts"
+    assert task.cost_usd > spent[2] and task.earlier_cost_usd == spent[2]
+    run.refresh_from_db()
+    assert run.cost_usd == task.cost_usd  # the run counts both attempts

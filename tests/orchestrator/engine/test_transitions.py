@@ -103,3 +103,51 @@ def test_a_move_via_a_state_is_checked_against_both_of_its_halves():
         transitions.move_where(queryset, State.QUEUED, from_states=[State.PENDING])
     with pytest.raises(IllegalTransition, match="cannot move from succeeded to running"):
         transitions.move_where(queryset, State.RUNNING, from_states=[State.SUCCEEDED], via=State.READY)
+
+
+def paused_time(run: Run) -> tuple[bool, float]:
+    run.refresh_from_db()
+    return run.paused_at is not None, run.paused_s
+
+
+@pytest.mark.django_db
+def test_a_run_keeps_the_time_it_spent_paused_whatever_ends_the_pause(demo_agents, make_plan, stopped_clock):
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    assert paused_time(run) == (False, 0.0)
+    runs.pause(run)
+    assert paused_time(run) == (True, 0.0)  # under way: counted when it ends
+    stopped_clock(600)
+    runs.resume(run)
+    assert paused_time(run) == (False, 600.0)
+    stopped_clock(30)
+    runs.pause(run)
+    stopped_clock(45)
+    runs.cancel(run)  # a cancel ends the pause too
+    assert paused_time(run) == (False, 645.0)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_broker")
+def test_a_paused_run_that_ends_on_its_own_stops_counting_its_pause(demo_agents, make_plan, stopped_clock):
+    from tests.conftest import run_here
+
+    run = runs.launch(make_plan({"a": ("researcher", [])}))  # its attempt is queued
+    runs.pause(run)
+    stopped_clock(90)
+    run_here(run)  # the attempt already handed out runs to its end and ends the run
+    assert run.status == Run.Status.SUCCEEDED
+    assert paused_time(run) == (False, 90.0)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_broker")
+def test_a_reopened_run_keeps_the_time_it_lay_ended(make_agent, make_plan, stopped_clock):
+    from tests.conftest import fast_latency, run_here
+
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = run_here(runs.launch(make_plan({"a": ("breaker", [])})))
+    assert run.status == Run.Status.FAILED and run.ended_s == 0.0
+    stopped_clock(3600)
+    runs.retry_task(run.tasks.get())  # a person's retry reopens it an hour later
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING and run.ended_s == 3600.0 and paused_time(run) == (False, 0.0)

@@ -178,3 +178,20 @@ def test_a_tool_calls_approval_beside_moving_work_is_not_counted_and_the_eta_cou
     moving = totals(run)  # b is queued: the run moves
     assert moving.counts_down and not moving.waits_for_decision
     assert moving.eta_note == "1 decision pending: the wait for it is not counted"
+
+
+def test_the_elapsed_note_says_how_much_of_it_nothing_could_start():
+    from datetime import UTC, datetime
+
+    from orchestrator.readmodels.totals import idle_parts
+
+    at = datetime(2026, 11, 27, 10, 9, 30, tzinfo=UTC)
+    assert idle_parts(None, 0.0, 0.0) == []
+    assert idle_parts(None, 0.04, 0.0) == []  # less than the tenth of a second a duration shows
+    assert idle_parts(at, 0.0, 0.0) == ["paused since 10:09:30 UTC"]
+    assert idle_parts(None, 250.0, 0.0) == ["4 min 10 s of it paused"]
+    assert idle_parts(at, 250.0, 7800.0) == [
+        "paused since 10:09:30 UTC",
+        "4 min 10 s paused before that",
+        "2 h 10 min of it ended, until it was reopened",
+    ]
