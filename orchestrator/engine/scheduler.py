@@ -293,15 +293,23 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
         if rows is not None
         else run.tasks.filter(state=State.SKIPPED, skip_cascades=True).count()
     )
-    if failed or cascaded or counts.get(State.CANCELLED):
+    # A task a person rejected at its gate is skipped like one below a failure (its branch must not
+    # run), but it is a person's decision, not an upstream that did not succeed.
+    rejected = rejected_at_gate(run) if cascaded else []
+    cascaded -= len(rejected)
+    if failed or cascaded or rejected or counts.get(State.CANCELLED):
         # "a — timed out after 1 s, after 3 attempts": a reason in brackets nested its own.
         parts = [f"{key} {wording.EM_DASH} {error or 'failed'}" for key, error in failed[:10]]
-        summary = f"{len(failed)} of {wording.counted(len(states), 'task')} failed"
-        if parts:
-            summary += ": " + "; ".join(parts)
+        said = []
+        if failed or not rejected:
+            said.append(f"{len(failed)} of {wording.counted(len(states), 'task')} failed")
+            if parts:
+                said[0] += ": " + "; ".join(parts)
+        if rejected:
+            said.append(f"{', '.join(rejected)} rejected at {'its' if len(rejected) == 1 else 'their'} gate")
         if cascaded:
-            summary += f"; {cascaded} skipped because an upstream task did not succeed"
-        end_run(run, Run.Status.FAILED, summary)
+            said.append(f"{cascaded} skipped because an upstream task did not succeed")
+        end_run(run, Run.Status.FAILED, "; ".join(said))
     else:
         done = counts.get(State.SUCCEEDED, 0)
         skipped = counts.get(State.SKIPPED, 0)
@@ -311,6 +319,21 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
             summary = "the only task succeeded" if done == 1 else f"all {done} tasks succeeded"
         end_run(run, Run.Status.SUCCEEDED, summary)
     return True
+
+
+def rejected_at_gate(run: Run) -> list[str]:
+    """Keys of the run's tasks skipped because a person rejected them at their gate, in plan order."""
+    return list(
+        run.tasks.filter(
+            state=State.SKIPPED,
+            skip_cascades=True,
+            checkpoints__kind=Checkpoint.Kind.BEFORE,
+            checkpoints__status=Checkpoint.Status.REJECTED,
+        )
+        .order_by("subtask__position")
+        .values_list("subtask__key", flat=True)
+        .distinct()
+    )
 
 
 def end_run(run: Run, status: str, summary: str) -> None:

@@ -596,3 +596,38 @@ def test_a_rerun_task_that_ends_otherwise_says_why_and_what_came_before(viewer, 
         f"before the re-run: 1 attempt, {format_tokens(first.input_tokens + first.output_tokens)} tokens, "
         f"{wording.usd(first.cost_usd)}",
     ]
+
+
+@pytest.mark.parametrize(
+    ("tasks", "summary"),
+    [
+        (  # a rejection alone read "0 of 3 tasks failed; 2 skipped because an upstream task did not succeed"
+            {"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", ["a"]), "c": ("researcher", [])},
+            "a rejected at its gate; 1 skipped because an upstream task did not succeed",
+        ),
+        (  # beside a failure it read "… 3 skipped because an upstream task did not succeed"
+            {
+                "a": ("researcher", [], {"gate": "before"}),
+                "b": ("researcher", ["a"]),
+                "f": ("breaker", []),
+                "g": ("researcher", ["f"]),
+            },
+            r"1 of 4 tasks failed: f — simulated failure .*, after 1 attempt; a rejected at its gate; "
+            "2 skipped because an upstream task did not succeed",
+        ),
+    ],
+)
+def test_a_gate_rejected_by_a_person_is_not_called_an_upstream_that_did_not_succeed(
+    viewer, personas, make_agent, make_plan, tasks, summary
+):
+    from orchestrator.models import Checkpoint
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = runs.launch(make_plan(tasks))
+    runs.decide(Checkpoint.objects.get(run=run), approve=False, comment="not this week", user=personas["approver"])
+    run = run_here(run)
+    assert run.status == Run.Status.FAILED
+    assert re.fullmatch(summary, run.summary), run.summary
+    header = re.search(r'<p class="run-summary">(.*?)</p>', run_page(viewer, run), re.S)
+    assert header and re.fullmatch(summary, html_module.unescape(header.group(1)))
