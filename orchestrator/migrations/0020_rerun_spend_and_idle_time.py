@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0018_provider_limit_validators"),
+        ("orchestrator", "0019_provider_limit_zero_is_no_limit"),
     ]
 
     operations = [
