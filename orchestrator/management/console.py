@@ -24,6 +24,7 @@ from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.tasks import outcome_text
+from orchestrator.readmodels.totals import run_idle_text
 
 MANAGE = "python manage.py"
 WATCH_POLL_S = 0.5
@@ -81,19 +82,6 @@ def usd(amount: Decimal | float | int | None) -> str:
     return wording.usd(amount)
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, float(seconds))
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 def not_started(run: Run) -> str:
     """What a run that has not started says instead of its elapsed time, as the run page says it:
     "not started (waits for the plan's approval)", "never started" (ended before it started);
@@ -103,6 +91,15 @@ def not_started(run: Run) -> str:
     if run.status == Run.Status.AWAITING_APPROVAL:
         return "not started (waits for the plan's approval)"
     return "never started"
+
+
+def elapsed_text(run: Run, progress) -> str:
+    """A run's elapsed time as the run page gives it: wall-clock, with how much of it the run was
+    paused or lay ended ("3 min 02 s (38 s of it paused)"), or what a run not started says instead."""
+    if waiting := not_started(run):
+        return waiting
+    idle = run_idle_text(run)
+    return wording.duration(progress.elapsed_s) + (f" ({idle})" if idle else "")
 
 
 def timestamp(moment) -> str:
@@ -220,7 +217,7 @@ def watch(
         while True:
             current = runs.progress(run)  # re-reads the run
             tasks, waiting = progress_counts(current), not_started(run)
-            counts = f"{tasks}, {waiting or f'elapsed {duration(current.elapsed_s)}'}"
+            counts = f"{tasks}, {waiting or f'elapsed {elapsed_text(run, current)}'}"
             if bar_stream is not None and not draws_bar and (tasks, waiting) != last_line:
                 last_line = (tasks, waiting)
                 write_line(bar_stream, f"Run {run.pk}: {counts}")

@@ -345,7 +345,7 @@ def test_watching_a_cancelled_run_shows_what_succeeded_not_100_percent(cancelled
     final = console.watch(cancelled_run, messages=messages, bar_stream=bar, poll_s=0)
     last_bar = bar.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     assert last_bar.startswith(f"Run {cancelled_run.pk}:  23%|") and "100%" not in bar.getvalue()
-    assert re.search(r"\| 5 of 22 succeeded · 17 cancelled, elapsed [\d.]+s$", last_bar), last_bar
+    assert re.search(r"\| 5 of 22 succeeded · 17 cancelled, elapsed [\d.]+ s$", last_bar), last_bar
     assert console.progress_counts(final) == "5 of 22 succeeded · 17 cancelled"
 
 
@@ -380,8 +380,26 @@ def test_a_watch_into_a_log_writes_a_line_per_change_not_a_bar_per_poll(cancelle
     lines = log.getvalue().splitlines()
     assert "\r" not in log.getvalue() and "%|" not in log.getvalue()
     assert len(polls) == 4 and len(lines) == 2, lines
-    assert re.fullmatch(rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 16 cancelled · 1 running, elapsed \S+", lines[0])
-    assert re.fullmatch(rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 17 cancelled, elapsed \S+", lines[1])
+    assert re.fullmatch(
+        rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 16 cancelled · 1 running, elapsed [\d.]+ s", lines[0]
+    )
+    assert re.fullmatch(rf"Run {cancelled_run.pk}: 5 of 22 succeeded · 17 cancelled, elapsed [\d.]+ s", lines[1])
+
+
+@pytest.mark.django_db
+def test_run_status_says_how_much_of_the_elapsed_time_the_run_was_paused(gated_run, stopped_clock):
+    """Elapsed is wall-clock time, as on the run page, and says so as the page does: "11 min 00 s"
+    after a ten-minute pause read as eleven minutes of work."""
+    run, _ = gated_run
+    stopped_clock(60)
+    runs.pause(run)
+    paused_at = Run.objects.get(pk=run.pk).paused_at
+    out, _ = run_command("run_status", str(run.pk))
+    assert f"Elapsed:  1 min 00 s (paused since {paused_at:%H:%M:%S} UTC)   cost" in out
+    stopped_clock(600)
+    runs.resume(run)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "Elapsed:  11 min 00 s (10 min 00 s of it paused)   cost" in out
 
 
 @pytest.mark.django_db
