@@ -44,8 +44,10 @@ var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", 
   "awaiting_review", "succeeded", "pending", "skipped", "cancelled"];
 var FINISHED = ["succeeded", "skipped", "cancelled", "failed"];
 // A group's box: as wide as GROUP_WIDTH, its label wrapped within GROUP_TEXT_WIDTH, and as tall as
-// the label needs at the largest of its fonts (GROUP_FONTS: near, zoom-mid, zoom-far) with
-// GROUP_PAD above and below, so that no zoom writes it over the box's border (groupHeight).
+// the longest label it can ever show needs at the largest of its fonts (GROUP_FONTS: near,
+// zoom-mid, zoom-far) with GROUP_PAD above and below (groupHeight). The box's size is fixed when
+// the graph is drawn: its counts change during a run without a new layout, and a box that grew
+// with them would cover its neighbours.
 var LABEL_FONT = "DejaVu Sans, Arial, sans-serif";
 var GROUP_WIDTH = 300;
 var GROUP_TEXT_WIDTH = 268;
@@ -209,11 +211,47 @@ function wrappedLines(text, font, width) {
   return lines;
 }
 
-function groupHeight(label, name) {
+// Every count line a group of `size` tasks can show: one to three "N state" parts in
+// GROUP_LABEL_ORDER, each N as wide as `size` in digits (the font's digits share one width).
+function possibleCountLines(size) {
+  var n = String(size).replace(/./g, "8");
+  var parts = GROUP_LABEL_ORDER.map(function (s) {
+    return n + " " + stateName(s);
+  });
+  var lines = [];
+  parts.forEach(function (a, i) {
+    lines.push(a);
+    parts.slice(i + 1).forEach(function (b, j) {
+      lines.push(a + " · " + b);
+      parts.slice(i + j + 2).forEach(function (c) {
+        lines.push(a + " · " + b + " · " + c);
+      });
+    });
+  });
+  return lines;
+}
+
+// The most lines a count line of a group of `size` takes at `font` (per font and digit count).
+var countLinesCache = {};
+function mostCountLines(size, font) {
+  var key = font + "/" + String(size).length;
+  if (!(key in countLinesCache)) {
+    countLinesCache[key] = Math.max.apply(
+      null,
+      possibleCountLines(size).map(function (line) {
+        return wrappedLines(line, font, GROUP_TEXT_WIDTH);
+      })
+    );
+  }
+  return countLinesCache[key];
+}
+
+// The height of a group's box: its name and the longest count line it may show, at every font.
+function groupHeight(name, size) {
   var tallest = 0;
   GROUP_FONTS.forEach(function (f) {
     var font = "bold " + f.size + "px " + LABEL_FONT;
-    var lines = wrappedLines(f.text === "name" ? name : label, font, GROUP_TEXT_WIDTH);
+    var lines = wrappedLines(name, font, GROUP_TEXT_WIDTH) + (f.text === "name" ? 0 : mostCountLines(size, font));
     tallest = Math.max(tallest, lines * f.size * f.lineHeight);
   });
   return Math.max(GROUP_MIN_HEIGHT, Math.ceil(tallest + 2 * (GROUP_PAD + GROUP_BORDER)));
@@ -233,12 +271,10 @@ function refreshGroup(groupNode) {
   var aggregate = GROUP_PRIORITY.find(function (s) {
     return counts[s];
   }) || "pending";
-  var label = groupLabel(group, counts);
   groupNode.data({
     state: aggregate,
     progress: Math.round((100 * done) / Math.max(1, group.members.length)),
-    label: label,
-    height: label === groupNode.data("label") ? groupNode.data("height") : groupHeight(label, group.label),
+    label: groupLabel(group, counts),
   });
 }
 
@@ -470,7 +506,7 @@ function elementsOf(data) {
   data.groups.forEach(function (g) {
     elements.push({
       group: "nodes",
-      data: { id: g.id, group: g, name: g.label, label: g.label, height: groupHeight(g.label, g.label), state: "pending", progress: 0 },
+      data: { id: g.id, group: g, name: g.label, label: g.label, height: groupHeight(g.label, g.members.length), state: "pending", progress: 0 },
       classes: "group",
     });
   });
