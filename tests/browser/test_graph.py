@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import pytest
 
+from bench import dags
+from orchestrator import plans
 from orchestrator.engine import runs
-from orchestrator.models import Checkpoint
+from orchestrator.models import Checkpoint, Plan
+from tests.browser.test_large_run import graph_shot
 from tests.browser.test_run_layout import crowded_group_labels
 from tests.browser.test_run_page import open_run, poll
 
@@ -18,6 +21,15 @@ GROUP_BOXES = """() => window.glassboxRun.cy.nodes('.group:visible').map(n => {
     const b = n.boundingBox({includeLabels: false});
     return {name: n.data('name'), label: n.data('label'), x1: b.x1, x2: b.x2, y1: b.y1, y2: b.y2};
 })"""
+
+
+def tint(page, state: str) -> str:
+    """The tint of a state (base.css --tint-<state>, which the task rows use) as Cytoscape writes it."""
+    hex_colour = page.evaluate(
+        "s => getComputedStyle(document.documentElement).getPropertyValue('--tint-' + s).trim()", state
+    )
+    red, green, blue = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
+    return f"rgb({red},{green},{blue})"
 
 
 def overlapping(boxes: list[dict]) -> list[str]:
@@ -37,7 +49,9 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
     grew a line when the counts changed ("6 needs approval" became "2 queued · 2 needs approval ·
     2 skipped"), and each box grew with its label without a new layout, over its neighbours. Now
     a box is as tall as its longest possible label from the start: the counts change, the boxes,
-    the layout and the person's view do not."""
+    the layout and the person's view do not. A box's fill was the most urgent state's tint over the
+    share of finished members ("queued" over the two skipped tasks); now it shows each state's share.
+    """
     page = logged_in_page
     agents = ("researcher", "writer", "tester")
     plan = make_plan(
@@ -75,7 +89,76 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
     # The view stays where the person put it and every label stays inside its box, at each zoom.
     assert page.evaluate("() => ({zoom: window.glassboxRun.cy.zoom(), pan: window.glassboxRun.cy.pan()})") == view
     assert crowded_group_labels(page) == []
+    # Each box is filled with its members' states side by side, in the tints the task rows use:
+    # two skipped, two queued, two waiting for approval (a third each), not one colour for all.
+    tints = [tint(page, state) for state in ("skipped", "queued", "waiting_gate") for _ in range(2)]
+    fills = page.evaluate(
+        "() => window.glassboxRun.cy.nodes('.group:visible').map(n => [n.style('background-gradient-stop-colors'),"
+        " n.style('background-gradient-stop-positions')])"
+    )
+    assert fills == [[" ".join(tints), "0% 33.33% 33.33% 66.67% 66.67% 100%"]] * 3
     for level in ("zoom-mid", "zoom-far"):
         page.evaluate("level => { window.glassboxRun.cy.nodes().addClass(level); }", level)
         assert crowded_group_labels(page) == [], level
         page.evaluate("level => { window.glassboxRun.cy.nodes().removeClass(level); }", level)
+
+
+DRAWN = """() => {
+    const cy = window.glassboxRun.cy, box = cy.elements(':visible').renderedBoundingBox();
+    return {mode: window.glassboxRun.mode, width: box.w, height: box.h, canvasWidth: cy.width(),
+            canvasHeight: cy.height(), windowHeight: window.innerHeight, zoom: cy.zoom(),
+            grown: document.getElementById('dag').style.height !== ''};
+}"""
+PADDING = 18  # graph.js FIT_PADDING
+MAX_CANVAS_SHARE = 0.8  # graph.js: the canvas grows up to this share of the window's height
+
+
+def fills_the_canvas(drawn: dict) -> bool:
+    """The graph spans the canvas's width, or its height with the canvas as tall as it may grow."""
+    across = drawn["width"] >= 0.9 * (drawn["canvasWidth"] - 2 * PADDING)
+    tallest = drawn["canvasHeight"] >= MAX_CANVAS_SHARE * drawn["windowHeight"] - 4
+    return across or (tallest and drawn["height"] >= 0.9 * (drawn["canvasHeight"] - 2 * PADDING))
+
+
+def random_plan_document(nodes: int = 300) -> dict:
+    """bench/dags.py's random DAG as a plan, its tasks dealt to the demo team in turn."""
+    shape = dags.random_dag(nodes)
+    team = ("researcher", "architect", "coder", "tester", "reviewer", "writer")
+    ups = shape.upstreams
+    return {
+        "goal": f"A random graph of {nodes} tasks",
+        "subtasks": [
+            {"key": key, "agent": team[i % len(team)], "title": f"Task {key}", "depends_on": ups[key]}
+            for i, key in enumerate(shape.keys)
+        ],
+    }
+
+
+def test_a_300_task_graph_fills_its_panel_and_a_small_one_is_not_blown_up(
+    logged_in_page, demo_agents, priced_limit, make_plan, request
+):
+    """A random 300-task graph, grouped, fitted by its height into a 470 px canvas: it used 270
+    of the canvas's 734 px (grouped by fan-out; 548 by agent). Now the canvas grows with a tall
+    graph, up to 80% of the window's height, so that the graph fills its width or that height, at
+    1280 and 390 px. A graph of two tasks is drawn no larger than 1.25 and leaves the canvas as it is."""
+    page = logged_in_page
+    spec = plans.validate(random_plan_document())
+    large = runs.launch(plans.save_plan(spec, source=Plan.Source.MANUAL), budget_usd="100")
+    for width, height in ((1280, 860), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"/runs/{large.pk}/")
+        poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length > 0", what="the graph")
+        drawn = page.evaluate(DRAWN)
+        graph_shot(page, request, f"first-paint-{width}")
+        assert drawn["mode"] == "agent" and fills_the_canvas(drawn), (width, drawn)
+        # Grouped by fan-out, the tallest of its grouped views.
+        page.locator("#dag-mode").select_option("fanout")
+        drawn = page.evaluate(DRAWN)
+        graph_shot(page, request, f"fanouts-{width}")
+        assert fills_the_canvas(drawn), (width, drawn)
+
+    small = runs.launch(make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}), budget_usd="1")
+    open_run(page, small)
+    poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length === 2", what="the graph")
+    drawn = page.evaluate(DRAWN)
+    assert drawn["zoom"] <= 1.25 and not drawn["grown"], drawn

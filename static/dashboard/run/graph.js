@@ -7,7 +7,8 @@
  *
  * Reading a large graph:
  * - grouping modes (readmodels/graph.py): fan-outs, an agent within a step, whole steps, or every
- *   task; a collapsed group is one node that counts its members by state; tapping it expands it;
+ *   task; a collapsed group is one node that counts its members by state, its fill their states
+ *   side by side (each its share, in its tint); tapping it expands it;
  * - search: matching tasks (and the groups holding them) stand out, the rest is dimmed; Enter
  *   goes to the first match;
  * - focus: the selected task with everything upstream and downstream of it (Cytoscape's
@@ -23,6 +24,8 @@
 var TITLE_CHARS = 30;
 var ZOOM_STEP = 1.25;
 var MAX_FIT_ZOOM = 1.25;
+// A graph taller than the canvas's shape may grow the canvas up to this share of the window's height.
+var MAX_CANVAS_SHARE = 0.8;
 var FIT_PADDING = 18;
 var GO_TO_ZOOM = 1;
 // Label levels by zoom: below MID_ZOOM the key alone, larger; below FAR_ZOOM larger still.
@@ -42,7 +45,9 @@ var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "queued", "re
 // The order of the counts in a group's label (the first three shown).
 var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", "ready", "waiting_gate",
   "awaiting_review", "succeeded", "pending", "skipped", "cancelled"];
-var FINISHED = ["succeeded", "skipped", "cancelled", "failed"];
+// The order of the states in a group's fill (groupStrip).
+var GROUP_STRIP_ORDER = ["succeeded", "failed", "skipped", "cancelled", "running", "awaiting_review", "queued",
+  "throttled", "waiting", "ready", "waiting_gate", "pending"];
 // A group's box: as wide as GROUP_WIDTH, its label wrapped within GROUP_TEXT_WIDTH, and as tall as
 // the longest label it can ever show needs at the largest of its fonts (GROUP_FONTS: near,
 // zoom-mid, zoom-far) with GROUP_PAD above and below (groupHeight). The box's size is fixed when
@@ -257,23 +262,40 @@ function groupHeight(name, size) {
   return Math.max(GROUP_MIN_HEIGHT, Math.ceil(tallest + 2 * (GROUP_PAD + GROUP_BORDER)));
 }
 
+// A group's fill: its members' states side by side, each as wide as its share, in its tint
+// (finished first, then what is under way, then what waits), as the run's state strip draws them.
+// One colour for the whole group would say "failed" over 19 succeeded tasks and 1 failed one.
+function groupStrip(counts, size) {
+  var colours = [];
+  var positions = [];
+  var start = 0;
+  GROUP_STRIP_ORDER.forEach(function (s) {
+    if (counts[s]) {
+      var end = start + (100 * counts[s]) / size;
+      var tint = cssColour("--tint-" + s, "#eef0f3");
+      colours.push(tint, tint);
+      positions.push(start.toFixed(2) + "%", end.toFixed(2) + "%");
+      start = end;
+    }
+  });
+  return { colours: colours.join(" "), positions: positions.join(" ") };
+}
+
 function refreshGroup(groupNode) {
   var group = groupNode.data("group");
   var counts = {};
-  var done = 0;
   group.members.forEach(function (id) {
     var s = cy.getElementById(id).data("state") || "pending";
     counts[s] = (counts[s] || 0) + 1;
-    if (FINISHED.indexOf(s) >= 0) {
-      done += 1;
-    }
   });
   var aggregate = GROUP_PRIORITY.find(function (s) {
     return counts[s];
   }) || "pending";
+  var strip = groupStrip(counts, group.members.length);
   groupNode.data({
     state: aggregate,
-    progress: Math.round((100 * done) / Math.max(1, group.members.length)),
+    stripColours: strip.colours,
+    stripPositions: strip.positions,
     label: groupLabel(group, counts),
   });
 }
@@ -343,6 +365,8 @@ function stylesheet() {
       style: {
         width: GROUP_WIDTH,
         height: "data(height)",
+        "background-gradient-stop-colors": "data(stripColours)",
+        "background-gradient-stop-positions": "data(stripPositions)",
         "text-max-width": GROUP_TEXT_WIDTH,
         "border-style": "solid",
         "border-width": GROUP_BORDER,
@@ -457,6 +481,27 @@ function runDagre(elements, rankDir) {
   return Math.min(cy.zoom(), MAX_FIT_ZOOM);
 }
 
+// A graph taller than the canvas's shape (left to right: a large run's wide steps; top to bottom: a
+// long chain) fits by its height and leaves most of the canvas's width empty (a 300-task graph
+// used 270 of 734 px). The canvas then grows, up to MAX_CANVAS_SHARE of the window's height, as
+// far as the graph needs to fill its width at no more than MAX_FIT_ZOOM; the graph is fitted again.
+function fillCanvasWidth(visible) {
+  var container = cy.container();
+  var base = container.clientHeight;
+  var box = visible.boundingBox();
+  if (!box.w || !box.h) {
+    return;
+  }
+  var zoom = Math.min(MAX_FIT_ZOOM, (cy.width() - 2 * FIT_PADDING) / box.w);
+  var wanted = Math.ceil(box.h * zoom + 2 * FIT_PADDING);
+  var height = Math.max(base, Math.min(wanted, Math.round(window.innerHeight * MAX_CANVAS_SHARE)));
+  if (height > base) {
+    container.style.height = height + "px";
+    cy.resize();
+    cy.fit(visible, FIT_PADDING);
+  }
+}
+
 // dagre lays the graph out left to right, as a plan reads. A graph that is long and thin that way
 // (a chain of steps with a node or two each: the grouped views of a large run) then fits the canvas
 // by its width alone: a strip too small to read across an empty canvas. When that strip leaves
@@ -470,6 +515,8 @@ function layout() {
   visible.nodes().forEach(function (node) {
     node.pstyle("display");
   });
+  cy.container().style.height = "";
+  cy.resize();
   var across = runDagre(visible, "LR");
   var down = false;
   if (across < MID_ZOOM && visible.renderedBoundingBox().h < cy.height() / 2) {
@@ -479,6 +526,7 @@ function layout() {
     }
   }
   cy.edges().toggleClass("is-downward", down);
+  fillCanvasWidth(visible);
   if (cy.zoom() > MAX_FIT_ZOOM) {
     cy.zoom(MAX_FIT_ZOOM);
     cy.center();
@@ -506,7 +554,8 @@ function elementsOf(data) {
   data.groups.forEach(function (g) {
     elements.push({
       group: "nodes",
-      data: { id: g.id, group: g, name: g.label, label: g.label, height: groupHeight(g.label, g.members.length), state: "pending", progress: 0 },
+      data: { id: g.id, group: g, name: g.label, label: g.label, height: groupHeight(g.label, g.members.length), state: "pending",
+        stripColours: "#ffffff #ffffff", stripPositions: "0% 100%" },
       classes: "group",
     });
   });
