@@ -32,6 +32,10 @@ def tint(page, state: str) -> str:
     return f"rgb({red},{green},{blue})"
 
 
+def sizes_of(boxes: list[dict]) -> dict[str, tuple[int, int]]:
+    return {b["name"]: (round(b["x2"] - b["x1"]), round(b["y2"] - b["y1"])) for b in boxes}
+
+
 def overlapping(boxes: list[dict]) -> list[str]:
     """Pairs of group boxes that cover each other (by more than a pixel)."""
     return [
@@ -51,7 +55,8 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
     a box is as tall as its longest possible label from the start: the counts change, the boxes,
     the layout and the person's view do not. A box's fill was the most urgent state's tint over the
     share of finished members ("queued" over the two skipped tasks); now it shows each state's share.
-    """
+    A fourth state in a group was left out of its label ("2 queued · 1 held back · 1 needs approval"
+    for six tasks); now the label counts the rest as others and adds up to the group."""
     page = logged_in_page
     agents = ("researcher", "writer", "tester")
     plan = make_plan(
@@ -83,8 +88,7 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
     )
     after = page.evaluate(GROUP_BOXES)
     screenshot(page, "counts-changed")
-    sizes = {b["name"]: (round(b["x2"] - b["x1"]), round(b["y2"] - b["y1"])) for b in before}
-    assert {b["name"]: (round(b["x2"] - b["x1"]), round(b["y2"] - b["y1"])) for b in after} == sizes
+    assert sizes_of(after) == sizes_of(before)
     assert overlapping(after) == []
     # The view stays where the person put it and every label stays inside its box, at each zoom.
     assert page.evaluate("() => ({zoom: window.glassboxRun.cy.zoom(), pan: window.glassboxRun.cy.pan()})") == view
@@ -97,6 +101,18 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
         " n.style('background-gradient-stop-positions')])"
     )
     assert fills == [[" ".join(tints), "0% 33.33% 33.33% 66.67% 66.67% 100%"]] * 3
+    # Past three states, a label names two and counts the rest: its counts add up to the group.
+    runs.pause(run)
+    researchers = run.tasks.filter(subtask__key__startswith="researcher").order_by("subtask__position")
+    runs.decide(Checkpoint.objects.get(task_run=researchers[4], status="pending"), approve=True, user=browser_user)
+    poll(
+        page,
+        "() => window.glassboxRun.cy.nodes('.group:visible').some(n => n.data('label').endsWith('3 others'))",
+        what="a label with four states",
+    )
+    labels = page.evaluate("() => window.glassboxRun.cy.nodes('.group:visible').map(n => n.data('label'))")
+    assert "6 × researcher · step 1\n2 queued · 1 held back · 3 others" in labels
+    assert sizes_of(page.evaluate(GROUP_BOXES)) == sizes_of(before)
     for level in ("zoom-mid", "zoom-far"):
         page.evaluate("level => { window.glassboxRun.cy.nodes().addClass(level); }", level)
         assert crowded_group_labels(page) == [], level

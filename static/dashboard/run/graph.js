@@ -42,7 +42,9 @@ var MODES = ["fanout", "agent", "step", "none"];
 // The aggregate state of a group: the most urgent state among its members.
 var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "queued", "ready", "awaiting_review",
   "waiting_gate", "pending", "cancelled", "skipped", "succeeded"];
-// The order of the counts in a group's label (the first three shown).
+// A group's label names three states at most; the rest are counted as "N others" (groupLabel).
+var OTHERS = "others";
+// The order of the counts in a group's label.
 var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", "ready", "waiting_gate",
   "awaiting_review", "succeeded", "pending", "skipped", "cancelled"];
 // The order of the states in a group's fill (groupStrip).
@@ -183,14 +185,29 @@ function nodeLabel(title, agent, d) {
   return shorten(title, TITLE_CHARS) + "\n" + second;
 }
 
-function groupLabel(group, counts) {
+// "N state" for each state among a group's members, in GROUP_LABEL_ORDER.
+function countParts(counts) {
   var parts = [];
   GROUP_LABEL_ORDER.forEach(function (s) {
     if (counts[s]) {
       parts.push(counts[s] + " " + stateName(s));
     }
   });
-  return group.label + "\n" + parts.slice(0, 3).join(" · ");
+  return parts;
+}
+
+// A group's label: its name, and its counts by state. Three at most: past three, the first two and
+// "N others" for the rest, so that the counts shown always add up to the group's size.
+function groupLabel(group, counts) {
+  var parts = countParts(counts);
+  if (parts.length > 3) {
+    var shown = parts.slice(0, 2);
+    var rest = group.members.length - shown.reduce(function (sum, part) {
+      return sum + parseInt(part, 10);
+    }, 0);
+    parts = shown.concat([rest + " " + OTHERS]);
+  }
+  return group.label + "\n" + parts.join(" · ");
 }
 
 // How many lines `text` takes wrapped within `width` at `font`, wrapped as cytoscape wraps a label:
@@ -217,7 +234,8 @@ function wrappedLines(text, font, width) {
 }
 
 // Every count line a group of `size` tasks can show: one to three "N state" parts in
-// GROUP_LABEL_ORDER, each N as wide as `size` in digits (the font's digits share one width).
+// GROUP_LABEL_ORDER, or two and "N others", each N as wide as `size` in digits (the font's digits
+// share one width).
 function possibleCountLines(size) {
   var n = String(size).replace(/./g, "8");
   var parts = GROUP_LABEL_ORDER.map(function (s) {
@@ -228,6 +246,7 @@ function possibleCountLines(size) {
     lines.push(a);
     parts.slice(i + 1).forEach(function (b, j) {
       lines.push(a + " · " + b);
+      lines.push(a + " · " + b + " · " + n + " " + OTHERS);
       parts.slice(i + j + 2).forEach(function (c) {
         lines.push(a + " · " + b + " · " + c);
       });
@@ -297,6 +316,7 @@ function refreshGroup(groupNode) {
     stripColours: strip.colours,
     stripPositions: strip.positions,
     label: groupLabel(group, counts),
+    counts: countParts(counts).join(" · "),
   });
 }
 
@@ -663,7 +683,7 @@ function describeHover(node) {
     return;
   }
   if (node.hasClass("group")) {
-    out.textContent = node.data("label").replace("\n", ": ") + " — click to expand";
+    out.textContent = node.data("name") + ": " + node.data("counts") + " — click to expand";
     return;
   }
   var d = rowData(node.data("task")) || { stateLabel: node.data("state"), wait: "" };
