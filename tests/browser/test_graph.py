@@ -6,6 +6,7 @@ Screenshots in test-artifacts/<test>/.
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from bench import dags
 from orchestrator import plans
@@ -156,7 +157,9 @@ def test_a_300_task_graph_fills_its_panel_and_a_small_one_is_not_blown_up(
     """A random 300-task graph, grouped, fitted by its height into a 470 px canvas: it used 270
     of the canvas's 734 px (grouped by fan-out; 548 by agent). Now the canvas grows with a tall
     graph, up to 80% of the window's height, so that the graph fills its width or that height, at
-    1280 and 390 px. A graph of two tasks is drawn no larger than 1.25 and leaves the canvas as it is."""
+    1280 and 390 px. A graph of two tasks is drawn no larger than 1.25 and leaves the canvas as it is.
+    The minimap covered the bottom right of a graph shown whole; now it shows once the view leaves
+    part of the graph out."""
     page = logged_in_page
     spec = plans.validate(random_plan_document())
     large = runs.launch(plans.save_plan(spec, source=Plan.Source.MANUAL), budget_usd="100")
@@ -167,6 +170,11 @@ def test_a_300_task_graph_fills_its_panel_and_a_small_one_is_not_blown_up(
         drawn = page.evaluate(DRAWN)
         graph_shot(page, request, f"first-paint-{width}")
         assert drawn["mode"] == "agent" and fills_the_canvas(drawn), (width, drawn)
+        # Shown whole, the graph has no minimap over it (it hid the nodes beneath); zoomed in, it has.
+        minimap = page.locator("#dag-minimap")
+        expect(minimap).to_be_hidden()
+        page.get_by_role("button", name="Zoom in").click()
+        expect(minimap).to_be_visible()
         # Grouped by fan-out, the tallest of its grouped views.
         page.locator("#dag-mode").select_option("fanout")
         drawn = page.evaluate(DRAWN)

@@ -69,7 +69,8 @@ def test_a_293_task_graph_is_readable_searchable_and_focusable(logged_in_page, b
     screenshot(page, "grouped-by-agent")
     graph_shot(page, request, "grouped-by-agent")
 
-    # Every task: the minimap appears and moves the view where it is clicked.
+    # Every task: more than the canvas shows whole at the least zoom, so the minimap appears and
+    # moves the view where it is clicked.
     page.locator("#dag-mode").select_option("none")
     assert visible_nodes(page) == 293 and overlapping_nodes(page) == 0
     minimap = page.locator("#dag-minimap")

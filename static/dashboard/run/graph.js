@@ -17,7 +17,7 @@
  * - labels by zoom: near, the title and its state; farther, the key alone in a larger font; too
  *   small to read, no label (min-zoomed-font-size) rather than a smudge;
  * - the minimap: a second, small Cytoscape instance with the whole graph and the viewport as a
- *   rectangle; click or drag on it to move there;
+ *   rectangle; click or drag on it to move there; shown while the view leaves part of the graph out;
  * - direction: left to right, or top to bottom when that draws a long thin graph larger (layout).
  */
 
@@ -644,7 +644,7 @@ function buildGraph() {
     describeHover(null);
   });
   cy.on("zoom", zoomLabels);
-  cy.on("viewport", drawMinimapView);
+  cy.on("viewport", showMinimap);
   buildMinimap();
   redraw();
   markSelected();
@@ -749,29 +749,48 @@ function buildMinimap() {
   }
 }
 
+// The minimap's copy of the graph: the visible nodes at their positions, and the edges.
+var graphBox = null;
 function syncMinimap() {
   var box = document.getElementById("dag-minimap");
   if (!mini || !box) {
     return;
   }
   var visible = visibleElements();
-  box.hidden = visible.nodes().length <= MINIMAP_MIN_NODES;
-  if (box.hidden) {
-    return;
-  }
-  mini.resize();
+  graphBox = visible.nodes().length > MINIMAP_MIN_NODES ? visible.nodes().boundingBox({ includeLabels: false }) : null;
   mini.batch(function () {
     mini.elements().remove();
-    mini.add(
-      visible.map(function (el) {
-        if (el.isNode()) {
-          return { group: "nodes", data: { id: el.id(), state: el.data("state") }, position: { x: el.position("x"), y: el.position("y") } };
-        }
-        return { group: "edges", data: { id: el.id(), source: el.data("source"), target: el.data("target") } };
-      })
-    );
+    if (graphBox) {
+      mini.add(
+        visible.map(function (el) {
+          if (el.isNode()) {
+            return { group: "nodes", data: { id: el.id(), state: el.data("state") }, position: { x: el.position("x"), y: el.position("y") } };
+          }
+          return { group: "edges", data: { id: el.id(), source: el.data("source"), target: el.data("target") } };
+        })
+      );
+    }
   });
-  mini.fit(undefined, 6);
+  box.hidden = true;
+  showMinimap();
+}
+
+// The minimap shows while the view leaves part of a large graph out: over a graph shown whole it
+// would only hide the nodes under it.
+function showMinimap() {
+  var box = document.getElementById("dag-minimap");
+  if (!mini || !cy || !box) {
+    return;
+  }
+  var ext = cy.extent();
+  var whole = !graphBox || (graphBox.x1 >= ext.x1 - 1 && graphBox.x2 <= ext.x2 + 1 && graphBox.y1 >= ext.y1 - 1 && graphBox.y2 <= ext.y2 + 1);
+  if (whole !== box.hidden) {
+    box.hidden = whole;
+    if (!whole) {
+      mini.resize();
+      mini.fit(undefined, 6);
+    }
+  }
   drawMinimapView();
 }
 
