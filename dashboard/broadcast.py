@@ -45,7 +45,7 @@ what the hosts saved on the task rows (every few seconds; the only way on the em
 The agent lanes count the slots other runs hold of each agent ("1/4 +3 in other runs"), which
 change with other runs' events, not with this run's. Every OTHER_RUNS_POLL_S the broadcaster
 reads those counts (`lanes.slots_elsewhere`) and, when they changed, sends every viewer the lanes
-afresh.
+and the totals afresh (the effective cap and the ETA count the slots other runs hold).
 """
 
 from __future__ import annotations
@@ -472,8 +472,8 @@ class RunBroadcaster:
 
     async def _other_runs_round(self, now: float) -> bool:
         """Every OTHER_RUNS_POLL_S: when the agents' slots in other runs changed since the last
-        read, send every viewer the lanes afresh (their "+N in other runs" would otherwise wait
-        for this run's next event). The first read only sets what later ones compare with."""
+        read, send every viewer the lanes and the totals afresh (their "+N in other runs", the
+        effective cap and the ETA would otherwise wait for this run's next event). The first read only sets what later ones compare with."""
         if now - self._elsewhere_read_at < OTHER_RUNS_POLL_S:
             return False
         self._elsewhere_read_at = now
@@ -482,7 +482,7 @@ class RunBroadcaster:
         known, self._elsewhere = self._elsewhere, elsewhere
         if known is None or known == elsewhere:
             return False
-        html = await LiveDatabase.of_loop().run(frames.render_lanes, self.run_id)
+        html = await LiveDatabase.of_loop().run(frames.render_slots_elsewhere, self.run_id)
         self._check_stop()
         return await self._send_live(lambda subscriber: html)
 

@@ -33,6 +33,7 @@ from orchestrator.readmodels import gantt as run_gantt
 from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import lanes as run_lanes
 from orchestrator.readmodels import log as run_log
+from orchestrator.readmodels import other_runs as run_other_runs
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
@@ -136,9 +137,9 @@ def header_context(run: Run) -> dict:
     return {"run_active": not run.is_finished}
 
 
-def totals_context(run: Run, states=None, now: datetime | None = None) -> dict:
+def totals_context(run: Run, states=None, now: datetime | None = None, elsewhere=None) -> dict:
     now = now or timezone.now()
-    totals = run_totals.totals(run, states, now=now)
+    totals = run_totals.totals(run, states, now=now, elsewhere=elsewhere)
     eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None and totals.counts_down else None
     return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
 
@@ -191,8 +192,13 @@ def plan_review_rows(run: Run) -> list[PlanRow]:
     return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
 
-def lanes_context(run: Run, states=None) -> dict:
-    return {"lanes": run_lanes.lanes(run, states)}
+def lanes_context(run: Run, states=None, elsewhere=None) -> dict:
+    return {"lanes": run_lanes.lanes(run, states, elsewhere)}
+
+
+def held_elsewhere(run: Run, states) -> run_other_runs.OtherRuns:
+    """The slots other runs hold of the run's agents, read once for the totals and the lanes."""
+    return run_other_runs.other_runs(run, {state.agent_id for state in states})
 
 
 def gantt_context(run: Run) -> dict:
@@ -320,11 +326,12 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
     seq = events.latest_seq(run.pk) or 0
     run.refresh_from_db()
     states = run_tasks.task_states(run)
+    elsewhere = held_elsewhere(run, states)
     ctx = base_context(run, viewer)
     ctx.update(header_context(run))
-    ctx.update(totals_context(run, states, now))
+    ctx.update(totals_context(run, states, now, elsewhere))
     ctx.update(checkpoints_context(run))
-    ctx.update(lanes_context(run, states))
+    ctx.update(lanes_context(run, states, elsewhere))
     ctx.update(gantt_context(run))
     ctx.update(result_context(run))
     ctx.update(graph_context(run))
@@ -349,12 +356,13 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     ctx = base_context(run, viewer, oob=oob)
     # The totals and lanes read every task's state (plain values); only the rows shown get views.
     states = run_tasks.task_states(run) if parts & {"totals", "lanes"} else None
+    elsewhere = held_elsewhere(run, states) if states is not None else None
     html = []
     builders = {
         "header": lambda: header_context(run),
-        "totals": lambda: totals_context(run, states),
+        "totals": lambda: totals_context(run, states, elsewhere=elsewhere),
         "checkpoints": lambda: checkpoints_context(run),
-        "lanes": lambda: lanes_context(run, states),
+        "lanes": lambda: lanes_context(run, states, elsewhere),
         "gantt": lambda: gantt_context(run),
         "result": lambda: result_context(run),
         "result_final": lambda: result_final_context(run),

@@ -256,12 +256,13 @@ def render_live_progress(progress: dict[int, int]) -> str:
     return render("progress", {"progress": sorted(progress.items())}) if progress else ""
 
 
-def render_lanes(run_id: int) -> str:
-    """The agent lanes part alone, for a change no event of this run brings (their slots in other
-    runs: see broadcast.RunBroadcaster._other_runs_round). The lanes carry no controls, so one
-    render serves every viewer."""
+def render_slots_elsewhere(run_id: int) -> str:
+    """The agent lanes and the totals, for a change no event of this run brings: the slots other
+    runs hold of its agents (the lanes' "+3 in other runs", the effective cap and the ETA, which
+    wait for them: see broadcast.RunBroadcaster._other_runs_round). Neither carries controls, so
+    one render serves every viewer."""
     run = Run.objects.select_related("plan").get(pk=run_id)
-    return render_parts(run, Viewer(can_control=False, can_decide=False), {"lanes"})
+    return render_parts(run, Viewer(can_control=False, can_decide=False), {"lanes", "totals"})
 
 
 def render_live_output(run_id: int, task_id: int, text: str) -> str:

@@ -25,10 +25,12 @@ def estimated_duration_s(subtask: SubtaskSpec | Subtask, agent: Agent | None) ->
     forecast came out 8 % short of its runs). Any other agent is estimated at
     OUTPUT_TOKENS_PER_SECOND, never under MIN_ESTIMATED_DURATION_S.
     """
-    return _estimate(subtask.estimated_output_tokens, agent.provider_options if agent is not None else None)
+    return duration_s(subtask.estimated_output_tokens, agent.provider_options if agent is not None else None)
 
 
-def _estimate(estimated_output_tokens: int, provider_options: Any) -> float:
+def duration_s(estimated_output_tokens: int, provider_options: Any) -> float:
+    """`estimated_duration_s` from plain values: a subtask's estimated output tokens and its agent's
+    provider options (read as values where rows would cost too much: the live ETA)."""
     latency = _latency_mean_s(provider_options)
     if latency is not None:
         return latency
@@ -61,4 +63,4 @@ def plan_weights(plan: Plan) -> dict[str, float]:
     """Estimated seconds per subtask key of a saved plan (critical-path weights). Read as plain
     values: the run page's ETA asks for them at every live frame."""
     rows = plan.subtasks.values_list("key", "estimated_output_tokens", "agent__provider_options")
-    return {key: _estimate(tokens, options) for key, tokens, options in rows}
+    return {key: duration_s(tokens, options) for key, tokens, options in rows}

@@ -9,6 +9,8 @@ the cap, nor an agent's work over its limit (`lower_bound_s`). It also tells wha
 
 The pre-flight forecasts a whole plan; the live ETA forecasts what is left of a run: finished
 tasks `done`, running ones holding their slots for their `running` seconds left, then the rest.
+An agent's limit is shared by every run: the slots other runs hold now (`Limits.held`) are busy
+until their tasks are expected to end; they do not count against this run's cap.
 Pure functions on keys, agents and seconds; no database.
 """
 
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 from orchestrator.plans.dag import SinksFirst
 
@@ -38,10 +40,12 @@ class Work:
 
 @dataclass(frozen=True)
 class Limits:
-    """How many tasks may run at once: the run's cap, and each named agent's own limit."""
+    """How many tasks may run at once: the run's cap, and each named agent's own limit, of which
+    other runs hold some slots now: `held` gives, per agent, the seconds until each frees."""
 
     cap: int
     per_agent: Mapping[str, int]
+    held: Mapping[str, Sequence[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -50,6 +54,11 @@ class Limits:
     def of(self, agent: str) -> int:
         """How many of `agent`'s tasks may run at once: its limit, never above the cap."""
         return max(1, min(self.cap, self.per_agent.get(agent, self.cap)))
+
+    def slots(self, agent: str) -> int:
+        """`agent`'s slots, this run's and the ones other runs hold (`held`) together: its own limit
+        (the cap when it has none). This run's share of them is kept under the cap apart."""
+        return max(1, self.per_agent.get(agent, self.cap))
 
 
 @dataclass(frozen=True)
@@ -84,7 +93,8 @@ def forecast(
     work: Work, limits: Limits, *, done: Collection[str] = (), running: Mapping[str, float] | None = None
 ) -> Forecast:
     """The simulated schedule of `work` under `limits`: tasks in `done` are over, tasks in
-    `running` hold their slots for the seconds given, every other task waits for its upstreams."""
+    `running` hold their slots for the seconds given, every other task waits for its upstreams
+    (and for a slot of its agent that another run holds to free, when the others are taken)."""
     running = running or {}
     graph = work.graph
     rank = graph.remaining_path_lengths(
@@ -99,6 +109,11 @@ def forecast(
     ready: dict[str, list[tuple[float, int, str]]] = {}  # per agent: (-rank, position, key)
     ends: list[tuple[float, int, str]] = []  # (end, position, key) of what runs
     busy: Counter[str] = Counter()
+    frees: list[tuple[float, str]] = []  # (when, agent) of each slot another run holds
+    for holder, seconds in limits.held.items():
+        for when in seconds:
+            heapq.heappush(frees, (when, holder))
+            busy[holder] += 1
     for key in graph.keys:
         if key in done:
             continue
@@ -114,9 +129,11 @@ def forecast(
             heapq.heappush(ends, (now + work.seconds.get(key, 0.0), position[key], key))
             busy[agent] += 1
         peak = max(peak, len(ends))
-        if not ends:
+        if not ends and not (frees and any(ready.values())):
             return Forecast(seconds=now, peak_parallel=peak)
-        now = ends[0][0]
+        now = min([end for end, _, _ in ends[:1]] + [when for when, _ in frees[:1]])
+        while frees and frees[0][0] <= now:
+            busy[heapq.heappop(frees)[1]] -= 1
         while ends and ends[0][0] <= now:
             _, _, key = heapq.heappop(ends)
             busy[work.agent_of[key]] -= 1
@@ -177,5 +194,5 @@ def _seconds(work: Work, running: Mapping[str, float], key: str) -> float:
 
 def _next_agent(ready: Mapping[str, list[tuple[float, int, str]]], busy: Counter[str], limits: Limits) -> str | None:
     """The agent whose best ready task comes first among the agents with a free slot."""
-    heads = [(queue[0], agent) for agent, queue in ready.items() if queue and busy[agent] < limits.of(agent)]
+    heads = [(queue[0], agent) for agent, queue in ready.items() if queue and busy[agent] < limits.slots(agent)]
     return min(heads)[1] if heads else None

@@ -17,6 +17,7 @@ from django.db.models import Count, QuerySet
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
+from . import other_runs
 from .tasks import DISPLAY_ORDER, STATE_LABELS, WAITING, State, TaskState, outcome_text, task_states
 
 # A ready task not yet admitted, as the task table calls it (display states), with what each means.
@@ -119,15 +120,19 @@ class Lane:
         return (marks + [""] * self.cap)[: min(self.cap, 16)]
 
 
-def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
-    """One lane per agent of the plan, in order of first appearance (from the tasks' states, read
-    here when not given)."""
+def lanes(
+    run: Run, tasks: Sequence[TaskState] | None = None, elsewhere: other_runs.OtherRuns | None = None
+) -> list[Lane]:
+    """One lane per agent of the plan, in order of first appearance (from the tasks' states and
+    the slots other runs hold of their agents, each read here when not given)."""
     tasks = list(tasks) if tasks is not None else task_states(run)
     by_agent: dict[int, list[TaskState]] = defaultdict(list)
     for task in tasks:
         by_agent[task.agent_id].append(task)
     agents = Agent.objects.in_bulk(list(by_agent))
-    elsewhere = {} if run.is_finished else slots_in_other_runs(run, list(by_agent))
+    if elsewhere is None:
+        elsewhere = other_runs.other_runs(run, list(by_agent))
+    held = {} if run.is_finished else elsewhere.counts()
     result = []
     for agent_id, items in by_agent.items():
         states = Counter(v.state for v in items)
@@ -142,7 +147,7 @@ def lanes(run: Run, tasks: Sequence[TaskState] | None = None) -> list[Lane]:
                 succeeded=states[State.SUCCEEDED],
                 outcome=outcome_text(states, len(items)),
                 total=len(items),
-                slots_elsewhere=elsewhere.get(agent_id, 0),
+                slots_elsewhere=held.get(agent_id, 0),
                 run_ended=run.is_finished,
                 run_paused=run.status == Run.Status.PAUSED,
                 cap=agents[agent_id].max_concurrency,

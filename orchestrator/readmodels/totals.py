@@ -2,7 +2,9 @@
 
 The ETA is what is left of the run scheduled under its effective cap and each agent's own limit
 (`plans.makespan`, as the pre-flight forecasts the whole plan): running tasks hold their slots for
-their estimate less what they ran, then the rest start as their upstreams end. There is none
+their estimate less what they ran, then the rest start as their upstreams end. An agent's limit is
+shared with other runs: the slots they hold now stay busy until their tasks are expected to end
+(`other_runs`), and the effective cap counts only the slots they leave free. There is none
 while the run is paused (nothing starts until Resume) and none for a run that ended or never
 started. While everything left waits for a person's decision (nothing runs or can start, or what
 runs waits for a tool call's approval) it does not count down: it is the time after the decision
@@ -26,6 +28,7 @@ from orchestrator import plans, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag, makespan
 
+from . import other_runs
 from .approved_plan import fixed_once_approved
 from .tasks import (
     DISPLAY_ORDER,
@@ -72,30 +75,40 @@ def pace(tasks: Iterable[TaskRun | TaskState], estimates: Mapping[str, float]) -
 @dataclass
 class EffectiveCap:
     value: int
-    limited_by: str  # "run cap", "agent limits" or "provider in-flight limit"
+    limited_by: str  # "run cap", "agent limits …" or "provider in-flight limit"
+    # The tightest cap but the agents' limits, which the ETA's schedule keeps per agent (with the
+    # slots other runs hold) rather than summed.
+    for_forecast: int = 0
 
 
 def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> EffectiveCap:
     """How many of this run's tasks can run at once now: the tightest of the run's cap, the
-    summed limits of the agents that still have work, and the providers' in-flight caps in force
-    (which adaptive concurrency lowers after 429 answers)."""
+    agents' slots that other runs leave free (of the agents that still have work), and the
+    providers' in-flight caps in force (which adaptive concurrency lowers after 429 answers)."""
     if agent_ids is None:
         agent_ids = run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
-    return _effective_cap(run, list(Agent.objects.filter(pk__in=list(agent_ids))))
+    agents = list(Agent.objects.filter(pk__in=list(agent_ids)))
+    return _effective_cap(run, agents, other_runs.other_runs(run, [a.pk for a in agents]).counts())
 
 
-def _effective_cap(run: Run, agents: Sequence[Agent]) -> EffectiveCap:
+def _effective_cap(run: Run, agents: Sequence[Agent], held: Mapping[int, int]) -> EffectiveCap:
     candidates = [(run.cap, "run cap")]
     if agents:
-        candidates.append((sum(a.max_concurrency for a in agents), "agent limits"))
         pairs = {(a.provider, a.model) for a in agents}
         limits = [pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
         if limits and len(limited) == len(limits) == len(pairs):
             candidates.append((sum(limited), "provider in-flight limit"))
+    for_forecast = min(value for value, _ in candidates)
+    if agents:
+        slots = sum(a.max_concurrency for a in agents)
+        taken = sum(held.get(a.pk, 0) for a in agents)
+        free = sum(max(0, a.max_concurrency - held.get(a.pk, 0)) for a in agents)
+        why = f"agent limits (other runs hold {taken} of their {slots} slots)" if taken else "agent limits"
+        candidates.append((free, why))
     value, why = min(candidates, key=lambda c: c[0])
-    return EffectiveCap(max(0, value), why)
+    return EffectiveCap(max(0, value), why, max(1, for_forecast))
 
 
 # Tasks whose agent's work is over: a task awaiting review waits for a person, not for a slot.
@@ -112,13 +125,15 @@ def time_left(
     *,
     now: datetime,
     asked_at: Mapping[int, datetime] = MappingProxyType({}),
+    elsewhere: other_runs.OtherRuns = other_runs.NONE,
 ) -> float:
     """Seconds until the last of `tasks` ends: running (and queued) tasks hold their agent's slots
     for their estimate less what they ran (at least a tenth of it: streamed progress is no guide,
     answers rarely reach max_tokens), then the rest start in rank order under `cap` and each
     agent's `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
     person to approve a tool call (`asked_at`: task id -> when it asked) ran until it asked: the
-    wait does not work its estimate off."""
+    wait does not work its estimate off. The slots other runs hold of the agents (`elsewhere`)
+    are busy until their tasks are expected to end (at the same pace)."""
     speed = pace(tasks, plan.estimates)
     expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
     running = {}
@@ -128,7 +143,13 @@ def time_left(
             ran = (until - task.started_at).total_seconds() if task.started_at else 0.0
             running[task.key] = max(expected[task.key] - ran, 0.1 * expected[task.key])
     work = makespan.Work(plan.graph, {t.key: agents[t.agent_id].name for t in tasks if t.agent_id in agents}, expected)
-    limits = makespan.Limits(max(1, cap), {agent.name: agent.max_concurrency for agent in agents.values()})
+    held: dict[str, list[float]] = {}
+    for slot in elsewhere.slots:
+        if slot.agent_id in agents:
+            held.setdefault(agents[slot.agent_id].name, []).append(slot.seconds_left(now, speed))
+    limits = makespan.Limits(
+        max(1, cap), {agent.name: agent.max_concurrency for agent in agents.values()}, MappingProxyType(held)
+    )
     done = {t.key for t in tasks if t.state in WORK_DONE}
     return makespan.forecast(work, limits, done=done, running=running).seconds
 
@@ -228,6 +249,8 @@ class Totals:
     paused_since: datetime | None = None
     paused_s: float = 0.0
     ended_s: float = 0.0
+    # Slots of the agents with work left that other runs hold now: the ETA waits for them to free.
+    slots_elsewhere: int = 0
 
     @property
     def never_started(self) -> bool:
@@ -345,6 +368,9 @@ class Totals:
                 stopped = "nothing moves" if self.tool_calls_waiting else "nothing runs"
                 return f"{decisions} pending: {stopped} until a person decides"
             return f"{decisions} pending: the wait for {them} is not counted"
+        if self.slots_elsewhere:
+            slots = wording.counted(self.slots_elsewhere, "slot")
+            return f"at the cap and each agent's limit, with {slots} held by other runs until their tasks end; excluding approvals"
         return "at the cap and each agent's limit, excluding approvals"
 
     @property
@@ -396,8 +422,15 @@ class Totals:
         return ", ".join(f"{c.count} {c.label}" for c in self.counts) or "no tasks"
 
 
-def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime | None = None) -> Totals:
-    """The run's totals from its tasks' states (read here when not given)."""
+def totals(
+    run: Run,
+    tasks: Sequence[TaskState] | None = None,
+    *,
+    now: datetime | None = None,
+    elsewhere: other_runs.OtherRuns | None = None,
+) -> Totals:
+    """The run's totals from its tasks' states and the slots other runs hold of its agents (each
+    read here when not given)."""
     now = now or timezone.now()
     run.refresh_from_db()
     tasks = list(tasks) if tasks is not None else task_states(run)
@@ -407,7 +440,9 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
     agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
-    cap = _effective_cap(run, list(agents.values()))
+    elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).of(agents)
+    held = elsewhere.counts()
+    cap = _effective_cap(run, list(agents.values()), held)
     # One read of the pending checkpoints for their count and the tool calls among them: the live
     # view builds the totals at nearly every frame of a running run.
     pending_checkpoints = list(
@@ -415,7 +450,7 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
     )
     asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
-        eta = time_left(eta_plan(run), tasks, agents, cap.value, now=now, asked_at=asked_at)
+        eta = time_left(eta_plan(run), tasks, agents, cap.for_forecast, now=now, asked_at=asked_at, elsewhere=elsewhere)
     pending = len(pending_checkpoints)
     nothing_moves = (
         run.status == Run.Status.RUNNING
@@ -452,4 +487,5 @@ def totals(run: Run, tasks: Sequence[TaskState] | None = None, *, now: datetime 
         paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
         paused_s=run.paused_s,
         ended_s=run.ended_s,
+        slots_elsewhere=0 if run.is_finished else sum(held.values()),
     )

@@ -556,9 +556,10 @@ def test_rounds_of_any_length_and_idle_gaps_stay_within_the_allowance_of_half_th
             now += took
 
 
-def test_the_lanes_follow_another_run_of_the_agent_without_an_event_of_this_run(run, personas, make_plan):
+def test_the_lanes_and_the_eta_follow_another_run_of_the_agent_without_an_event_of_this_run(run, personas, make_plan):
     """The other run's cancellation is not an event of this run: the poll of the agents' slots in
-    other runs sends the lanes afresh (before, they read "+3 in other runs" until this run moved)."""
+    other runs sends the lanes and the totals afresh (before, they read "+3 in other runs" until
+    this run moved, and the ETA did not count the other run's slots at all)."""
     other = runs.launch(
         make_plan({k: ("researcher", []) for k in ("x", "y", "z")}, goal="Another run"), cap=3, budget_usd="5"
     )
@@ -571,11 +572,13 @@ def test_the_lanes_follow_another_run_of_the_agent_without_an_event_of_this_run(
         await database_sync_to_async(runs.cancel)(other)
         lanes = await receive_live(viewer, lambda html: 'id="agent-lanes"' in html, frames=3)
         assert "1/4" in lanes and "in other runs" not in lanes
+        assert 'id="run-totals"' in lanes and "held by other runs" not in lanes
         assert await database_sync_to_async(last_seq)(run) == seen  # no event of this run
         await viewer.disconnect()
 
-    page = fragments.render_parts(Run.objects.get(pk=run.pk), fragments.Viewer(False, False), {"lanes"})
+    page = fragments.render_parts(Run.objects.get(pk=run.pk), fragments.Viewer(False, False), {"lanes", "totals"})
     assert "1/4 +3 in other runs" in page  # what the page said before the other run ended
+    assert "with 3 slots held by other runs until their tasks end" in page
     async_to_sync(scenario)()
 
 

@@ -73,7 +73,7 @@ def strip_states(html: str) -> list[str]:
 def eta_card(html: str) -> tuple[str, str]:
     """The ETA card's value and note, as words."""
     match = re.search(
-        r'<div class="stat-value js-eta"[^>]*>(.*?)</div>\s*<div class="stat-note">(.*?)</div>', html, re.S
+        r'<div class="stat-value js-eta"[^>]*>(.*?)</div>\s*<div class="stat-note"[^>]*>(.*?)</div>', html, re.S
     )
     assert match, "no ETA card"
     return text_of(match.group(1)).strip(), text_of(match.group(2)).strip()

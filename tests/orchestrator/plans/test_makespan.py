@@ -88,6 +88,22 @@ def test_what_is_left_starts_after_the_running_tasks_free_their_slots():
     assert makespan.forecast(work, limits, done={"a", "b", "c", "d"}) == makespan.Forecast(0.0, 0)
 
 
+def test_a_slot_another_run_holds_is_free_only_once_its_task_is_expected_to_end():
+    work = work_of({"r1": ("researcher", []), "r2": ("researcher", []), "w": ("writer", [])})
+    alone = makespan.Limits(3, {"researcher": 2, "writer": 1})
+    assert makespan.forecast(work, alone).seconds == 1.0
+    # Another run holds both researcher slots, freeing at 0.5 s and 2 s: r1 starts at 0.5 s, r2
+    # when r1 ends; the writer, whose slot is free, is not held up.
+    beside = makespan.Limits(3, {"researcher": 2, "writer": 1}, held={"researcher": [0.5, 2.0]})
+    assert makespan.forecast(work, beside) == makespan.Forecast(seconds=2.5, peak_parallel=2)
+
+
+def test_slots_other_runs_hold_do_not_count_against_this_runs_cap():
+    work = work_of({"r1": ("researcher", []), "r2": ("researcher", [])})
+    limits = makespan.Limits(2, {"researcher": 4}, held={"researcher": [5.0, 5.0]})
+    assert makespan.forecast(work, limits).seconds == 1.0  # two of four slots free, the cap of 2 too
+
+
 def test_a_task_that_ended_before_its_upstreams_does_not_run_again():
     # b was skipped by a person while a, its upstream, still runs.
     work = work_of({"a": ("researcher", []), "b": ("writer", ["a"])})

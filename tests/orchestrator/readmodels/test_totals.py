@@ -56,6 +56,47 @@ def test_the_eta_waits_for_an_agents_own_limit(launched, demo_agents):
     assert totals(run, now=later).eta_s == pytest.approx(0.05 + 3 * 0.2)  # r0's rest, then the other three
 
 
+def test_the_eta_waits_for_the_slots_other_runs_hold_of_an_agent(launched, demo_agents):
+    # The researcher runs two tasks at once, across all runs. Another run launched first holds
+    # both slots (its two tasks queued, 0.2 s each); this run's four researcher tasks wait for them.
+    Agent.objects.filter(name="researcher").update(max_concurrency=2)
+    other = launched({"x": ("researcher", []), "y": ("researcher", [])}, cap=2)
+    run = launched({f"r{i}": ("researcher", []) for i in range(4)}, cap=8)
+    beside = totals(run)
+    assert beside.eta_s == pytest.approx(0.2 + 2 * 0.2)  # the other run's tasks, then two rounds
+    assert (beside.effective_cap.value, beside.effective_cap.limited_by) == (
+        0,
+        "agent limits (other runs hold 2 of their 2 slots)",
+    )
+    assert beside.concurrency_note == (
+        "effective cap 0, limited by agent limits (other runs hold 2 of their 2 slots) · run cap 8"
+    )
+    assert beside.eta_note == (
+        "at the cap and each agent's limit, with 2 slots held by other runs until their tasks end; excluding approvals"
+    )
+
+    runs.cancel(other)  # the same run alone: the agent's whole limit is its own
+    alone = totals(run)
+    assert alone.eta_s == pytest.approx(2 * 0.2)
+    assert (alone.effective_cap.value, alone.effective_cap.limited_by) == (2, "agent limits")
+    assert alone.eta_note == "at the cap and each agent's limit, excluding approvals"
+
+
+def test_a_slot_another_run_holds_frees_when_its_running_task_is_expected_to_end(launched, demo_agents):
+    Agent.objects.filter(name="researcher").update(max_concurrency=1)
+    other = launched({"x": ("researcher", [])})
+    run = launched({"r": ("researcher", []), "w": ("writer", [])}, cap=4)
+    x = other.tasks.get()
+    start(x, ago_s=0.15)
+    x.refresh_from_db()
+    now = x.started_at + timedelta(seconds=0.15)
+    # x has 0.05 s left, then r takes 0.2 s; the writer's slots are free: w ends at 0.2 s.
+    assert totals(run, now=now).eta_s == pytest.approx(0.05 + 0.2)
+    # The other run's pause holds its running task's slot all the same: a pause stops admission.
+    runs.pause(other)
+    assert totals(run, now=now).eta_s == pytest.approx(0.05 + 0.2)
+
+
 def test_a_task_skipped_below_a_running_one_is_not_counted(launched):
     run = launched({"scope": ("researcher", []), "write": ("writer", ["scope"])})
     runs.skip_task(run.tasks.get(subtask__key="write"), reason="not needed after all")
