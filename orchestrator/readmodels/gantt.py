@@ -1,6 +1,7 @@
-"""The run page's timeline: every attempt as a bar on its agent's lane, overlaps on separate tracks.
+"""The run page's timeline: every attempt as a bar on its agent's lane, overlaps on separate tracks,
+and the spans the run was paused, so that a gap in the bars says why nothing started then.
 
-`assign_tracks` takes plain intervals and is tested without a database.
+`assign_tracks` and `paused_spans` take plain values and are tested without a database.
 """
 
 from __future__ import annotations
@@ -75,11 +76,43 @@ class GanttLane:
         return [(number, bar) for number, track in enumerate(self.tracks) for bar in track]
 
 
+@dataclass(frozen=True)
+class PausedSpan:
+    """A span the run admitted nothing new: from its pause to its resume, or to its end (None while
+    it is still paused: the span grows with the clock)."""
+
+    start_ms: int
+    end_ms: int | None
+
+    @property
+    def seconds(self) -> float | None:
+        return None if self.end_ms is None else (self.end_ms - self.start_ms) / 1000
+
+
+def paused_spans(changes: Iterable[tuple[str, datetime]], finished_at: datetime | None) -> list[PausedSpan]:
+    """The paused spans from the run's `run.paused` and `run.resumed` events (type, time) in order; a
+    pause the run never resumed from ends when the run did (cancelled while paused)."""
+    spans, paused_at = [], None
+    for kind, at in changes:
+        if kind == "run.paused" and paused_at is None:
+            paused_at = at
+        elif kind == "run.resumed" and paused_at is not None:
+            spans.append(PausedSpan(_ms(paused_at), _ms(at)))
+            paused_at = None
+    if paused_at is not None:
+        spans.append(PausedSpan(_ms(paused_at), _ms_or_none(finished_at)))
+    return spans
+
+
+PAUSE_EVENTS = ("run.paused", "run.resumed")
+
+
 @dataclass
 class Gantt:
     start_ms: int | None
     end_ms: int | None  # None while the run goes on: the timeline ends "now"
     lanes: list[GanttLane] = field(default_factory=list)
+    paused: list[PausedSpan] = field(default_factory=list)
     # What the timeline says while it has no bar (no_attempt_text). A running run's says it even
     # with bars (hidden by CSS), as a live page whose bars arrive one by one still does.
     empty_text: str = ""
@@ -141,6 +174,12 @@ def gantt(run: Run) -> Gantt:
         start_ms=_ms_or_none(start),
         end_ms=_ms_or_none(run.finished_at),
         lanes=result_lanes,
+        paused=paused_spans(
+            Event.objects.filter(run_id=run.pk, type__in=PAUSE_EVENTS)
+            .order_by("seq")
+            .values_list("type", "created_at"),
+            run.finished_at,
+        ),
         empty_text="" if attempts and run.is_finished else no_attempt_text(run),
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.contrib.auth.models import User
@@ -294,6 +295,41 @@ def test_the_lanes_follow_another_run_and_a_pause_and_the_timeline_says_why_no_a
     runs.decide(rejected.checkpoints.get(), approve=False, user=User.objects.get(), comment="Too broad")
     expect(empty).to_have_text("No attempt ran: the plan was rejected.")
     screenshot(page, "plan-rejected")
+
+
+def test_the_timeline_shows_a_pause_as_it_happens_and_where_it_ended(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """A gap in the bars said nothing of why nothing started then; a pause is drawn across the lanes."""
+    page = logged_in_page
+    run = runs.launch(make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}), budget_usd="1")
+    scope = run.tasks.get(subtask__key="scope")
+    began = timezone.now() - timedelta(seconds=4)
+    Attempt.objects.filter(task_run=scope).update(state=Attempt.State.RUNNING, worker="w:1", started_at=began)
+    TaskRun.objects.filter(pk=scope.pk).update(state=TaskRun.State.RUNNING, started_at=began)
+    open_run(page, run)
+    page.set_viewport_size({"width": 1280, "height": 860})
+    row = page.locator("#run-gantt .gantt-paused-row")
+    expect(row).to_have_count(0)
+
+    runs.pause(run)
+    expect(row).to_contain_text("paused")
+    band = row.locator(".gantt-pause")
+    expect(band).to_have_attribute("data-end", "")  # still paused: it grows with the clock
+    expect(band).to_have_attribute("title", re.compile("nothing new starts until the run is resumed"))
+    expect(page.locator(f"#gantt-lane-{demo_agents['researcher'].pk} .gantt-pause")).to_have_count(1)
+    page.wait_for_function("document.querySelector('#run-gantt .gantt-paused-row .gantt-pause').offsetWidth > 0")
+
+    runs.resume(run)
+    expect(band).to_have_attribute("data-end", re.compile(r"^\d+$"))
+    expect(band).to_have_attribute("title", re.compile(r"^Paused for .*: nothing new started"))
+    assert_not_reloaded(page)
+    page.locator("#run-gantt").scroll_into_view_if_needed()
+    path = screenshot(page, "timeline-paused-and-resumed")
+    page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline.png")))
+    page.set_viewport_size({"width": 390, "height": 860})
+    page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline-390.png")))
+    print(path.parent)
 
 
 def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_content(

@@ -60,6 +60,19 @@ function placeBars(bars, t0, span) {
   });
 }
 
+// The spans the run was paused: a band across every lane (and, labelled, on the "paused" row),
+// from the pause to the resume, or growing with the clock while the run is still paused.
+function placePauses(gantt, t0, span) {
+  gantt.querySelectorAll(".gantt-pause").forEach(function (band) {
+    var start = Number(band.dataset.start);
+    var end = band.dataset.end ? Number(band.dataset.end) : Math.max(start, now());
+    var left = Math.max(0, Math.min((100 * (start - t0)) / span, 100));
+    var width = Math.max(0, Math.min((100 * (end - start)) / span, 100 - left));
+    band.style.left = left.toFixed(3) + "%";
+    band.style.width = width.toFixed(3) + "%";
+  });
+}
+
 // Greedy, by start time: a bar takes the first track free when it starts.
 function stackTracks(gantt) {
   gantt.querySelectorAll(".gantt-bars").forEach(function (lane) {
@@ -142,11 +155,14 @@ function keepLabelsInside(ticks) {
 export function layoutGantt() {
   var gantt = document.getElementById("run-gantt");
   var bars = gantt ? gantt.querySelectorAll(".gantt-bar") : [];
-  if (!bars.length) {
+  // With no bar yet, a pause still has an axis: from the run's start to now.
+  var paused = gantt && gantt.dataset.start && gantt.querySelector(".gantt-pause");
+  if (!bars.length && !paused) {
     return;
   }
   var axis = timeSpan(gantt, bars);
   placeBars(bars, axis.t0, axis.span);
+  placePauses(gantt, axis.t0, axis.span);
   stackTracks(gantt);
   drawTicks(gantt, axis.span);
 }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from django.db import transaction
 
 from orchestrator.engine import runs, scheduler
 from orchestrator.models import Run
-from orchestrator.readmodels.gantt import assign_tracks, gantt
+from orchestrator.readmodels.gantt import PausedSpan, assign_tracks, gantt, paused_spans
 
 from .conftest import start
 
@@ -33,6 +35,33 @@ def test_gantt_puts_overlapping_attempts_on_separate_tracks(launched):
     bar = lanes["researcher"].tracks[0][0]
     assert bar.key == "a" and bar.end_ms is None and bar.worker == "w:1"
     assert timeline.bars == 2
+
+
+def test_paused_spans_run_from_each_pause_to_its_resume_or_to_the_runs_end():
+    t = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=s) for s in range(10)]
+    ms = [int(x.timestamp() * 1000) for x in t]
+    changes = [("run.paused", t[1]), ("run.resumed", t[3]), ("run.paused", t[5])]
+    assert paused_spans(changes, None) == [PausedSpan(ms[1], ms[3]), PausedSpan(ms[5], None)]  # still paused
+    assert paused_spans(changes, t[8]) == [PausedSpan(ms[1], ms[3]), PausedSpan(ms[5], ms[8])]  # cancelled paused
+    # A run reopened by a retry is resumed without a pause: no span.
+    assert paused_spans([("run.resumed", t[2])], None) == []
+    assert PausedSpan(ms[1], ms[3]).seconds == 2.0 and PausedSpan(ms[5], None).seconds is None
+
+
+def test_the_timeline_shows_each_pause_as_it_happens(launched):
+    run = launched(PLAN)
+    assert gantt(run).paused == []
+    runs.pause(run)
+    (paused,) = gantt(run).paused
+    assert paused.end_ms is None  # still paused: the span grows with the clock
+    runs.resume(run)
+    (resumed,) = gantt(run).paused
+    assert resumed.start_ms == paused.start_ms and resumed.end_ms is not None
+    runs.pause(run)
+    runs.cancel(run)
+    run.refresh_from_db()
+    first, cancelled = gantt(run).paused
+    assert first == resumed and cancelled.end_ms == int(run.finished_at.timestamp() * 1000)
 
 
 PLAN = {"a": ("researcher", []), "b": ("writer", ["a"])}
