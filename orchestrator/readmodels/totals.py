@@ -287,7 +287,8 @@ class Totals:
         """The sentence under the running count: the cap in force and which limit sets it, the
         peak; a run that admits nothing says first why."""
         cap = self.effective_cap
-        if cap.value == self.cap or self.finished:
+        # A run that admits nothing is measured against no cap: what would limit it is beside the point.
+        if cap.value == self.cap or self.admits_nothing:
             parts = [f"run cap {self.cap}"]
         else:
             parts = [f"effective cap {cap.value}, limited by {cap.limited_by}", f"run cap {self.cap}"]
@@ -369,8 +370,8 @@ class Totals:
                 return f"{decisions} pending: {stopped} until a person decides"
             return f"{decisions} pending: the wait for {them} is not counted"
         if self.slots_elsewhere:
-            slots = wording.counted(self.slots_elsewhere, "slot")
-            return f"at the cap and each agent's limit, with {slots} held by other runs until their tasks end; excluding approvals"
+            busy = wording.counted(self.slots_elsewhere, "slot")
+            return f"at the cap and each agent's limit ({busy} busy in other runs for now), excluding approvals"
         return "at the cap and each agent's limit, excluding approvals"
 
     @property

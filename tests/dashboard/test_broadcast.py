@@ -572,13 +572,13 @@ def test_the_lanes_and_the_eta_follow_another_run_of_the_agent_without_an_event_
         await database_sync_to_async(runs.cancel)(other)
         lanes = await receive_live(viewer, lambda html: 'id="agent-lanes"' in html, frames=3)
         assert "1/4" in lanes and "in other runs" not in lanes
-        assert 'id="run-totals"' in lanes and "held by other runs" not in lanes
+        assert 'id="run-totals"' in lanes and "busy in other runs for now" not in lanes
         assert await database_sync_to_async(last_seq)(run) == seen  # no event of this run
         await viewer.disconnect()
 
     page = fragments.render_parts(Run.objects.get(pk=run.pk), fragments.Viewer(False, False), {"lanes", "totals"})
     assert "1/4 +3 in other runs" in page  # what the page said before the other run ended
-    assert "with 3 slots held by other runs until their tasks end" in page
+    assert "(3 slots busy in other runs for now)" in page
     async_to_sync(scenario)()
 
 

@@ -72,8 +72,14 @@ def test_the_eta_waits_for_the_slots_other_runs_hold_of_an_agent(launched, demo_
         "effective cap 0, limited by agent limits (other runs hold 2 of their 2 slots) · run cap 8"
     )
     assert beside.eta_note == (
-        "at the cap and each agent's limit, with 2 slots held by other runs until their tasks end; excluding approvals"
+        "at the cap and each agent's limit (2 slots busy in other runs for now), excluding approvals"
     )
+
+    # Paused, it is measured against no cap: what would limit it is beside the point.
+    runs.pause(run)
+    assert totals(run).concurrency_note == "paused: nothing new starts until it is resumed · run cap 8"
+    runs.resume(run)
+    assert totals(run).concurrency_note == beside.concurrency_note
 
     runs.cancel(other)  # the same run alone: the agent's whole limit is its own
     alone = totals(run)
