@@ -141,7 +141,7 @@ def lanes(
                 agent=agents[agent_id],
                 running=[v for v in items if v.state == State.RUNNING],
                 queued=states[State.QUEUED],
-                not_admitted=not_admitted(items),
+                not_admitted=not_admitted(items, paused=run.status == Run.Status.PAUSED),
                 upcoming=states[State.PENDING] + states[State.WAITING_GATE],
                 done=sum(states[s] for s in TaskRun.TERMINAL),
                 succeeded=states[State.SUCCEEDED],
@@ -179,11 +179,16 @@ def slots_elsewhere(run_id: int) -> dict[int, int]:
     return slots_in_other_runs(run, TaskRun.objects.filter(run_id=run_id).values("agent_id"))
 
 
-def not_admitted(tasks: Sequence[TaskState]) -> list[LaneCount]:
-    """The ready tasks not admitted yet, counted under the task table's words for them."""
+# What a not-admitted count means while the run is paused, whatever held the tasks before.
+HELD_BY_PAUSE = "held back: the run is paused, nothing new starts until it is resumed"
+
+
+def not_admitted(tasks: Sequence[TaskState], *, paused: bool = False) -> list[LaneCount]:
+    """The ready tasks not admitted yet, counted under the task table's words for them (a paused
+    run's are held by the pause, not by a cap: their tooltip says so)."""
     shown = Counter(task.display_state for task in tasks)
     return [
-        LaneCount(shown[state], STATE_LABELS[state], NOT_ADMITTED[state])
+        LaneCount(shown[state], STATE_LABELS[state], HELD_BY_PAUSE if paused else NOT_ADMITTED[state])
         for state in DISPLAY_ORDER
         if state in NOT_ADMITTED and shown[state]
     ]

@@ -80,6 +80,21 @@ def test_a_lanes_ready_tasks_are_counted_in_the_task_tables_words(launched):
     assert lane.not_admitted == [] and lane.queued == 4
 
 
+def test_a_paused_runs_held_back_tasks_say_the_pause_holds_them_not_a_cap(launched, demo_agents):
+    demo_agents["researcher"].max_concurrency = 1
+    demo_agents["researcher"].save()
+    run = launched({f"s{i}": ("researcher", []) for i in range(3)})  # one queued, two held by the limit
+    (lane,) = lanes(run)
+    (held,) = lane.not_admitted
+    assert held.text == "2 held back" and "concurrency cap" in held.meaning
+    runs.pause(run)
+    (held,) = lanes(run)[0].not_admitted
+    assert held.meaning == "held back: the run is paused, nothing new starts until it is resumed"
+    runs.resume(run)
+    (held,) = lanes(run)[0].not_admitted
+    assert "concurrency cap" in held.meaning
+
+
 def test_an_ended_runs_lane_holds_no_slots_whatever_other_runs_use(launched, demo_agents):
     cancelled = launched({"a": ("researcher", []), "b": ("researcher", [])})
     other = launched({"x": ("researcher", []), "y": ("researcher", [])})
