@@ -46,6 +46,9 @@ class Limits:
     cap: int
     per_agent: Mapping[str, int]
     held: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    # Slots of the cap itself that other runs hold, when the cap is a shared one (a provider's
+    # in-flight limit): the seconds until each frees.
+    cap_held: Sequence[float] = ()
 
     def __post_init__(self) -> None:
         if self.cap < 1:
@@ -109,11 +112,14 @@ def forecast(
     ready: dict[str, list[tuple[float, int, str]]] = {}  # per agent: (-rank, position, key)
     ends: list[tuple[float, int, str]] = []  # (end, position, key) of what runs
     busy: Counter[str] = Counter()
-    frees: list[tuple[float, str]] = []  # (when, agent) of each slot another run holds
+    frees: list[tuple[float, str]] = []  # (when, agent; "" for the cap) of each slot another run holds
     for holder, seconds in limits.held.items():
         for when in seconds:
             heapq.heappush(frees, (when, holder))
             busy[holder] += 1
+    for when in limits.cap_held:
+        heapq.heappush(frees, (when, ""))
+    cap_busy = len(limits.cap_held)
     for key in graph.keys:
         if key in done:
             continue
@@ -124,7 +130,7 @@ def forecast(
             heapq.heappush(ready.setdefault(work.agent_of[key], []), (-rank[key], position[key], key))
     now, peak = 0.0, len(ends)
     while True:
-        while len(ends) < limits.cap and (agent := _next_agent(ready, busy, limits)) is not None:
+        while len(ends) + cap_busy < limits.cap and (agent := _next_agent(ready, busy, limits)) is not None:
             _, _, key = heapq.heappop(ready[agent])
             heapq.heappush(ends, (now + work.seconds.get(key, 0.0), position[key], key))
             busy[agent] += 1
@@ -133,7 +139,11 @@ def forecast(
             return Forecast(seconds=now, peak_parallel=peak)
         now = min([end for end, _, _ in ends[:1]] + [when for when, _ in frees[:1]])
         while frees and frees[0][0] <= now:
-            busy[heapq.heappop(frees)[1]] -= 1
+            _, holder = heapq.heappop(frees)
+            if holder:
+                busy[holder] -= 1
+            else:
+                cap_busy -= 1
         while ends and ends[0][0] <= now:
             _, _, key = heapq.heappop(ends)
             busy[work.agent_of[key]] -= 1

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
@@ -159,9 +159,14 @@ def lanes(
 
 
 def slots_in_other_runs(run: Run, agent_ids: Iterable[int] | QuerySet) -> dict[int, int]:
-    """Each agent's queued and running tasks in runs other than `run` (one query)."""
+    """Queued and running tasks in runs other than `run`, per agent, of the given agents and of
+    every agent on the same provider and model (whose requests in flight count against the
+    provider's in-flight limit, which the run's totals count): one query."""
+    same_pair = Agent.objects.filter(
+        pk__in=agent_ids, provider=OuterRef("agent__provider"), model=OuterRef("agent__model")
+    )
     return dict(
-        TaskRun.objects.filter(agent_id__in=agent_ids, state__in=TaskRun.ACTIVE)
+        TaskRun.objects.filter(Exists(same_pair), state__in=TaskRun.ACTIVE)
         .exclude(run_id=run.pk)
         .order_by()
         .values_list("agent_id")
@@ -170,9 +175,9 @@ def slots_in_other_runs(run: Run, agent_ids: Iterable[int] | QuerySet) -> dict[i
 
 
 def slots_elsewhere(run_id: int) -> dict[int, int]:
-    """What the run's lanes count as other runs' ("+3 in other runs"), per agent of the run: {}
-    once the run ended (its lanes no longer tell). Two small reads, so that the live view can
-    notice a change that no event of this run announces (another run of the agent ended)."""
+    """What the run's lanes and totals count as other runs' ("+3 in other runs"), per agent: {}
+    once the run ended (they no longer tell). Two small reads, so that the live view can notice a
+    change that no event of this run announces (another run of the agent ended)."""
     run = Run.objects.only("status").get(pk=run_id)
     if run.is_finished:
         return {}

@@ -75,40 +75,51 @@ def pace(tasks: Iterable[TaskRun | TaskState], estimates: Mapping[str, float]) -
 @dataclass
 class EffectiveCap:
     value: int
-    limited_by: str  # "run cap", "agent limits …" or "provider in-flight limit"
+    limited_by: str  # "run cap", "agent limits …" or "provider in-flight limit …"
     # The tightest cap but the agents' limits, which the ETA's schedule keeps per agent (with the
-    # slots other runs hold) rather than summed.
+    # slots other runs hold) rather than summed; and whether that is the providers' in-flight
+    # limit, which other runs share (their requests in flight hold it too).
     for_forecast: int = 0
+    forecast_cap_shared: bool = False
 
 
 def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> EffectiveCap:
     """How many of this run's tasks can run at once now: the tightest of the run's cap, the
     agents' slots that other runs leave free (of the agents that still have work), and the
-    providers' in-flight caps in force (which adaptive concurrency lowers after 429 answers)."""
+    providers' in-flight caps in force (which adaptive concurrency lowers after 429 answers) less
+    what other runs have in flight on them."""
     if agent_ids is None:
         agent_ids = run.tasks.exclude(state__in=TaskRun.TERMINAL).values_list("agent_id", flat=True).distinct()
     agents = list(Agent.objects.filter(pk__in=list(agent_ids)))
-    return _effective_cap(run, agents, other_runs.other_runs(run, [a.pk for a in agents]).counts())
+    return _effective_cap(run, agents, other_runs.other_runs(run, [a.pk for a in agents]))
 
 
-def _effective_cap(run: Run, agents: Sequence[Agent], held: Mapping[int, int]) -> EffectiveCap:
+def _effective_cap(run: Run, agents: Sequence[Agent], elsewhere: other_runs.OtherRuns) -> EffectiveCap:
     candidates = [(run.cap, "run cap")]
+    provider_cap = None
     if agents:
         pairs = {(a.provider, a.model) for a in agents}
         limits = [pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
         if limits and len(limited) == len(limits) == len(pairs):
-            candidates.append((sum(limited), "provider in-flight limit"))
-    for_forecast = min(value for value, _ in candidates)
-    if agents:
+            provider_cap = sum(limited)
+            in_flight = elsewhere.in_flight()
+            busy = sum(in_flight.get(pair, 0) for pair in pairs)
+            why = "provider in-flight limit"
+            candidates.append(
+                (provider_cap - busy, f"{why} (other runs hold {busy} of {provider_cap})" if busy else why)
+            )
+        held = elsewhere.counts()
         slots = sum(a.max_concurrency for a in agents)
         taken = sum(held.get(a.pk, 0) for a in agents)
         free = sum(max(0, a.max_concurrency - held.get(a.pk, 0)) for a in agents)
         why = f"agent limits (other runs hold {taken} of their {slots} slots)" if taken else "agent limits"
         candidates.append((free, why))
     value, why = min(candidates, key=lambda c: c[0])
-    return EffectiveCap(max(0, value), why, max(1, for_forecast))
+    if provider_cap is not None and provider_cap < run.cap:
+        return EffectiveCap(max(0, value), why, max(1, provider_cap), forecast_cap_shared=True)
+    return EffectiveCap(max(0, value), why, max(1, run.cap))
 
 
 # Tasks whose agent's work is over: a task awaiting review waits for a person, not for a slot.
@@ -126,6 +137,7 @@ def time_left(
     now: datetime,
     asked_at: Mapping[int, datetime] = MappingProxyType({}),
     elsewhere: other_runs.OtherRuns = other_runs.NONE,
+    cap_shared: bool = False,
 ) -> float:
     """Seconds until the last of `tasks` ends: running (and queued) tasks hold their agent's slots
     for their estimate less what they ran (at least a tenth of it: streamed progress is no guide,
@@ -133,7 +145,8 @@ def time_left(
     agent's `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
     person to approve a tool call (`asked_at`: task id -> when it asked) ran until it asked: the
     wait does not work its estimate off. The slots other runs hold of the agents (`elsewhere`)
-    are busy until their tasks are expected to end (at the same pace)."""
+    are busy until their tasks are expected to end (at the same pace), and so are those they hold
+    of `cap` when it is shared (`cap_shared`: the providers' in-flight limit)."""
     speed = pace(tasks, plan.estimates)
     expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
     running = {}
@@ -148,7 +161,10 @@ def time_left(
         if slot.agent_id in agents:
             held.setdefault(agents[slot.agent_id].name, []).append(slot.seconds_left(now, speed))
     limits = makespan.Limits(
-        max(1, cap), {agent.name: agent.max_concurrency for agent in agents.values()}, MappingProxyType(held)
+        max(1, cap),
+        {agent.name: agent.max_concurrency for agent in agents.values()},
+        MappingProxyType(held),
+        tuple(slot.seconds_left(now, speed) for slot in elsewhere.slots) if cap_shared else (),
     )
     done = {t.key for t in tasks if t.state in WORK_DONE}
     return makespan.forecast(work, limits, done=done, running=running).seconds
@@ -249,7 +265,8 @@ class Totals:
     paused_since: datetime | None = None
     paused_s: float = 0.0
     ended_s: float = 0.0
-    # Slots of the agents with work left that other runs hold now: the ETA waits for them to free.
+    # Slots that other runs hold now of the agents with work left (and of their providers' in-flight
+    # limit when that caps the run): the ETA waits for them to free.
     slots_elsewhere: int = 0
 
     @property
@@ -441,9 +458,11 @@ def totals(
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
     agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
-    elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).of(agents)
-    held = elsewhere.counts()
-    cap = _effective_cap(run, list(agents.values()), held)
+    elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).on(
+        {(agent.provider, agent.model) for agent in agents.values()}
+    )
+    held = {agent_id: n for agent_id, n in elsewhere.counts().items() if agent_id in agents}
+    cap = _effective_cap(run, list(agents.values()), elsewhere)
     # One read of the pending checkpoints for their count and the tool calls among them: the live
     # view builds the totals at nearly every frame of a running run.
     pending_checkpoints = list(
@@ -451,7 +470,16 @@ def totals(
     )
     asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
-        eta = time_left(eta_plan(run), tasks, agents, cap.for_forecast, now=now, asked_at=asked_at, elsewhere=elsewhere)
+        eta = time_left(
+            eta_plan(run),
+            tasks,
+            agents,
+            cap.for_forecast,
+            now=now,
+            asked_at=asked_at,
+            elsewhere=elsewhere,
+            cap_shared=cap.forecast_cap_shared,
+        )
     pending = len(pending_checkpoints)
     nothing_moves = (
         run.status == Run.Status.RUNNING
@@ -488,5 +516,9 @@ def totals(
         paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
         paused_s=run.paused_s,
         ended_s=run.ended_s,
-        slots_elsewhere=0 if run.is_finished else sum(held.values()),
+        slots_elsewhere=0
+        if run.is_finished
+        else len(elsewhere.slots)
+        if cap.forecast_cap_shared
+        else sum(held.values()),
     )

@@ -104,6 +104,13 @@ def test_slots_other_runs_hold_do_not_count_against_this_runs_cap():
     assert makespan.forecast(work, limits).seconds == 1.0  # two of four slots free, the cap of 2 too
 
 
+def test_a_shared_cap_waits_for_the_slots_other_runs_hold_of_it():
+    # A provider's in-flight limit of 2 as the cap, one of them held by another run for 0.5 s.
+    work = work_of({"r1": ("researcher", []), "r2": ("researcher", [])})
+    limits = makespan.Limits(2, {"researcher": 4}, cap_held=[0.5])
+    assert makespan.forecast(work, limits) == makespan.Forecast(seconds=1.5, peak_parallel=2)  # r2 from 0.5 s
+
+
 def test_a_task_that_ended_before_its_upstreams_does_not_run_again():
     # b was skipped by a person while a, its upstream, still runs.
     work = work_of({"a": ("researcher", []), "b": ("writer", ["a"])})

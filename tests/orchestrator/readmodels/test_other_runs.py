@@ -8,7 +8,7 @@ import pytest
 
 from orchestrator.engine import runs
 from orchestrator.models import Agent
-from orchestrator.readmodels.other_runs import NONE, other_runs
+from orchestrator.readmodels.other_runs import NONE, OtherRuns, other_runs
 
 from .conftest import start
 
@@ -24,7 +24,12 @@ def test_other_runs_queued_and_running_tasks_hold_their_agents_slots_until_expec
     now = x.started_at + timedelta(seconds=0.15)
 
     held = other_runs(run, [researcher])
-    assert held.counts() == {researcher: 2}  # not the writer's: not asked for; not this run's own task
+    # The writer's task too: it holds a request of the same provider and model in flight.
+    assert held.counts() == {researcher: 2, demo_agents["writer"].pk: 1}  # not this run's own task
+    assert held.in_flight() == {("simulated", "sim-1"): 3}
+    held = held.on([("simulated", "sim-1")])
+    assert held.on([("anthropic", "claude")]).slots == ()
+    held = OtherRuns(tuple(slot for slot in held.slots if slot.agent_id == researcher))
     left = sorted(slot.seconds_left(now) for slot in held.slots)
     assert left == pytest.approx([0.05, 0.2])  # x ran 0.15 of its 0.2 s; y is queued: all of it
     assert sorted(slot.seconds_left(now, pace=2.0) for slot in held.slots) == pytest.approx([0.25, 0.4])

@@ -88,6 +88,29 @@ def test_the_eta_waits_for_the_slots_other_runs_hold_of_an_agent(launched, demo_
     assert alone.eta_note == "at the cap and each agent's limit, excluding approvals"
 
 
+def test_the_eta_and_the_cap_count_what_other_runs_have_in_flight_on_the_same_provider(launched, demo_agents):
+    # Two requests of sim-1 at once, across all runs and agents: another run's two writer tasks
+    # hold both; this run's researcher tasks wait for them, though the researcher is free.
+    ProviderLimit.objects.filter(provider="simulated", model="sim-1").update(max_in_flight=2)
+    other = launched({"x": ("writer", []), "y": ("writer", [])})
+    run = launched({"r0": ("researcher", []), "r1": ("researcher", [])}, cap=8)
+    beside = totals(run)
+    assert (beside.effective_cap.value, beside.effective_cap.limited_by) == (
+        0,
+        "provider in-flight limit (other runs hold 2 of 2)",
+    )
+    assert beside.eta_s == pytest.approx(0.2 + 0.2)  # the writer's requests end, then both at once
+    assert beside.eta_note == (
+        "at the cap and each agent's limit (2 slots busy in other runs for now), excluding approvals"
+    )
+
+    runs.cancel(other)
+    alone = totals(run)
+    assert (alone.effective_cap.value, alone.effective_cap.limited_by) == (2, "provider in-flight limit")
+    assert alone.eta_s == pytest.approx(0.2)
+    assert alone.eta_note == "at the cap and each agent's limit, excluding approvals"
+
+
 def test_a_slot_another_run_holds_frees_when_its_running_task_is_expected_to_end(launched, demo_agents):
     Agent.objects.filter(name="researcher").update(max_concurrency=1)
     other = launched({"x": ("researcher", [])})
