@@ -21,6 +21,7 @@ from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run
 from orchestrator.plans import dag
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.readmodels.records import RunTotals
+from orchestrator.readmodels.snapshot import read_snapshot
 
 State = TaskRun.State
 
@@ -480,6 +481,14 @@ class RunProgress(RunTotals):
 
 
 def progress(run: Run) -> RunProgress:
+    """The run's counts, totals and pending checkpoints as of one moment (`read_snapshot`): read
+    one query after another, an attempt that stopped between the run's row and the count of
+    attempts still stopping read as "none stopping" beside totals without its usage."""
+    with read_snapshot():
+        return _progress(run)
+
+
+def _progress(run: Run) -> RunProgress:
     run.refresh_from_db()
     counts = dict(run.tasks.order_by().values_list("state").annotate(n=Count("pk")))
     end = run.finished_at or timezone.now()

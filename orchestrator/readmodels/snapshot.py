@@ -66,6 +66,9 @@ def part_of_snapshot(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 def _sqlite_read_transaction(connection) -> Iterator[None]:
     connection.ensure_connection()
     raw = connection.connection  # Django runs SQLite in autocommit: the transaction is ours to end
+    if raw.in_transaction:  # a snapshot already open (a read inside another's): it is the one there is
+        yield
+        return
     raw.execute("BEGIN DEFERRED")
     try:
         yield
