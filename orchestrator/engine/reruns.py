@@ -75,6 +75,21 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
                 f"{', '.join(busy)} below {task.key} {'is' if len(busy) == 1 else 'are'} still at work: "
                 "wait until it ends, or pause the run and let it finish, then re-run"
             )
+        stopping = sorted(
+            {
+                key
+                for key in Attempt.objects.filter(
+                    task_run__in=resets, state__in=(Attempt.State.QUEUED, Attempt.State.RUNNING)
+                ).values_list("task_run__subtask__key", flat=True)
+            }
+        )
+        if stopping:
+            # Its usage is settled on the task when it ends: after the reset it would read as the
+            # new start's spend.
+            raise ActionError(
+                f"an attempt of {', '.join(stopping)} is still stopping (a cancel or a skip reaches it at "
+                "its next heartbeat, within seconds): re-run once it has ended"
+            )
         resets.sort(key=lambda t: t.pk != task.pk)  # the task first, then its downstream in plan order
         keep_outputs(resets)
         for reset in resets:

@@ -20,7 +20,7 @@ from orchestrator.models import ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import ProviderError
 
 State = TaskRun.State
-# Bound on attempts whatever their cause, so a provider that never recovers cannot loop forever.
+# Bound on a start's attempts whatever their cause, so a provider that never recovers cannot loop forever.
 MAX_ATTEMPTS = 50
 
 
@@ -69,7 +69,8 @@ def schedule_retry_or_fail(
     faults = task.fault_count + (1 if own_fault else 0)
     max_retries = task.subtask.effective_max_retries
     now = timezone.now()
-    if retryable and faults <= max_retries and task.attempt_count < MAX_ATTEMPTS:
+    # The bound counts this start's attempts: a re-run (engine/reruns.py) starts the count again.
+    if retryable and faults <= max_retries and task.attempt_count - task.earlier_attempts < MAX_ATTEMPTS:
         delay = backoff_seconds(faults, retry_after)
         wait = waits.RetryBackoff(delay, message)
         transitions.move(

@@ -152,3 +152,49 @@ def test_a_rerun_task_keeps_what_it_spent_before_apart_and_counts_this_starts_at
     assert task.cost_usd > spent[2] and task.earlier_cost_usd == spent[2]
     run.refresh_from_db()
     assert run.cost_usd == task.cost_usd  # the run counts both attempts
+
+
+def test_a_rerun_waits_for_an_attempt_still_stopping(chain):
+    """A cancelled task whose attempt has not ended yet (a cancel reaches it at its next beat)
+    settles that attempt's usage on the task when it ends: reset before, it read as the new
+    start's spend. The re-run is refused, naming the task, until the attempt has ended."""
+    review = chain.tasks.get(subtask__key="review")
+    TaskRun.objects.filter(pk=review.pk).update(state=State.CANCELLED)
+    Attempt.objects.filter(task_run=review).update(state=Attempt.State.RUNNING)
+    with pytest.raises(runs.ActionError, match="an attempt of review is still stopping"):
+        reruns.rerun_from(chain.tasks.get(subtask__key="draft"))
+    assert not Event.objects.filter(run=chain, type="task.rerun").exists()  # nothing half-done
+
+    Attempt.objects.filter(task_run=review).update(state=Attempt.State.CANCELLED)
+    assert reruns.rerun_from(chain.tasks.get(subtask__key="draft")) == ["draft", "review"]
+
+
+def run_with_retries(run: Run) -> Run:
+    """run_all, with the reaper's tick queueing the retries that are due, until the run ends."""
+    from orchestrator.engine import reaper
+
+    for _ in range(20):
+        run_all(run)
+        if run.is_finished:
+            return run
+        reaper.tick()
+    raise AssertionError(f"run {run.pk} did not end: {run.status}")
+
+
+def test_the_bound_on_attempts_counts_this_starts_attempts(make_agent, make_plan, priced_limit, monkeypatch):
+    """MAX_ATTEMPTS stops a task a provider never lets through; a task re-run after reaching it
+    gets its retries again instead of failing at its first fault."""
+    from orchestrator.engine import retries
+
+    monkeypatch.setattr(retries, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 0.0)
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=5)
+    run = run_with_retries(runs.launch(make_plan({"a": ("breaker", [])})))
+    task = run.tasks.get()
+    assert (task.state, task.attempt_count) == (State.FAILED, 2)
+
+    reruns.rerun_from(task)
+    run_with_retries(run)
+    task.refresh_from_db()
+    assert (task.state, task.attempt_count) == (State.FAILED, 4)  # two more, not one
+    assert task.error.endswith("after 2 attempts")
