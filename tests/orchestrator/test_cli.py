@@ -403,6 +403,15 @@ def test_run_status_says_how_much_of_the_elapsed_time_the_run_was_paused(gated_r
 
 
 @pytest.mark.django_db
+def test_run_status_counts_tokens_with_thousands_separators(gated_run):
+    """Exact counts, as a person checks them against a bill: "1,234,567 in", not "1234567 in"."""
+    run, _ = gated_run
+    Run.objects.filter(pk=run.pk).update(input_tokens=1_234_567, output_tokens=45_210)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "tokens 1,234,567 in / 45,210 out   cap" in out
+
+
+@pytest.mark.django_db
 def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
     out, _ = run_command("run_status", str(cancelled_run.pk))
     assert "Progress: 5 of 22 succeeded · 17 cancelled\n" in out  # it said "22/22 done, 5 succeeded, …"

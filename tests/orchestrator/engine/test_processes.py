@@ -267,15 +267,17 @@ def test_timeouts_retry_then_fail_and_only_the_failed_branch_stops(qcluster, mak
 
 def test_a_rate_limit_storm_backs_off_and_the_run_completes(qcluster, make_agent, make_plan):
     options = {**fast_latency(0.1), "server_limit": {"requests_per_minute": 8}}
-    make_agent("researcher", provider_options=options, max_concurrency=12, max_retries=0)
-    plan = make_plan({f"t{i}": ("researcher", []) for i in range(12)})
+    # Ten tasks, not more: past the limit's minute window the limit lets one more request in
+    # every 7.5 s, so each task beyond the limit adds that much to the slowest test of the suite.
+    make_agent("researcher", provider_options=options, max_concurrency=10, max_retries=0)
+    plan = make_plan({f"t{i}": ("researcher", []) for i in range(10)})
     qcluster.workers = 6
     qcluster.start()
-    run = wait_for_run(runs.launch(plan, cap=12), 240, qcluster)
+    run = wait_for_run(runs.launch(plan, cap=10), 240, qcluster)
     assert run.status == "succeeded", run.summary
     assert_each_task_succeeded_exactly_once(run)
     limited = Attempt.objects.filter(task_run__run=run, state="failed", error__contains="429")
-    assert limited.count() >= 4  # 12 requests against 8 a minute: at least 4 answered 429
+    assert limited.count() >= 2  # 10 requests against 8 a minute: at least 2 answered 429
     assert Event.objects.filter(run=run, type="provider.backoff").count() == limited.count()
 
 
