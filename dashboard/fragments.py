@@ -137,9 +137,9 @@ def header_context(run: Run) -> dict:
     return {"run_active": not run.is_finished}
 
 
-def totals_context(run: Run, states=None, now: datetime | None = None, elsewhere=None) -> dict:
+def totals_context(run: Run, states=None, now: datetime | None = None, elsewhere=None, agents=None) -> dict:
     now = now or timezone.now()
-    totals = run_totals.totals(run, states, now=now, elsewhere=elsewhere)
+    totals = run_totals.totals(run, states, now=now, elsewhere=elsewhere, agents=agents)
     eta_at = int((now.timestamp() + totals.eta_s) * 1000) if totals.eta_s is not None and totals.counts_down else None
     return {"totals": totals, "eta_at_ms": eta_at, "now_ms": int(now.timestamp() * 1000)}
 
@@ -192,8 +192,8 @@ def plan_review_rows(run: Run) -> list[PlanRow]:
     return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
 
-def lanes_context(run: Run, states=None, elsewhere=None) -> dict:
-    return {"lanes": run_lanes.lanes(run, states, elsewhere)}
+def lanes_context(run: Run, states=None, elsewhere=None, agents=None) -> dict:
+    return {"lanes": run_lanes.lanes(run, states, elsewhere, agents)}
 
 
 def held_elsewhere(run: Run, states) -> run_other_runs.OtherRuns:
@@ -327,11 +327,12 @@ def page_context(run: Run, viewer: Viewer, *, selected: TaskRun | None = None) -
     run.refresh_from_db()
     states = run_tasks.task_states(run)
     elsewhere = held_elsewhere(run, states)
+    agents = run_tasks.agents_of(states)
     ctx = base_context(run, viewer)
     ctx.update(header_context(run))
-    ctx.update(totals_context(run, states, now, elsewhere))
+    ctx.update(totals_context(run, states, now, elsewhere, agents))
     ctx.update(checkpoints_context(run))
-    ctx.update(lanes_context(run, states, elsewhere))
+    ctx.update(lanes_context(run, states, elsewhere, agents))
     ctx.update(gantt_context(run))
     ctx.update(result_context(run))
     ctx.update(graph_context(run))
@@ -354,15 +355,17 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
     """The named parts of the page, each as an out-of-band fragment (task rows for `tasks`)."""
     parts = set(parts)
     ctx = base_context(run, viewer, oob=oob)
-    # The totals and lanes read every task's state (plain values); only the rows shown get views.
+    # The totals and lanes read every task's state (plain values) and their agents, once for both;
+    # only the rows shown get views.
     states = run_tasks.task_states(run) if parts & {"totals", "lanes"} else None
     elsewhere = held_elsewhere(run, states) if states is not None else None
+    agents = run_tasks.agents_of(states) if states is not None else None
     html = []
     builders = {
         "header": lambda: header_context(run),
-        "totals": lambda: totals_context(run, states, elsewhere=elsewhere),
+        "totals": lambda: totals_context(run, states, elsewhere=elsewhere, agents=agents),
         "checkpoints": lambda: checkpoints_context(run),
-        "lanes": lambda: lanes_context(run, states, elsewhere),
+        "lanes": lambda: lanes_context(run, states, elsewhere, agents),
         "gantt": lambda: gantt_context(run),
         "result": lambda: result_context(run),
         "result_final": lambda: result_final_context(run),

@@ -8,7 +8,7 @@ ended holds none and is not told about the others: nothing of it is in flight.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -18,7 +18,7 @@ from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
 from . import other_runs
-from .tasks import DISPLAY_ORDER, STATE_LABELS, WAITING, State, TaskState, outcome_text, task_states
+from .tasks import DISPLAY_ORDER, STATE_LABELS, WAITING, State, TaskState, agents_of, outcome_text, task_states
 
 # A ready task not yet admitted, as the task table calls it (display states), with what each means.
 NOT_ADMITTED = {
@@ -121,15 +121,19 @@ class Lane:
 
 
 def lanes(
-    run: Run, tasks: Sequence[TaskState] | None = None, elsewhere: other_runs.OtherRuns | None = None
+    run: Run,
+    tasks: Sequence[TaskState] | None = None,
+    elsewhere: other_runs.OtherRuns | None = None,
+    agents: Mapping[int, Agent] | None = None,
 ) -> list[Lane]:
-    """One lane per agent of the plan, in order of first appearance (from the tasks' states and
-    the slots other runs hold of their agents, each read here when not given)."""
+    """One lane per agent of the plan, in order of first appearance (from the tasks' states, their
+    agents and the slots other runs hold of them, each read here when not given)."""
     tasks = list(tasks) if tasks is not None else task_states(run)
     by_agent: dict[int, list[TaskState]] = defaultdict(list)
     for task in tasks:
         by_agent[task.agent_id].append(task)
-    agents = Agent.objects.in_bulk(list(by_agent))
+    if agents is None:
+        agents = agents_of(tasks)
     if elsewhere is None:
         elsewhere = other_runs.other_runs(run, list(by_agent))
     held = {} if run.is_finished else elsewhere.counts()

@@ -17,7 +17,7 @@ from typing import Self
 
 from django.db.models import Count
 
-from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Run, TaskRun
 
 from .records import PartialOutputRecord, TaskRecord
 from .steps import activities
@@ -311,6 +311,11 @@ def task_states(run: Run | int) -> list[TaskState]:
     states = [TaskState(*row) for row in rows]
     live = live_output_tokens(states)
     return [replace(state, live_output_tokens=live[state.pk]) if state.pk in live else state for state in states]
+
+
+def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
+    """The agents of these tasks by id, in name order: one read for a frame's totals and lanes."""
+    return {agent.pk: agent for agent in Agent.objects.filter(pk__in={state.agent_id for state in states})}
 
 
 def task_view(task: TaskRun) -> TaskView:

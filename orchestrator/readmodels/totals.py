@@ -36,6 +36,7 @@ from .tasks import (
     State,
     StripSegment,
     TaskState,
+    agents_of,
     outcome_text,
     state_strip,
     task_states,
@@ -446,18 +447,27 @@ def totals(
     *,
     now: datetime | None = None,
     elsewhere: other_runs.OtherRuns | None = None,
+    agents: Mapping[int, Agent] | None = None,
 ) -> Totals:
-    """The run's totals from its tasks' states and the slots other runs hold of its agents (each
-    read here when not given)."""
+    """The run's totals from its tasks' states, their agents and the slots other runs hold of them
+    (each read here when not given). A caller that gives the tasks' states read them with `run`, in
+    one snapshot (the live view's frame, the page); without them the run is read afresh too."""
     now = now or timezone.now()
-    run.refresh_from_db()
-    tasks = list(tasks) if tasks is not None else task_states(run)
+    if tasks is None:
+        run.refresh_from_db()
+        tasks = task_states(run)
+    tasks = list(tasks)
     counts = Counter(v.display_state for v in tasks)
     end = run.finished_at or now
     elapsed = (end - run.started_at).total_seconds() if run.started_at else 0.0
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
-    agents = {agent.pk: agent for agent in Agent.objects.filter(pk__in={v.agent_id for v in unfinished})}
+    of_unfinished = {v.agent_id for v in unfinished}
+    agents = {
+        pk: agent
+        for pk, agent in (agents if agents is not None else agents_of(unfinished)).items()
+        if pk in of_unfinished
+    }
     elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).on(
         {(agent.provider, agent.model) for agent in agents.values()}
     )
