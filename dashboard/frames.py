@@ -13,7 +13,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 
-from orchestrator import events
+from orchestrator import events, sql
 from orchestrator.models import Event, Run, TaskRun
 from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import log as run_log
@@ -138,10 +138,8 @@ def render_run_batch(
     if latest is None or latest <= after_seq:
         return None
     run = Run.objects.select_related("plan").get(pk=run_id)
-    meta = list(
-        Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).values_list(
-            "seq", "type", "task_run_id"
-        )
+    meta = sql.select(
+        Event, ("seq", "type", "task_run_id"), order_by=("seq",), run_id=run_id, seq__gt=after_seq, seq__lte=latest
     )
     types = {t for _, t, _ in meta}
     task_ids = list(dict.fromkeys(task for _, _, task in meta if task))

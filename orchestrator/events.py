@@ -207,8 +207,10 @@ def take_numbers(run_id: int, count: int) -> int:
 
 
 def latest_seq(run_id: int) -> int | None:
-    """The number of the run's last committed event (None for an unknown run)."""
-    return EventSequence.objects.filter(run_id=run_id).values_list("last_seq", flat=True).first()
+    """The number of the run's last committed event (None for an unknown run). Read by every live
+    view's poll, several times a second: SQL text, not a query built each time (orchestrator/sql.py)."""
+    rows = sql.select(EventSequence, ("last_seq",), run_id=run_id)
+    return rows[0][0] if rows else None
 
 
 # False in a worker process whose channel layer is in-process (the embedded default): its

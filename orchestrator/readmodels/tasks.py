@@ -17,6 +17,7 @@ from typing import Self
 
 from django.db.models import Count
 
+from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Run, TaskRun
 
 from .records import PartialOutputRecord, TaskRecord
@@ -315,7 +316,8 @@ def task_states(run: Run | int) -> list[TaskState]:
 
 def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
     """The agents of these tasks by id, in name order: one read for a frame's totals and lanes."""
-    return {agent.pk: agent for agent in Agent.objects.filter(pk__in={state.agent_id for state in states})}
+    ids = sorted({state.agent_id for state in states})
+    return {agent.pk: agent for agent in sql.objects(Agent, order_by=("name",), pk__in=ids)} if ids else {}
 
 
 def task_view(task: TaskRun) -> TaskView:

@@ -24,7 +24,7 @@ from types import MappingProxyType
 
 from django.utils import timezone
 
-from orchestrator import plans, wording
+from orchestrator import plans, sql, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag, makespan
 
@@ -475,8 +475,8 @@ def totals(
     cap = _effective_cap(run, list(agents.values()), elsewhere)
     # One read of the pending checkpoints for their count and the tool calls among them: the live
     # view builds the totals at nearly every frame of a running run.
-    pending_checkpoints = list(
-        run.checkpoints.filter(status=Checkpoint.Status.PENDING).values_list("kind", "task_run_id", "created_at")
+    pending_checkpoints = sql.select(
+        Checkpoint, ("kind", "task_run_id", "created_at"), run_id=run.pk, status=Checkpoint.Status.PENDING
     )
     asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
