@@ -229,10 +229,8 @@ def saved_progress(
     """Running tasks of the run whose host saved progress after `since` (one indexed query), with
     the output of those in `with_output`, and of those in `seed` (just watched) whatever their
     time."""
-    rows = TaskRun.objects.filter(run_id=run_id, state=TaskRun.State.RUNNING, progress_at__isnull=False)
-    if since is not None:
-        rows = rows.filter(progress_at__gt=since)
-    found = list(rows.values_list("pk", "progress", "progress_at"))
+    after = {"progress_at__isnull": False} if since is None else {"progress_at__gt": since}
+    found = sql.select(TaskRun, ("pk", "progress", "progress_at"), run_id=run_id, state=TaskRun.State.RUNNING, **after)
     changed = {pk for pk, _, _ in found}
     wanted = (changed & with_output) | set(seed)
     outputs = (

@@ -11,10 +11,11 @@ These helpers write the same statements as text and keep what the ORM guarantees
 adapted by their fields (`get_db_prep_save`), rows are converted by the backend's and the fields'
 converters, objects are made by `Model.from_db` — a row read here is the instance the ORM would
 have made. Conditions are `filter()`-style lookups (`name=value`, `name__in=[...]`, `name__gt=value`
-and the other comparisons); values set by an UPDATE are plain values, `Add(n)` (``column = column
+and the other comparisons, `name__isnull=bool`); values set by an UPDATE are plain values, `Add(n)` (``column = column
 + n``) or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the
 hot path needs, and the live view's reads that run several times a second for every watched run
-(its poll's latest event, a frame's events, agents and pending checkpoints: the ORM took ~0.3 ms of
+(its poll's latest event and saved progress, a frame's events, agents, provider limits and pending
+checkpoints: the ORM took ~0.3 ms of
 CPU to build each of them, these ~0.07 ms on PostgreSQL); anything else goes through the ORM. On PostgreSQL a list of values (an IN list, a
 row match, per-row values, a multi-row insert's columns) is one array parameter (`takes_arrays`).
 """
@@ -257,6 +258,8 @@ def _where(db, model: type[Model], lookups: dict[str, Any], match: Match | None 
         elif op in _COMPARISONS:
             parts.append(f"{column} {_COMPARISONS[op]} %s")
             params.append(_adapt(db, field, value))
+        elif op == "isnull":
+            parts.append(f"{column} IS {'' if value else 'NOT '}NULL")
         elif op:
             raise ValueError(f"sql: unsupported lookup {key!r}")
         elif value is None:

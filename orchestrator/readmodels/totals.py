@@ -100,7 +100,9 @@ def _effective_cap(run: Run, agents: Sequence[Agent], elsewhere: other_runs.Othe
     provider_cap = None
     if agents:
         pairs = {(a.provider, a.model) for a in agents}
-        limits = [pl for pl in ProviderLimit.objects.all() if (pl.provider, pl.model) in pairs]
+        limits = [
+            pl for pl in sql.objects(ProviderLimit, order_by=("provider", "model")) if (pl.provider, pl.model) in pairs
+        ]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
         if limits and len(limited) == len(limits) == len(pairs):

@@ -45,6 +45,12 @@ def test_select_reads_fields_by_lookups_in_order(run):
     assert sql.select(TaskRun, ("pk",), pk__in=[]) == []
     assert sql.select(TaskRun, ("pk",), pk__gt=ids[0], pk__lte=ids[1]) == [(ids[1],)]
     assert {row[0] for row in sql.select(TaskRun, ("pk",), run_id=run.pk, finished_at=None)} == set(ids)
+    TaskRun.objects.filter(pk=ids[0]).update(started_at=timezone.now())
+    assert sql.select(TaskRun, ("pk",), run_id=run.pk, started_at__isnull=False) == [(ids[0],)]
+    assert sql.select(TaskRun, ("pk",), order_by=("pk",), run_id=run.pk, started_at__isnull=True) == [
+        (pk,) for pk in ids[1:]
+    ]
+    assert sql.select(Run, ("pk",)) == [(run.pk,)]  # no lookup: every row
     with pytest.raises(ValueError, match="unsupported lookup 'pk__contains'"):
         sql.select(TaskRun, ("pk",), pk__contains=1)
 
