@@ -7,17 +7,18 @@ every chain. The ORM spent 0.2–1 ms of CPU building each of them (a QuerySet, 
 model instances): most of the ~13 ms that transaction took on PostgreSQL, and nearly all of it
 on SQLite, where the statements themselves take microseconds (docs/benchmarks.md).
 
-These helpers write the same statements as text and keep what the ORM guarantees: values are
-adapted by their fields (`get_db_prep_save`), rows are converted by the backend's and the fields'
-converters, objects are made by `Model.from_db` — a row read here is the instance the ORM would
-have made. Conditions are `filter()`-style lookups (`name=value`, `name__in=[...]`, `name__gt=value`
-and the other comparisons, `name__isnull=bool`); values set by an UPDATE are plain values, `Add(n)` (``column = column
-+ n``) or `PerRow({pk: value})` (a value for each of those rows, the others unchanged). Only what the
-hot path needs, and the live view's reads that run several times a second for every watched run
-(its poll's latest event and saved progress, a frame's events, agents, provider limits and pending
-checkpoints: the ORM took ~0.3 ms of
-CPU to build each of them, these ~0.07 ms on PostgreSQL); anything else goes through the ORM. On PostgreSQL a list of values (an IN list, a
-row match, per-row values, a multi-row insert's columns) is one array parameter (`takes_arrays`).
+These helpers write the same statements as text and keep what the ORM guarantees: values are adapted
+by their fields (`get_db_prep_save`), rows are converted by the backend's and the fields'
+converters, objects are made by `Model.from_db` — a row read here is the instance the ORM would have
+made. Conditions are `filter()`-style lookups (`name=value`, `name__in=[...]`, `name__gt=value` and
+the other comparisons, `name__isnull=bool`); values set by an UPDATE are plain values, `Add(n)`
+(``column = column + n``) or `PerRow({pk: value})` (a value for each of those rows, the others
+unchanged). Only what the hot path needs, and the live view's reads that run several times a second
+for every watched run (its poll's latest event and saved progress, a frame's events, agents,
+provider limits and pending checkpoints: the ORM took ~0.3 ms of CPU to build each of them, these
+~0.07 ms on PostgreSQL); anything else goes through the ORM. On PostgreSQL a list of values (an IN
+list, a row match, per-row values, a multi-row insert's columns) is one array parameter
+(`takes_arrays`).
 """
 
 from __future__ import annotations
