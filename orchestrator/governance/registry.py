@@ -114,6 +114,17 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[An
     return {field: [before[field], after[field]] for field in after if before.get(field) != after[field]}
 
 
+def audited_values(obj: Agent | ProviderLimit) -> dict[str, Any]:
+    """An agent's or a provider limit's fields as its audit events record them: take them before
+    changing a row in memory and compare with `changed_fields` to say what a save will change."""
+    return _snapshot(obj, AGENT_FIELDS if isinstance(obj, Agent) else LIMIT_FIELDS)
+
+
+def changed_fields(before: dict[str, Any], obj: Agent | ProviderLimit) -> dict[str, list[Any]]:
+    """{field: [old, new]} of what changed in `obj` since `audited_values` gave `before`."""
+    return _changes(before, audited_values(obj))
+
+
 # A value longer than this is named in a change's message without its old and new values (a
 # system prompt, provider options): the event's payload keeps them whole.
 SHORT_VALUE_CHARS = 40
@@ -215,8 +226,10 @@ def save_agent(agent: Agent, *, user=None, actor: str = "") -> Agent:
 # --- Provider limits -----------------------------------------------------------------------------
 
 
-def save_provider_limit(limit: ProviderLimit, *, user=None) -> ProviderLimit:
-    """Create or update a provider's limits and prices and record what changed.
+def save_provider_limit(limit: ProviderLimit, *, user=None, actor: str = "") -> ProviderLimit:
+    """Create or update a provider's limits and prices and record what changed. `actor` names who
+    changed them when no user did (the command line: `console.cli_actor()`). Saving with no change
+    records nothing.
 
     Lowering `max_in_flight` below the adaptive cap in force brings that cap down with it, so
     the new limit holds at once. Invalid values (a negative price, a limit of 0) raise
@@ -238,6 +251,7 @@ def save_provider_limit(limit: ProviderLimit, *, user=None) -> ProviderLimit:
             events.record(
                 "provider_limit.created",
                 user=user,
+                actor_name=actor,
                 message=f"provider limit {limit} created",
                 payload={"limit": str(limit), "fields": _snapshot(limit, LIMIT_FIELDS)},
             )
@@ -247,13 +261,14 @@ def save_provider_limit(limit: ProviderLimit, *, user=None) -> ProviderLimit:
             events.record(
                 "provider_limit.changed",
                 user=user,
+                actor_name=actor,
                 message=f"provider limit {limit} changed: {', '.join(changes)}",
                 payload={"limit": str(limit), "changes": changes},
             )
     return limit
 
 
-def delete_provider_limit(limit: ProviderLimit, *, user=None) -> None:
+def delete_provider_limit(limit: ProviderLimit, *, user=None, actor: str = "") -> None:
     """Delete a provider's limits and prices (its agents then run uncapped and unpriced), recorded."""
     with transaction.atomic():
         fields = _snapshot(limit, LIMIT_FIELDS)
@@ -262,6 +277,7 @@ def delete_provider_limit(limit: ProviderLimit, *, user=None) -> None:
         events.record(
             "provider_limit.deleted",
             user=user,
+            actor_name=actor,
             message=f"provider limit {name} deleted",
             payload={"limit": name, "fields": fields},
         )

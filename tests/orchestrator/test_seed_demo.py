@@ -180,3 +180,80 @@ def test_an_unknown_provider_is_refused_naming_the_choices_as_typed():
 
     with pytest.raises(CommandError, match=r"invalid choice: 'bogus' \(choose from 'simulated', 'anthropic'\)"):
         call_command("seed_demo", "--provider", "bogus")
+
+
+def test_the_audit_log_names_the_command_line_for_what_the_demo_creates(monkeypatch):
+    """The demo's agents, limits, logins and role were in the registry with no event saying who
+    made them, while the same changes from the admin or `manage.py agent` are audited."""
+    from orchestrator.models import Event
+
+    monkeypatch.setenv("GLASSBOX_DEMO_PASSWORD", "s3cret-demo-pass")
+    seed()
+
+    seeded = Event.objects.exclude(type__startswith="tool")
+    assert {e.actor_name for e in seeded} == {console.cli_actor()}
+    assert sorted(seeded.filter(type="agent.created").values_list("payload__agent", flat=True)) == sorted(DEMO_AGENTS)
+    assert list(seeded.filter(type="provider_limit.created").values_list("message", flat=True)) == [
+        "provider limit simulated:sim-1 created"
+    ]
+    assert list(seeded.filter(type="user.created").values_list("message", flat=True)) == [
+        "superuser demo created",
+        "user approver created",
+    ]
+    assert list(seeded.filter(type="user.role_granted").values_list("message", flat=True)) == [
+        "user approver given the Approver role"
+    ]
+    assert not any("s3cret-demo-pass" in f"{e.message} {e.payload}" for e in Event.objects.all())
+
+
+def test_a_second_seed_records_only_what_it_changed_back():
+    from orchestrator.models import Event
+
+    seed()
+    events_before = Event.objects.count()
+    output = seed()
+    assert Event.objects.count() == events_before
+    assert "Agent coder (simulated:sim-1, 3 slots): kept as it is" in output
+    assert "Provider limit simulated:sim-1: kept as it is" in output
+
+    Agent.objects.filter(name="coder").update(status=Agent.Status.RETIRED, max_concurrency=9)
+    ProviderLimit.objects.filter(model="sim-1").update(max_in_flight=3)
+    get_user_model().objects.get(username="approver").groups.clear()
+    output = seed()
+
+    assert "Agent coder (simulated:sim-1, 3 slots): updated (max_concurrency 9 → 3, status retired → active)" in output
+    assert "Provider limit simulated:sim-1: updated (max_in_flight 3 → 16)" in output
+    new = Event.objects.filter(pk__gt=Event.objects.order_by("pk")[events_before - 1].pk)
+    assert sorted(new.values_list("type", "actor_name")) == [
+        ("agent.changed", console.cli_actor()),
+        ("agent.status_changed", console.cli_actor()),
+        ("provider_limit.changed", console.cli_actor()),
+        ("user.role_granted", console.cli_actor()),
+    ]
+    assert new.get(type="agent.changed").payload["changes"] == {
+        "max_concurrency": [9, 3],
+        "status": ["retired", "active"],
+    }
+
+
+def test_anthropic_limits_are_created_once_as_the_command_line(settings):
+    from orchestrator.models import Event
+
+    settings.GLASSBOX_MODEL = "claude-sonnet-4-6"
+    output = seed("--provider", "anthropic")
+    created = Event.objects.filter(type="provider_limit.created")
+    assert created.count() == ProviderLimit.objects.count() == 1 + len(seed_demo_prices())
+    assert {e.actor_name for e in created} == {console.cli_actor()}
+    assert "Provider limit anthropic:claude-haiku-4-5: created with list prices" in output
+
+    ProviderLimit.objects.filter(model="claude-haiku-4-5").update(max_in_flight=1)  # set by an administrator
+    events_before = Event.objects.count()
+    assert "Provider limit anthropic:claude-haiku-4-5: kept as it is" in seed("--provider", "anthropic")
+    assert ProviderLimit.objects.get(model="claude-haiku-4-5").max_in_flight == 1
+    assert Event.objects.count() == events_before
+
+
+def seed_demo_prices() -> dict:
+    from orchestrator.management.commands.seed_demo import CLAUDE_LIST_PRICES
+
+    return CLAUDE_LIST_PRICES

@@ -7,6 +7,10 @@ password is never reset), the demo tool server `workspace` is registered (or its
 up to date) and granted to the researcher and the writer, and an example plan is imported only
 once. The logins: `demo`, a superuser, and `approver`, who holds the Approver role and can approve
 the plans `demo` launches (separation of duties refuses a launcher's approval of their own plan).
+
+Every change goes through the governance modules, so the audit log names who made it as
+`cli:<os user>`, as for `manage.py agent`: each agent and provider limit created or changed, each
+login created and role given, the tool server and its grants. What did not change records nothing.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from orchestrator import plans
-from orchestrator.governance import tool_registry
+from orchestrator.governance import accounts, registry, tool_registry
 from orchestrator.management import console
 from orchestrator.models import Agent, Plan, ProviderLimit, ToolGrant, ToolServer
 from orchestrator.wording import counted
@@ -187,57 +191,87 @@ class Command(BaseCommand):
         self.import_example_plans()
 
     def seed_provider_limits(self, provider: str) -> None:
-        _, created = ProviderLimit.objects.update_or_create(
-            provider=Agent.Provider.SIMULATED, model=SIMULATED_MODEL, defaults=SIMULATED_LIMIT
-        )
-        self.report("Provider limit", f"{Agent.Provider.SIMULATED}:{SIMULATED_MODEL}", created)
+        label = f"{Agent.Provider.SIMULATED}:{SIMULATED_MODEL}"
+        outcome = self.save_limit(Agent.Provider.SIMULATED, SIMULATED_MODEL, SIMULATED_LIMIT)
+        self.stdout.write(f"Provider limit {label}: {outcome}")
         if provider == Agent.Provider.ANTHROPIC:
             # Real account limits differ per tier: create conservative values once and leave
             # what an administrator set in the admin alone.
-            _, created = ProviderLimit.objects.get_or_create(
-                provider=Agent.Provider.ANTHROPIC,
-                model=settings.GLASSBOX_MODEL,
-                defaults={**ANTHROPIC_DEFAULT_LIMIT, **list_prices(settings.GLASSBOX_MODEL)},
-            )
-            verb = "created" if created else "kept as it is"
-            self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{settings.GLASSBOX_MODEL}: {verb}")
+            model = settings.GLASSBOX_MODEL
+            values = {**ANTHROPIC_DEFAULT_LIMIT, **list_prices(model)}
+            outcome = self.save_limit(Agent.Provider.ANTHROPIC, model, values, keep_existing=True)
+            self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{model}: {outcome}")
             for model in CLAUDE_LIST_PRICES:
                 if model == settings.GLASSBOX_MODEL:
                     continue
-                _, created = ProviderLimit.objects.get_or_create(
-                    provider=Agent.Provider.ANTHROPIC,
-                    model=model,
-                    defaults={**ANTHROPIC_PRICE_ONLY_LIMIT, **list_prices(model)},
-                )
-                verb = "created with list prices" if created else "kept as it is"
-                self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{model}: {verb}")
+                values = {**ANTHROPIC_PRICE_ONLY_LIMIT, **list_prices(model)}
+                outcome = self.save_limit(Agent.Provider.ANTHROPIC, model, values, keep_existing=True)
+                if outcome == "created":
+                    outcome = "created with list prices"
+                self.stdout.write(f"Provider limit {Agent.Provider.ANTHROPIC}:{model}: {outcome}")
             if not settings.ANTHROPIC_API_KEY:
                 self.stdout.write(
                     self.style.WARNING("ANTHROPIC_API_KEY is not set: tasks of these agents will fail until it is.")
                 )
 
+    def save_limit(self, provider: str, model: str, values: dict, *, keep_existing: bool = False) -> str:
+        """Create a provider limit, or bring it to `values` (unless `keep_existing`), through the
+        registry so that each change is audited as the command line's; what happened, in words."""
+        limit = ProviderLimit.objects.filter(provider=provider, model=model).first()
+        if limit is None:
+            self.registry_save(registry.save_provider_limit, ProviderLimit(provider=provider, model=model, **values))
+            return "created"
+        if keep_existing:
+            return "kept as it is"
+        before = registry.audited_values(limit)
+        for field, value in values.items():
+            setattr(limit, field, value)
+        return self.save_changes(registry.save_provider_limit, limit, before)
+
     def seed_agents(self, provider: str) -> None:
         model = settings.GLASSBOX_MODEL if provider == Agent.Provider.ANTHROPIC else SIMULATED_MODEL
         for member in DEMO_TEAM:
-            _, created = Agent.objects.update_or_create(
-                name=member.name,
-                defaults={
-                    "role": member.role,
-                    "capabilities": list(member.capabilities),
-                    "provider": provider,
-                    "model": model,
-                    "system_prompt": member.system_prompt,
-                    "max_concurrency": member.max_concurrency,
-                    "timeout_s": settings.GLASSBOX_DEFAULT_TIMEOUT_S,
-                    "max_retries": settings.GLASSBOX_DEFAULT_MAX_RETRIES,
-                    "max_output_tokens": 1024,
-                    # The latency model is the simulated provider's; Claude's durations are estimated
-                    # from output tokens (plans.estimated_duration_s).
-                    "provider_options": DEMO_LATENCY if provider == Agent.Provider.SIMULATED else {},
-                    "status": Agent.Status.ACTIVE,
-                },
-            )
-            self.report("Agent", f"{member.name} ({provider}:{model}, {member.max_concurrency} slots)", created)
+            values = {
+                "role": member.role,
+                "capabilities": list(member.capabilities),
+                "provider": provider,
+                "model": model,
+                "system_prompt": member.system_prompt,
+                "max_concurrency": member.max_concurrency,
+                "timeout_s": settings.GLASSBOX_DEFAULT_TIMEOUT_S,
+                "max_retries": settings.GLASSBOX_DEFAULT_MAX_RETRIES,
+                "max_output_tokens": 1024,
+                # The latency model is the simulated provider's; Claude's durations are estimated
+                # from output tokens (plans.estimated_duration_s).
+                "provider_options": DEMO_LATENCY if provider == Agent.Provider.SIMULATED else {},
+                "status": Agent.Status.ACTIVE,
+            }
+            agent = Agent.objects.filter(name=member.name).first()
+            if agent is None:
+                self.registry_save(registry.save_agent, Agent(name=member.name, **values))
+                outcome = "created"
+            else:
+                before = registry.audited_values(agent)
+                for field, value in values.items():
+                    setattr(agent, field, value)
+                outcome = self.save_changes(registry.save_agent, agent, before)
+            self.stdout.write(f"Agent {member.name} ({provider}:{model}, {member.max_concurrency} slots): {outcome}")
+
+    def save_changes(self, save, obj, before: dict) -> str:
+        """Save `obj` through the registry's `save` if it differs from `before`; the outcome in words."""
+        changes = registry.changed_fields(before, obj)
+        if not changes:
+            return "kept as it is"
+        self.registry_save(save, obj)
+        return f"updated ({registry.describe_changes(changes)})"
+
+    def registry_save(self, save, obj) -> None:
+        """`save(obj)` as the command line's user; settings the registry refuses (a model name too
+        long for GLASSBOX_MODEL, say) stop the command naming each problem."""
+        try:
+            save(obj, actor=console.cli_actor())
+        except registry.InvalidSettings as invalid:
+            raise CommandError(f"{obj._meta.verbose_name.capitalize()} {obj} not saved: {invalid}.") from None
 
     def seed_demo_user(self) -> None:
         user_model = get_user_model()
@@ -245,7 +279,9 @@ class Command(BaseCommand):
             self.stdout.write(f"User {DEMO_USERNAME}: exists, password left unchanged")
             return
         password = os.environ.get(DEMO_PASSWORD_ENV) or "demo"
-        user_model.objects.create_superuser(username=DEMO_USERNAME, email="demo@example.com", password=password)
+        accounts.create_user(
+            DEMO_USERNAME, email="demo@example.com", password=password, superuser=True, actor=console.cli_actor()
+        )
         self.stdout.write(
             f"User {DEMO_USERNAME}: created as superuser, {self.password_text(DEMO_PASSWORD_ENV, 'demo')}"
         )
@@ -256,14 +292,14 @@ class Command(BaseCommand):
         role = approver_role()
         user = user_model.objects.filter(username=APPROVER_USERNAME).first()
         if user is not None:
-            user.groups.add(role)
+            accounts.grant_role(user, role, actor=console.cli_actor())
             self.stdout.write(f"User {APPROVER_USERNAME}: exists ({APPROVER_ROLE} role), password left unchanged")
             return
         password = os.environ.get(APPROVER_PASSWORD_ENV) or APPROVER_USERNAME
-        user = user_model.objects.create_user(
-            username=APPROVER_USERNAME, email="approver@example.com", password=password
+        user = accounts.create_user(
+            APPROVER_USERNAME, email="approver@example.com", password=password, actor=console.cli_actor()
         )
-        user.groups.add(role)
+        accounts.grant_role(user, role, actor=console.cli_actor())
         self.stdout.write(
             f"User {APPROVER_USERNAME}: created with the {APPROVER_ROLE} role, "
             f"{self.password_text(APPROVER_PASSWORD_ENV, APPROVER_USERNAME)}: log in as {APPROVER_USERNAME} "
@@ -310,6 +346,3 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"Plan {file_name}: imported as plan {plan.pk} ({counted(plan.subtasks.count(), 'subtask')})"
             )
-
-    def report(self, kind: str, label: str, created: bool) -> None:
-        self.stdout.write(f"{kind} {label}: {'created' if created else 'updated'}")
