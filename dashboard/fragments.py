@@ -32,6 +32,7 @@ from orchestrator.readmodels import checkpoints as run_checkpoints
 from orchestrator.readmodels import gantt as run_gantt
 from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import lanes as run_lanes
+from orchestrator.readmodels import launchers as run_launchers
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import other_runs as run_other_runs
 from orchestrator.readmodels import steps as run_steps
@@ -134,7 +135,7 @@ def render(part: str, ctx: dict) -> str:
 
 
 def header_context(run: Run) -> dict:
-    return {"run_active": not run.is_finished}
+    return {"run_active": not run.is_finished, "launched_by": run_launchers.launched_by(run)}
 
 
 def totals_context(run: Run, states=None, now: datetime | None = None, elsewhere=None, agents=None) -> dict:

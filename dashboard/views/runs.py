@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels.launchers import launchers
 from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, counts_by_run, state_strip
 from orchestrator.readmodels.totals import run_idle_text
 from orchestrator.wording import counted
@@ -41,6 +42,7 @@ class RunRow:
     pending_checkpoints: int
     elapsed: str
     idle: str  # how much of the elapsed time nothing could start ("57 s of it paused"), or ""
+    launched_by: str  # as its run.created event recorded: "alice", "root from the command line"
     states: dict[str, int] = field(default_factory=dict)  # tasks by state
 
     @property
@@ -80,15 +82,12 @@ class RunRow:
     def budget_used_text(self) -> str:
         return wording.percent_text(self.run.cost_usd, self.run.budget_usd)
 
-    @property
-    def launched_by(self) -> str:
-        return self.run.launched_by.get_username() if self.run.launched_by else "command line"
-
 
 def run_rows(runs) -> list[RunRow]:
     now = timezone.now()
     runs = list(runs)
     states = counts_by_run(run.pk for run in runs)
+    launched_by = launchers([run.pk for run in runs])
     rows = []
     for run in runs:
         if run.started_at:
@@ -105,6 +104,7 @@ def run_rows(runs) -> list[RunRow]:
                 pending_checkpoints=run.n_pending_checkpoints,
                 elapsed=elapsed,
                 idle=run_idle_text(run),
+                launched_by=launched_by[run.pk],
                 states=states.get(run.pk, {}),
             )
         )
@@ -113,7 +113,7 @@ def run_rows(runs) -> list[RunRow]:
 
 def runs_queryset():
     return (
-        Run.objects.select_related("plan", "launched_by")
+        Run.objects.select_related("plan")
         .annotate(
             n_tasks=Count("tasks", distinct=True),
             n_done=Count("tasks", filter=Q(tasks__state__in=TaskRun.TERMINAL), distinct=True),

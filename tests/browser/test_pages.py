@@ -51,15 +51,21 @@ def test_runs_page_lists_runs_and_refreshes_itself(logged_in_page, screenshot, d
     screenshot(page, "runs-empty")
 
     plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}, goal="Summarise the week")
-    run = runs.launch(plan, cap=2, budget_usd="0.50")  # no cluster: it stays running at 0/2
+    # No cluster: it stays running at 0/2. Launched as `manage.py launch` launches (as cli:root).
+    run = runs.launch(plan, cap=2, budget_usd="0.50", actor_name="cli:root")
     # The 2-second poll brings the new run in without a reload.
     row = page.locator(f"#run-row-{run.pk}")
     expect(row).to_contain_text("Summarise the week", timeout=10_000)
     expect(row).to_contain_text("0 of 2 tasks succeeded")
     expect(row).to_contain_text("Running")
-    expect(row).to_contain_text("command line")
+    expect(row).to_contain_text("root from the command line")
     expect(page.get_by_role("link", name="New run").first).to_be_visible()
     screenshot(page, "runs-one")
+
+    # The run page's header names the same launcher (it said "launched by the command line").
+    row.get_by_role("link").first.click()
+    expect(page.locator("#run-header [data-launched-by]")).to_have_text("launched by root from the command line")
+    screenshot(page, "run-header")
 
 
 def test_the_preflight_names_the_tool_calls_that_wait_for_approval(

@@ -120,6 +120,23 @@ def test_viewer_sees_every_part_without_controls(login, personas, brief):
     assert 'data-action="cancel"' not in html
 
 
+def test_the_header_says_who_launched_the_run_on_the_page_and_in_live_frames(login, personas, brief, make_plan):
+    """It said "launched by the command line" for every run without a user, whoever launched it."""
+    from dashboard import fragments
+
+    from_cli = runs.launch(brief.plan, cap=2, budget_usd="5", actor_name="cli:root")
+    from_person = runs.launch(brief.plan, cap=2, budget_usd="5", launched_by=personas["launcher"])
+    client = login(personas["viewer"])
+    viewer = fragments.Viewer.for_user(personas["viewer"])
+    for run, said in (
+        (from_cli, "launched by root from the command line"),
+        (from_person, "launched by launcher"),
+        (brief, "launched by system"),  # neither a person nor the command line
+    ):
+        assert f"<span data-launched-by>{said}</span>" in client.get(url("run_detail", run)).text
+        assert f"<span data-launched-by>{said}</span>" in fragments.render_parts(run, viewer, ["header"])
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_page_shows_one_moment_of_the_run_though_it_is_cancelled_while_the_page_is_read(
     login, personas, brief, monkeypatch

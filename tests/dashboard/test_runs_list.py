@@ -52,7 +52,7 @@ def two_runs(demo_agents, priced_limit, make_plan, personas):
     first.tasks.filter(subtask__key="a").update(state=TaskRun.State.SUCCEEDED)
     first.tasks.filter(subtask__key="b").update(state=TaskRun.State.FAILED)
     Run.objects.filter(pk=first.pk).update(started_at=started, cost_usd=Decimal("0.6"), budget_usd=Decimal("0.5"))
-    second = runs.launch(plan, require_plan_approval=True)
+    second = runs.launch(plan, require_plan_approval=True, actor_name="cli:alice")
     return first, second
 
 
@@ -75,7 +75,7 @@ def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, pe
             0,
             3,
             "not started",
-            "command line",
+            "alice from the command line",
         )
         assert waiting.pending_checkpoints == 1
         html = response.text
@@ -84,6 +84,24 @@ def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, pe
         assert "$0.6000" in html and "of $0.5000" in html
         assert "Awaiting Approval" in html
         assert "1 waiting for a decision" in html
+
+
+def test_who_launched_each_run_is_read_in_one_query(client, personas, two_runs, make_plan):
+    """The table is polled every 2 s: its launchers come from the runs' run.created events in one
+    read, however many runs it lists (and a run launched by no person is not "command line")."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    third = runs.launch(make_plan({"a": ("researcher", [])}, goal="Third"))
+    client.force_login(personas["viewer"])
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get("/runs/table/")
+    launchers = {row.run.pk: row.launched_by for row in response.context["rows"]}
+    first, second = two_runs
+    assert launchers == {first.pk: "launcher", second.pk: "alice from the command line", third.pk: "system"}
+    assert "<td>alice from the command line</td>" in response.text
+    event_reads = [q["sql"] for q in queries.captured_queries if '"orchestrator_event"' in q["sql"]]
+    assert len(event_reads) == 1, event_reads
 
 
 def test_the_table_alone_is_the_partial_the_page_includes(client, personas, two_runs):

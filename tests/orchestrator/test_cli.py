@@ -304,13 +304,15 @@ def test_unknown_id_at_the_terminal_has_no_traceback():
 @pytest.mark.django_db
 def test_runs_lists_runs_newest_first(gated_run, demo_agents, make_plan):
     first, _ = gated_run
-    second = runs.launch(make_plan({"only": ("writer", [])}, goal="Second goal"))
+    second = runs.launch(make_plan({"only": ("writer", [])}, goal="Second goal"), actor_name="cli:alice")
     out, _ = run_command("runs")
     lines = out.splitlines()
-    assert lines[0].split() == ["id", "status", "tasks", "cost", "started", "goal"]
+    assert columns(lines[0]) == ["id", "status", "tasks", "cost", "started", "launched by", "goal"]
     assert columns(lines[2])[:4] == [str(second.pk), "running", "0 of 1 succeeded", "$0.00"]
-    assert lines[2].endswith("Second goal")
+    # Who launched it, as the run page and the runs list say it (from its run.created event).
+    assert columns(lines[2])[-2:] == ["alice from the command line", "Second goal"]
     assert columns(lines[3])[:3] == [str(first.pk), "running", "0 of 2 succeeded"]
+    assert columns(lines[3])[-2] == "system"  # launched by neither a person nor the command line
 
 
 @pytest.mark.django_db

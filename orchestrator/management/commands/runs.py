@@ -7,13 +7,14 @@ from django.db.models import Count
 
 from orchestrator.management import console
 from orchestrator.models import Run
+from orchestrator.readmodels.launchers import launchers
 from orchestrator.readmodels.tasks import counts_by_run, outcome_text
 
 GOAL_WIDTH = 60
 
 
 class Command(BaseCommand):
-    help = "List the latest runs: id, status, what their tasks came to, cost, start time and goal."
+    help = "List the latest runs: id, status, what their tasks came to, cost, start time, who launched them and goal."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -30,6 +31,7 @@ class Command(BaseCommand):
             self.stdout.write(f"No runs yet. Start one with `{console.MANAGE} launch examples/research_brief.yaml`.")
             return
         counts = counts_by_run(run.pk for run in runs)
+        launched_by = launchers(run.pk for run in runs)
         rows = [
             (
                 run.pk,
@@ -38,8 +40,9 @@ class Command(BaseCommand):
                 outcome_text(counts.get(run.pk, {}), run.total_tasks),
                 console.usd(run.cost_usd),
                 console.timestamp(run.started_at),
+                launched_by[run.pk],
                 console.shorten(run.plan.goal, GOAL_WIDTH),
             )
             for run in runs
         ]
-        self.stdout.write(console.table(("id", "status", "tasks", "cost", "started", "goal"), rows))
+        self.stdout.write(console.table(("id", "status", "tasks", "cost", "started", "launched by", "goal"), rows))
