@@ -13,6 +13,10 @@ bottom of the stack where both may use them:
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
   a non-zero amount ("<1%") nor 100% before the whole is reached (99%).
 - `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
+- `Refusal`, `sentence`: a refusal's message is a clause, so that it reads after a colon ("Run not
+  launched: estimated cost … is over the budget"); shown on its own (the run page's flash, the
+  approvals inbox, a command's error) it is a sentence ("Run 3 already ended (succeeded): it
+  cannot be paused"). Every layer refuses things, so both live here.
 """
 
 from __future__ import annotations
@@ -20,6 +24,23 @@ from __future__ import annotations
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 EM_DASH = "—"
+
+
+def sentence(clause: str) -> str:
+    """`clause` as a sentence on its own: its first letter a capital, nothing else changed (names
+    and values inside it keep their case)."""
+    return clause[:1].upper() + clause[1:]
+
+
+class Refusal(Exception):
+    """Something a person asked for that cannot be done; the message says why, as a clause."""
+
+    @property
+    def sentence(self) -> str:
+        """The message as it is shown on its own: "Run 3 already ended (succeeded): it cannot be paused"."""
+        return sentence(str(self))
+
+
 # The finest amount shown (costs are stored with six decimals).
 SMALLEST_USD = Decimal("0.000001")
 

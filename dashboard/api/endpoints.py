@@ -347,7 +347,7 @@ def _save_agent(agent: Agent, body, user) -> AgentRecord:
         details = [
             detail("agent", problem, field) for field, problems in invalid.problems.items() for problem in problems
         ]
-        raise ApiError(422, "invalid_agent", f"agent {agent.name!r} not saved: {invalid}", details) from None
+        raise ApiError(422, "invalid_agent", f"Agent {agent.name!r} not saved: {invalid}.", details) from None
     return AgentRecord.of(agent)
 
 
@@ -357,7 +357,7 @@ def create_agent(request, body: AgentCreateIn):
     user = require(request, ADD_AGENT)
     if Agent.objects.filter(name=body.name).exists():
         raise ApiError(
-            409, "agent_exists", f"an agent named {body.name!r} exists: change it with PATCH /api/agents/{body.name}"
+            409, "agent_exists", f"An agent named {body.name!r} exists: change it with PATCH /api/agents/{body.name}."
         )
     return Status(201, _save_agent(Agent(name=body.name), body, user))
 
@@ -368,7 +368,7 @@ def change_agent(request, name: Annotated[str, Path(max_length=64)], body: Agent
     user = require(request, CHANGE_AGENT)
     agent = Agent.objects.filter(name=name).first()
     if agent is None:
-        raise ApiError(404, "not_found", f"no agent named {name!r}")
+        raise ApiError(404, "not_found", f"No agent named {name!r}.")
     return _save_agent(agent, body, user)
 
 

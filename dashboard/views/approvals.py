@@ -172,7 +172,7 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
                 plan_version=request.POST.get("plan_version") or None,
             )
         except runs.ActionError as refused:
-            error = str(refused)
+            error = refused.sentence
     if is_htmx(request):
         context = {"count": pending_checkpoints().count(), "oob": True, "form": form}
         if error:
@@ -183,7 +183,7 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
         context.update(checkpoint=checkpoint, run_url=run_url(checkpoint.run_id))
         return render(request, "dashboard/partials/approvals_decided.html", context)
     if error:
-        messages.error(request, f"Checkpoint {checkpoint_id}: {error}")
+        messages.error(request, f"Could not {'approve' if approve else 'reject'} checkpoint {checkpoint_id}. {error}")
     else:
         verb = "approved" if approve else "rejected"
         messages.success(request, f"Checkpoint {checkpoint_id} on run #{checkpoint.run_id} {verb}.")

@@ -255,7 +255,7 @@ def _run_action(request, run_id: int, action, done: str):
     try:
         action(run, user=request.user)
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     return _answer(request, run, message=done.format(run=run), ok=True, parts=RUN_PARTS)
 
 
@@ -305,7 +305,7 @@ def _task_action(request, run_id: int, task_id: int, action, message: str):
     try:
         action(task, user=request.user)
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     return _answer(
         request,
         run,
@@ -338,7 +338,7 @@ def run_task_rerun(request, run_id: int, task_id: int):
     try:
         keys = reruns.rerun_from(task, user=request.user)
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     below = f" and {counted(len(keys) - 1, 'task')} below it" if len(keys) > 1 else ""
     return _answer(
         request,
@@ -374,7 +374,7 @@ def run_checkpoint_decide(request, run_id: int, checkpoint_id: int):
             plan_version=request.POST.get("plan_version") or None,
         )
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     tasks = [checkpoint.task_run_id] if checkpoint.task_run_id else []
     return _answer(
         request,
@@ -397,7 +397,7 @@ def run_plan_edit(request, run_id: int, checkpoint_id: int, key: str):
     try:
         plan_edits.edit_instructions(checkpoint, key, request.POST.get("instructions", ""), user=request.user)
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     return _answer(request, run, message=f"Instructions of {key} saved.", ok=True, parts=("checkpoints",))
 
 
@@ -409,7 +409,7 @@ def run_plan_remove(request, run_id: int, checkpoint_id: int, key: str):
     try:
         downstream = plan_edits.remove_subtask(checkpoint, key, user=request.user)
     except runs.ActionError as error:
-        return _answer(request, run, message=str(error), ok=False)
+        return _answer(request, run, message=error.sentence, ok=False)
     message = f"{key} removed from the plan." + (
         f" {', '.join(downstream)} no longer {'waits' if len(downstream) == 1 else 'wait'} for it."
         if downstream

@@ -80,11 +80,11 @@ class ToolServerForm(forms.ModelForm):
             if _lines(data.get("environment")) or existing is None or data.get("clear_environment"):
                 env = tool_registry.parse_env((data.get("environment") or "").splitlines(), lines=True)
         except tool_registry.ToolRegistryError as error:
-            self.add_error("environment", str(error))
+            self.add_error("environment", error.sentence)
         try:
             headers = tool_registry.parse_headers((data.get("header_lines") or "").splitlines(), lines=True)
         except tool_registry.ToolRegistryError as error:
-            self.add_error("header_lines", str(error))
+            self.add_error("header_lines", error.sentence)
         if self.errors:
             return data
         try:
@@ -97,7 +97,7 @@ class ToolServerForm(forms.ModelForm):
                 existing=existing,
             )
         except tool_registry.ToolRegistryError as error:
-            raise forms.ValidationError(str(error)) from None
+            raise forms.ValidationError(error.sentence) from None
         return data
 
 
@@ -173,7 +173,7 @@ class ToolServerAdmin(AuditedAdmin):
                 tool_registry.refresh_server(server, user=request.user)
                 done.append(server.name)
             except tool_registry.ToolRegistryError as error:
-                refused.append(str(error))
+                refused.append(error.sentence)
         report_action(self, request, done, refused, "Refreshed")
 
 

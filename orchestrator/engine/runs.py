@@ -26,15 +26,9 @@ from orchestrator.readmodels.snapshot import read_snapshot
 State = TaskRun.State
 
 
-class ActionError(Exception):
-    """An action that cannot be taken now; the message says why, for people."""
-
-    @property
-    def sentence(self) -> str:
-        """The message as it is shown on its own (the API's error, the command line's): capitalised,
-        "Run 3 already ended (succeeded): it cannot be paused"."""
-        message = str(self)
-        return message[:1].upper() + message[1:]
+class ActionError(wording.Refusal):
+    """An action that cannot be taken now; the message says why, for people (`sentence` on its own:
+    the API's error, the command line's, the run page's and the inbox's)."""
 
 
 class LaunchRefused(ActionError):

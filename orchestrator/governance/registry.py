@@ -19,6 +19,7 @@ from django.db import transaction
 from orchestrator import events
 from orchestrator.models import Agent, ProviderLimit
 from orchestrator.providers.options import option_problems
+from orchestrator.wording import Refusal
 
 # Fields a person edits, in the order the audit payload lists them.
 AGENT_FIELDS = (
@@ -51,8 +52,8 @@ LIMIT_FIELDS = (
 MAX_AUDIT_TEXT = 2000
 
 
-class RegistryError(Exception):
-    """A registry change that cannot be made; the message says why, for people."""
+class RegistryError(Refusal):
+    """A registry change that cannot be made; the message says why, for people (`sentence` on its own)."""
 
 
 class InvalidSettings(RegistryError):

@@ -22,14 +22,15 @@ from django.utils import timezone
 
 from orchestrator import events
 from orchestrator.models import ApiToken
+from orchestrator.wording import Refusal
 
 TOKEN_PREFIX = "gbx_"
 PREFIX_CHARS = 8
 LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
-class TokenError(Exception):
-    """A token cannot be issued or revoked; the message says why, for people."""
+class TokenError(Refusal):
+    """A token cannot be issued or revoked; the message says why, for people (`sentence` on its own)."""
 
 
 def hash_token(raw: str) -> str:

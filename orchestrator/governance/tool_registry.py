@@ -36,6 +36,7 @@ from orchestrator.governance import secrets
 from orchestrator.models import Agent, Tool, ToolGrant, ToolServer
 from orchestrator.tools import sessions
 from orchestrator.tools.servers import GrantedTool, ServerGrant, ServerSpec, ToolInfo, offered_names
+from orchestrator.wording import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +46,8 @@ HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 MAX_TOOLS = 500
 
 
-class ToolRegistryError(Exception):
-    """A change that cannot be made; the message is one line saying why."""
+class ToolRegistryError(Refusal):
+    """A change that cannot be made; the message is one line saying why (`sentence` on its own)."""
 
 
 # --- Parsing what people type ------------------------------------------------------------------------

@@ -61,3 +61,18 @@ def test_a_tool_call_waiting_for_a_decision_is_counted_in_the_header_without_a_r
     expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
     expect(badge).to_have_text("0", timeout=3_000)
     assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
+
+
+def test_a_refused_decision_in_the_inbox_reads_as_a_sentence(logged_in_page, make_agent, make_plan, screenshot):
+    """The inbox showed the engine's refusal as it follows a colon: "a comment is required to reject…"."""
+    page = logged_in_page
+    make_agent("coder")
+    run = runs.launch(make_plan({"a": ("coder", [], {"gate": "before"})}), budget_usd="1")
+    checkpoint = run.checkpoints.get(status=Checkpoint.Status.PENDING)
+    page.goto("/approvals/")
+    item = page.locator(f"#checkpoint-{checkpoint.pk}")
+    item.get_by_role("button", name="Reject").click()
+    expect(item.get_by_role("alert")).to_have_text("A comment is required to reject: say what is wrong")
+    screenshot(page, "refused-reject")
+    checkpoint.refresh_from_db()
+    assert checkpoint.status == Checkpoint.Status.PENDING

@@ -131,7 +131,7 @@ def test_launch_the_feature_pipeline_then_approve_its_review_from_the_inbox(
 
     # Reject without a comment is refused in place; Approve goes through and the count drops.
     item.get_by_role("button", name="Reject").click()
-    expect(item.get_by_role("alert")).to_contain_text("a comment is required to reject")
+    expect(item.get_by_role("alert")).to_have_text("A comment is required to reject: say what is wrong")
     item.get_by_label(re.compile("^Comment")).fill("Looks right; hashing choice is sound.")
     item.get_by_role("button", name="Approve").click()
     expect(item).to_contain_text("Approved")

@@ -233,7 +233,9 @@ def test_edit_the_plan_then_reject_it_with_a_comment(logged_in_page, demo_agents
 
     # Reject needs a comment: refused in place without one, done with one.
     card.get_by_role("button", name="Reject").click()
-    expect(page.locator("#run-flash")).to_contain_text("a comment is required to reject")
+    expect(page.locator("#run-flash .run-flash-text")).to_have_text(
+        "A comment is required to reject: say what is wrong"
+    )
     checkpoint.refresh_from_db()
     assert checkpoint.status == Checkpoint.Status.PENDING
     card.get_by_label(re.compile("^Comment")).fill("Too broad: split the scope first.")

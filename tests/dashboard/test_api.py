@@ -582,8 +582,23 @@ def test_invalid_agent_settings_are_refused_naming_every_problem_and_nothing_is_
     assert Agent.objects.get(name="researcher").provider_options == before
     assert not Event.objects.filter(type="agent.changed").exists()
     response = api["agent_admin"].post("/agents", {"name": "typo", "provider_options": {"failur_rate": 0.1}})
-    assert response.status_code == 422 and "unknown option 'failur_rate'" in error(response)["message"]
+    assert response.status_code == 422
+    assert error(response)["message"] == (
+        "Agent 'typo' not saved: provider_options: unknown option 'failur_rate': "
+        "the simulated provider takes latency, failure_rate, overloaded_rate, hang, server_limit."
+    )
     assert not Agent.objects.filter(name="typo").exists()
+
+
+def test_agent_refusals_are_sentences_as_every_api_error(api):
+    """They started lowercase ("no agent named 'ghost'") beside "No plan with id 4242."."""
+    response = api["agent_admin"].patch("/agents/ghost", {"max_concurrency": 3})
+    assert response.status_code == 404 and error(response)["message"] == "No agent named 'ghost'."
+    response = api["agent_admin"].post("/agents", {"name": "researcher"})
+    assert response.status_code == 409
+    assert error(response)["message"] == (
+        "An agent named 'researcher' exists: change it with PATCH /api/agents/researcher."
+    )
 
 
 def test_an_agent_text_with_a_nul_character_is_refused_as_its_schema_says(api):

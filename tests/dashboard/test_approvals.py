@@ -207,12 +207,12 @@ def test_reject_needs_a_comment(client, personas, gated_run):
     client.force_login(personas["approver"])
     response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "  "}, **HTMX)
     assert response.status_code == 200
-    assert "a comment is required to reject: say what is wrong" in response.text
+    assert '<div class="alert" role="alert">A comment is required to reject: say what is wrong</div>' in response.text
     assert f'id="checkpoint-{gate.pk}"' in response.text and "Approve</button>" in response.text
     gate.refresh_from_db()
     assert gate.status == "pending"
     response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": ""}, follow=True)
-    assert f"Checkpoint {gate.pk}: a comment is required to reject" in response.text
+    assert f"Could not reject checkpoint {gate.pk}. A comment is required to reject: say what is wrong" in response.text
 
 
 def test_reject_with_a_comment_skips_the_gated_task(client, personas, gated_run):
@@ -230,7 +230,7 @@ def test_a_checkpoint_decided_already_shows_the_engines_message(client, personas
     runs.decide(gate, approve=True, user=personas["agent_admin"])
     client.force_login(personas["approver"])
     response = client.post(f"/approvals/{gate.pk}/reject/", {"comment": "too late"}, **HTMX)
-    assert f"checkpoint {gate.pk} was already approved" in response.text
+    assert f'role="alert">Checkpoint {gate.pk} was already approved by agent_admin</div>' in response.text
     assert "Already approved by agent_admin." in response.text
     assert "Approve</button>" not in response.text
 
@@ -243,7 +243,7 @@ def test_separation_of_duties_the_launcher_may_reject_but_not_approve_its_plan(c
     item = client.get("/approvals/").context["approvals"][0]
     assert item.approve_blocked
     response = client.post(f"/approvals/{checkpoint.pk}/approve/", {"comment": ""}, **HTMX)
-    assert "separation of duties: launcher launched run" in response.text
+    assert 'role="alert">Separation of duties: launcher launched run' in response.text
     checkpoint.refresh_from_db()
     assert checkpoint.status == "pending"
     client.post(f"/approvals/{checkpoint.pk}/reject/", {"comment": "Wrong plan"})

@@ -272,7 +272,8 @@ def test_refused_action_answers_with_the_reason(login, personas, brief):
     assert response.status_code == 200
     assert response["X-Glassbox-Refused"] == "1"
     html = response.content.decode()
-    assert "run-flash-error" in html and "cannot be resumed" in html
+    assert "run-flash-error" in html
+    assert f'<span class="run-flash-text">Run {brief.pk} is running: it cannot be resumed</span>' in html
     assert 'id="run-header"' not in html  # nothing changed: no parts
     response = client.post(url("run_resume", brief), follow=True)
     assert "cannot be resumed" in response.content.decode()  # a plain post: the message after the redirect
@@ -550,6 +551,6 @@ def test_the_page_sends_the_plan_version_it_showed_and_an_edit_since_refuses_the
         HTTP_HX_REQUEST="true",
     )
     assert response["X-Glassbox-Refused"] == "1"
-    assert "the plan was edited after you opened it" in response.content.decode()
+    assert '<span class="run-flash-text">The plan was edited after you opened it' in response.content.decode()
     checkpoint.refresh_from_db()
     assert checkpoint.status == "pending"

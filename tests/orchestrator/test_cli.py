@@ -892,15 +892,16 @@ def test_agent_refuses_invalid_settings_naming_every_problem_and_saves_nothing(d
     with pytest.raises(CommandError) as refused:
         run_command("agent", "critic", "--options", '{"latency": "fast", "failure_rate": 7}', "--timeout", "0")
     message = str(refused.value)
-    assert "agent 'critic' not saved, 3 problems" in message
+    assert message.startswith("Agent 'critic' not saved, 3 problems:\n")  # a sentence, as every refusal
     assert "provider_options: latency must be an object, got 'fast'" in message
     assert "provider_options: failure_rate must be between 0 and 1, got 7.0" in message
     assert "timeout_s:" in message
     assert not Agent.objects.filter(name="critic").exists()
     with pytest.raises(CommandError, match="--options is not valid JSON"):
         run_command("agent", "critic", "--options", "{latency: fast}")
-    with pytest.raises(CommandError, match="no agent named 'nobody'"):
+    with pytest.raises(CommandError) as refused:
         run_command("agent", "nobody")
+    assert str(refused.value) == "No agent named 'nobody': give settings (e.g. --provider simulated) to create it."
 
 
 def test_a_missing_table_suggests_migrate(demo_agents, tmp_path):

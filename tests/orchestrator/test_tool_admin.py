@@ -83,11 +83,11 @@ def test_every_bad_environment_and_header_line_is_named_with_its_line_number(cli
     assert response.status_code == 200
     assert response.context["adminform"].form.errors == {
         "environment": [
-            "line 1: environment variable 'NOEQUALS' is not NAME=VALUE with a valid name; "
+            "Line 1: environment variable 'NOEQUALS' is not NAME=VALUE with a valid name; "
             "line 3: environment variable '1BAD' is not NAME=VALUE with a valid name; "
             "line 5: environment variable OK is given twice"
         ],
-        "header_lines": ["line 2: header 'bad header' is not NAME=VALUE with a valid name"],
+        "header_lines": ["Line 2: header 'bad header' is not NAME=VALUE with a valid name"],
     }
     assert SECRET not in response.content.decode() and not ToolServer.objects.exists()
 

@@ -84,10 +84,10 @@ def test_remove_drops_the_server_and_its_grants(registered, make_agent):
         ),
         (["tool_server", "add", "bad", "--stdio", "'unclosed"], "--stdio: No closing quotation"),
         (["tool_server", "refresh", "ghost"], "No tool server named 'ghost'"),
-        (["grant_tool", "nobody", "testsrv"], "no agent named 'nobody'"),
+        (["grant_tool", "nobody", "testsrv"], "^No agent named 'nobody'$"),
         (["grant_tool", "coder", "testsrv:teleport"], "has no tool 'teleport'"),
-        (["grant_tool", "coder", "ghost"], "no tool server named 'ghost'"),
-        (["revoke_tool", "coder", "testsrv"], "holds no grant testsrv"),
+        (["grant_tool", "coder", "ghost"], r"^No tool server named 'ghost' \(`tool_server list` shows them\)$"),
+        (["revoke_tool", "coder", "testsrv"], "^Agent coder holds no grant testsrv"),
     ],
 )
 def test_bad_input_is_an_error_and_saves_nothing(registered, make_agent, args, message):

@@ -27,3 +27,19 @@ from orchestrator import wording
 def test_a_share_of_a_budget(part, whole, percent, text):
     assert wording.percent(part, whole) == percent
     assert wording.percent_text(part, whole) == text
+
+
+@pytest.mark.parametrize(
+    ("clause", "shown"),
+    [
+        (
+            "run 3 already ended (succeeded): it cannot be paused",
+            "Run 3 already ended (succeeded): it cannot be paused",
+        ),
+        ("'x' is not SERVER or SERVER:TOOL", "'x' is not SERVER or SERVER:TOOL"),
+        ("agent coder holds no grant testsrv", "Agent coder holds no grant testsrv"),
+        ("", ""),
+    ],
+)
+def test_a_refusal_reads_as_a_sentence_on_its_own(clause, shown):
+    assert wording.Refusal(clause).sentence == shown == wording.sentence(clause)

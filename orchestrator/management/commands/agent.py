@@ -65,7 +65,7 @@ class Command(BaseCommand):
         agent = Agent.objects.filter(name=name).first()
         if not given:
             if agent is None:
-                raise CommandError(f"no agent named {name!r}: give settings (e.g. --provider simulated) to create it")
+                raise CommandError(f"No agent named {name!r}: give settings (e.g. --provider simulated) to create it.")
             self.stdout.write(f"Agent {agent.name}")
             self.show(agent)
             return
@@ -78,7 +78,7 @@ class Command(BaseCommand):
         except registry.InvalidAgent as invalid:
             lines = [f"  {field}: {problem}" for field, problems in invalid.problems.items() for problem in problems]
             raise CommandError(
-                f"agent {name!r} not saved, {len(lines)} problem{'s' if len(lines) != 1 else ''}:\n" + "\n".join(lines)
+                f"Agent {name!r} not saved, {len(lines)} problem{'s' if len(lines) != 1 else ''}:\n" + "\n".join(lines)
             ) from None
         self.stdout.write(f"Agent {agent.name}: {'created' if created else 'saved'}")
         self.show(agent)

@@ -30,7 +30,7 @@ class Command(BaseCommand):
         try:
             token, raw = tokens.issue(owner, name)
         except tokens.TokenError as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(error.sentence) from None
         self.stderr.write(
             f"API token {token.prefix}… ({token.name}) issued to {owner.get_username()}. "
             "Copy it now: it is not shown again. Send it as `Authorization: Bearer TOKEN`."

@@ -21,6 +21,6 @@ class Command(BaseCommand):
         try:
             grant = tool_registry.grant(agent, target, requires_approval=approval, actor=console.cli_actor())
         except ToolRegistryError as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(error.sentence) from None
         how = "each call approved by a person" if grant.requires_approval else "no approval needed"
         self.stdout.write(f"Granted {grant.target} to {grant.agent.name} ({how}).")

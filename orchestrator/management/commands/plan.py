@@ -55,7 +55,8 @@ class Command(BaseCommand):
         try:
             result = planner.propose_plan(goal, on_feedback=feedback.apply)
         except planner.PlannerError as error:
-            raise CommandError(f"No plan: {error}") from None
+            # The planner's message is a sentence of its own ("The goal is empty: …"), not a clause.
+            raise CommandError(f"No plan was made. {error}") from None
         except DatabaseError as error:
             raise database_unavailable(error, doing="plan") from None
         self.print_plan(result)

@@ -20,5 +20,5 @@ class Command(BaseCommand):
         try:
             tool_registry.revoke(agent, target, actor=console.cli_actor())
         except ToolRegistryError as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(error.sentence) from None
         self.stdout.write(f"Revoked {target} from {agent}.")

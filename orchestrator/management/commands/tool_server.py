@@ -54,7 +54,7 @@ class Command(BaseCommand):
         try:
             getattr(self, f"_{action}")(**options)
         except ToolRegistryError as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(error.sentence) from None
 
     def _add(self, *, name, stdio, url, env, header, **_):
         command: list[str] = []

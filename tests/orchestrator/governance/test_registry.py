@@ -39,10 +39,11 @@ def test_set_status_to_the_same_status_records_nothing(make_agent, admin_user):
 
 def test_set_status_refuses_an_unknown_status(make_agent):
     agent = make_agent("researcher")
-    with pytest.raises(
-        registry.RegistryError, match="unknown agent status 'sleeping': use one of draft, active, retired"
-    ):
+    with pytest.raises(registry.RegistryError) as refused:
         registry.set_status(agent, "sleeping")
+    # A clause after a colon ("…: unknown agent status"), a sentence on its own.
+    assert str(refused.value) == "unknown agent status 'sleeping': use one of draft, active, retired"
+    assert refused.value.sentence == "Unknown agent status 'sleeping': use one of draft, active, retired"
     agent.refresh_from_db()
     assert agent.status == "active"
 

@@ -118,5 +118,5 @@ def test_the_command_names_an_unknown_user(db):
 
 
 def test_the_command_reports_a_refusal_in_words(alice):
-    with pytest.raises(CommandError, match="a token needs a name"):
+    with pytest.raises(CommandError, match="^A token needs a name"):
         call_command("create_api_token", "alice", " ", stdout=StringIO(), stderr=StringIO())

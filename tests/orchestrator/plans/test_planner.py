@@ -324,10 +324,19 @@ def test_plan_options_need_launch_and_planner_errors_are_one_line(demo_agents, f
     with pytest.raises(CommandError, match="only apply together with --launch"):
         plan_command(GOAL, "--no-approval")
     fake_anthropic.enqueue(plan_call(CYCLIC), plan_call(CYCLIC))
-    with pytest.raises(CommandError, match="No plan: Claude's plan was rejected 2 times") as raised:
+    with pytest.raises(CommandError, match="^No plan was made. Claude's plan was rejected 2 times") as raised:
         plan_command(GOAL)
     assert "cycle: a → b → a" in str(raised.value)
     assert not Plan.objects.exists()
+
+
+def test_an_empty_goal_is_refused_in_sentences(demo_agents, no_key):
+    """It printed "No plan: The goal is empty: …", a capital after a colon."""
+    with pytest.raises(CommandError) as refused:
+        plan_command("")
+    assert str(refused.value) == (
+        "No plan was made. The goal is empty: say in a sentence what the team should achieve."
+    )
 
 
 # --- The tool schema is the plan document's -----------------------------------------------------
