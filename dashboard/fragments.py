@@ -215,7 +215,7 @@ def result_context(run: Run) -> dict:
     finals = run_graph.final_tasks(run)
     final_ids = {t.pk for t in finals}
     others = [t for t in run_tasks.tasks_query(run.pk).defer("output") if t.pk not in final_ids]
-    return {"final_tasks": finals, "other_tasks": others, "other_tasks_listed": OTHER_TASKS_LISTED}
+    return {**finals_context(finals), "other_tasks": others, "other_tasks_listed": OTHER_TASKS_LISTED}
 
 
 # The run page lists this many of the workspace's files (sorted by path); the rest are counted.
@@ -227,8 +227,24 @@ def artifacts_context(run: Run) -> dict:
     return {"artifacts": files[:ARTIFACTS_LISTED], "artifacts_unlisted": max(0, len(files) - ARTIFACTS_LISTED)}
 
 
+# Up to this many final tasks, each shows its summary (one alone, its whole output); beyond it,
+# each folds to its heading and the first words of its summary, and this many stay open at first,
+# so that a run with dozens of final tasks has a Result a reader can scan.
+FINAL_TASKS_OPEN = 3
+
+
+def finals_context(finals: list[TaskRun]) -> dict:
+    """The final tasks, whether they fold, and how many of them succeeded and how the others ended."""
+    return {
+        "final_tasks": finals,
+        "final_outcome": run_tasks.outcome_of(finals),
+        "finals_folded": len(finals) > FINAL_TASKS_OPEN,
+        "finals_open": FINAL_TASKS_OPEN,
+    }
+
+
 def result_final_context(run: Run) -> dict:
-    return {"final_tasks": run_graph.final_tasks(run)}
+    return finals_context(run_graph.final_tasks(run))
 
 
 def compact_graph(graph: run_graph.Graph) -> dict:

@@ -9,7 +9,8 @@ task panel and the websocket frames all render it, so a task is described once.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -126,6 +127,11 @@ def outcome_text(counts: Mapping[str, int], total: int) -> str:
     text = f"{counts.get(State.SUCCEEDED, 0)} of {total} succeeded"
     others = [f"{counts[state]} {STATE_LABELS[state]}" for state in ENDED_OTHERWISE if counts.get(state)]
     return text + (" · " + ", ".join(others) if others else "")
+
+
+def outcome_of(tasks: Sequence[TaskRun]) -> str:
+    """outcome_text of these tasks (by engine state): "15 of 16 succeeded · 1 failed"."""
+    return outcome_text(Counter(task.state for task in tasks), len(tasks))
 
 
 def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
