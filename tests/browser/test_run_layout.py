@@ -5,6 +5,8 @@ test-artifacts/<test>/."""
 from __future__ import annotations
 
 from datetime import timedelta
+from itertools import pairwise
+from unittest import mock
 
 import pytest
 from django.db import transaction
@@ -269,3 +271,59 @@ def test_a_cancelled_large_runs_timeline_and_graph_fit_their_panels_on_a_phone(
         assert bars_outside_their_lane(page) == [], f"at {width} px"
         assert crowded_group_labels(page) == [], f"at {width} px"
         assert overflow(page) == [], f"at {width} px"
+
+
+def pause_labels(page) -> list[dict]:
+    """Each band on the timeline's "paused" row: its title, whether its label is shown, whether it
+    is read whole (not clipped by its band), the label's left and right edges and the band's."""
+    return page.evaluate(
+        """() => [...document.querySelectorAll('#run-gantt .gantt-paused-row .gantt-pause')].map(band => {
+            const label = band.querySelector('.gantt-pause-label');
+            const l = label.getBoundingClientRect(), b = band.getBoundingClientRect();
+            const clips = getComputedStyle(band).overflow !== 'visible';
+            const seen = clips ? Math.min(l.right, b.right) - Math.max(l.left, b.left) : l.width;
+            return {title: band.title, shown: label.checkVisibility(), whole: seen >= l.width - 0.5,
+                    text: label.textContent, left: l.left, right: l.right, band: [b.left, b.right]};
+        })"""
+    )
+
+
+def test_a_short_pauses_label_is_read_whole_or_left_to_its_title(logged_in_page, demo_agents, make_plan, request):
+    """A 3 s pause in a 10 min run is a band a few pixels wide: its label read "pa", clipped by the
+    band. Now a label too wide for its band stands beside it where nothing else is drawn, or is
+    left out; the band's title says how long the run was paused."""
+    page = logged_in_page
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])})
+    run = runs.launch(plan, budget_usd="1", require_plan_approval=True)
+    now = timezone.now()
+    finish_run(run, started=now - timedelta(minutes=10), finished=now, spacing_s=300, task_s=250)
+    # A 3 s pause at 4 min, a 2 min one from 6 min, and a 2 s one that ends a second before the run.
+    spans = [(now - timedelta(minutes=6), 3), (now - timedelta(minutes=4), 120), (now - timedelta(seconds=3), 2)]
+    for paused_at, seconds in spans:
+        for event_type, at in (("run.paused", paused_at), ("run.resumed", paused_at + timedelta(seconds=seconds))):
+            with mock.patch.object(timezone, "now", return_value=at), transaction.atomic():
+                events.record(event_type, run=run)  # written at `at` (events are append-only)
+
+    for viewport in (DESKTOP, PHONE):
+        open_page(page, f"/runs/{run.pk}/", viewport)
+        page.locator("#run-gantt").scroll_into_view_if_needed()
+        part_shot(page, request, "#run-gantt", f"timeline-pauses-{viewport['width']}")
+        bands = pause_labels(page)
+        assert [band["title"].split(":")[0] for band in bands] == [
+            "Paused for 3.0 s",
+            "Paused for 2 min 00 s",
+            "Paused for 2.0 s",
+        ]
+        shown = [band for band in bands if band["shown"]]
+        assert all(band["whole"] and band["text"] == "paused" for band in shown), f"at {viewport['width']} px: {bands}"
+        edges = sorted((band["left"], band["right"]) for band in shown)
+        assert all(a[1] <= b[0] for a, b in pairwise(edges)), f"labels overlap at {viewport['width']} px: {bands}"
+        for band in shown:  # nor is a label drawn over another band
+            others = [other["band"] for other in bands if other is not band]
+            assert all(band["right"] <= left or right <= band["left"] for left, right in others), bands
+        row = page.locator("#run-gantt .gantt-pauses").bounding_box()
+        assert all(row["x"] - 0.5 <= band["left"] and band["right"] <= row["x"] + row["width"] + 0.5 for band in shown)
+        assert bands[1]["shown"]  # the long pause is labelled inside its band
+        if viewport is DESKTOP:
+            assert bands[0]["shown"]  # room beside the short one at 1280 px
+        assert overflow(page) == []

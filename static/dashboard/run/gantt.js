@@ -13,6 +13,8 @@ var TICKS = 5;
 // that its box is no wider than its time (padding made a bar at the end of the axis stick out).
 var MIN_BAR_PX = 3;
 var NARROW_PX = 20;
+// The room between a pause's label and the edge of its band.
+var PAUSE_LABEL_PAD_PX = 3;
 // The least room between two axis labels.
 var TICK_GAP_PX = 6;
 var NICE_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
@@ -70,6 +72,37 @@ function placePauses(gantt, t0, span) {
     var width = Math.max(0, Math.min((100 * (end - start)) / span, 100 - left));
     band.style.left = left.toFixed(3) + "%";
     band.style.width = width.toFixed(3) + "%";
+  });
+}
+
+// Where each band on the "paused" row writes "paused": inside it when it fits; else beside it, on
+// the right or the left, where no other band or label is; else nowhere (a short pause drew "pa").
+// The band's title says how long the run was paused either way.
+function labelPauses(gantt) {
+  var row = gantt.querySelector(".gantt-pauses");
+  if (!row) {
+    return;
+  }
+  var rowBox = row.getBoundingClientRect();
+  var bands = Array.prototype.slice.call(row.querySelectorAll(".gantt-pause.is-labelled"));
+  bands.forEach(function (band) {
+    band.classList.remove("label-after", "label-before", "label-hidden");
+  });
+  var boxes = bands.map(function (band) {
+    return band.getBoundingClientRect();
+  });
+  var taken = rowBox.left; // the right end of the bands and labels placed so far
+  bands.forEach(function (band, i) {
+    var label = band.querySelector(".gantt-pause-label");
+    var need = label.offsetWidth + PAUSE_LABEL_PAD_PX;
+    var box = boxes[i];
+    var next = i + 1 < boxes.length ? boxes[i + 1].left : rowBox.right;
+    var place = "";
+    if (box.width < need) {
+      place = box.right + need <= next ? "label-after" : box.left - need >= taken ? "label-before" : "label-hidden";
+      band.classList.add(place);
+    }
+    taken = place === "label-after" ? box.right + need : box.right;
   });
 }
 
@@ -163,6 +196,7 @@ export function layoutGantt() {
   var axis = timeSpan(gantt, bars);
   placeBars(bars, axis.t0, axis.span);
   placePauses(gantt, axis.t0, axis.span);
+  labelPauses(gantt);
   stackTracks(gantt);
   drawTicks(gantt, axis.span);
 }
