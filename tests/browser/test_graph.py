@@ -12,9 +12,10 @@ from bench import dags
 from orchestrator import plans
 from orchestrator.engine import runs
 from orchestrator.models import Checkpoint, Plan
-from tests.browser.test_large_run import graph_shot
+from tests.browser.test_large_run import graph_shot, open_large_run
 from tests.browser.test_run_layout import crowded_group_labels
 from tests.browser.test_run_page import open_run, poll
+from tests.large_run import finished_large_run
 
 pytestmark = [pytest.mark.browser]
 
@@ -186,3 +187,47 @@ def test_a_300_task_graph_fills_its_panel_and_a_small_one_is_not_blown_up(
     poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length === 2", what="the graph")
     drawn = page.evaluate(DRAWN)
     assert drawn["zoom"] <= 1.25 and not drawn["grown"], drawn
+
+
+SHOWN_WHOLE = """() => {
+    const cy = window.glassboxRun.cy, e = cy.extent();
+    const b = cy.nodes(':visible').boundingBox({includeLabels: false});
+    return b.x1 >= e.x1 - 1 && b.x2 <= e.x2 + 1 && b.y1 >= e.y1 - 1 && b.y2 <= e.y2 + 1;
+}"""
+VIEW = "() => { const cy = window.glassboxRun.cy, e = cy.extent(); return [cy.zoom(), (e.x1 + e.x2) / 2, (e.y1 + e.y2) / 2]; }"
+
+
+def fits_the_window(page) -> bool:
+    """The graph is shown whole and fills its canvas, which is no taller than it may grow."""
+    drawn = page.evaluate(DRAWN)
+    within = drawn["canvasHeight"] <= MAX_CANVAS_SHARE * drawn["windowHeight"] + 1
+    return within and fills_the_canvas(drawn) and page.evaluate(SHOWN_WHOLE)
+
+
+def test_the_canvas_follows_the_windows_height_and_keeps_a_view_the_reader_zoomed(
+    logged_in_page, browser_user, request
+):
+    """The canvas grew with a tall graph up to 80% of the window's height at first paint only: a
+    window made shorter kept a canvas taller than 80% of it, a taller one a canvas the graph no
+    longer filled. Now the canvas is sized again after a resize: a graph shown whole is fitted
+    again, a view the reader zoomed into keeps its zoom and its centre."""
+    page = logged_in_page
+    run = finished_large_run(launched_by=browser_user)
+    open_large_run(page, run, {"width": 1280, "height": 860})
+    assert page.evaluate("window.glassboxRun.mode") == "agent" and fits_the_window(page)
+    for height in (600, 1100):
+        page.set_viewport_size({"width": 1280, "height": height})
+        poll(page, lambda: fits_the_window(page), what=f"the graph fitted again in a {height} px window")
+        graph_shot(page, request, f"grouped-by-agent-{height}")
+
+    # Every task: too tall to be shown whole even at the least zoom; zoomed into, the view is kept.
+    page.locator("#dag-mode").select_option("none")
+    page.get_by_role("button", name="Zoom in").click()
+    zoom, x, y = page.evaluate(VIEW)
+    page.set_viewport_size({"width": 1280, "height": 700})
+    share = MAX_CANVAS_SHARE * 700
+    poll(page, lambda: abs(page.evaluate(DRAWN)["canvasHeight"] - share) <= 4, what="a canvas 80% of the window")
+    assert page.evaluate(VIEW) == [pytest.approx(zoom), pytest.approx(x, abs=1), pytest.approx(y, abs=1)]
+    expect(page.locator("#dag-minimap")).to_be_visible()
+    graph_shot(page, request, "every-task-zoomed-700")
+    assert not page.js_problems

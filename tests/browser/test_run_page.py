@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -36,15 +37,17 @@ def node_state(page, task_id: int) -> str | None:
     return page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).data('state')", task_id)
 
 
-def poll(page, expression: str, arg=None, *, timeout_s: float = 30, what: str = "the page") -> None:
-    """Until `expression` (a function of `arg`) is true in the page.
+def poll(
+    page, expression: str | Callable[[], bool], arg=None, *, timeout_s: float = 30, what: str = "the page"
+) -> None:
+    """Until `expression` (a function of `arg`) is true in the page, or a Python check is.
 
     Playwright's wait_for_function evaluates a string, which the Content-Security-Policy forbids
     (no eval), so this polls with page.evaluate instead.
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if page.evaluate(expression, arg):
+        if expression() if callable(expression) else page.evaluate(expression, arg):
             return
         time.sleep(0.1)
     pytest.fail(f"timed out after {timeout_s} s waiting for {what}")

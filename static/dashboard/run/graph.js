@@ -26,6 +26,8 @@ var ZOOM_STEP = 1.25;
 var MAX_FIT_ZOOM = 1.25;
 // A graph taller than the canvas's shape may grow the canvas up to this share of the window's height.
 var MAX_CANVAS_SHARE = 0.8;
+// The canvas is sized again once the window has kept its size this long (milliseconds).
+var RESIZE_SETTLE_MS = 150;
 var FIT_PADDING = 18;
 var GO_TO_ZOOM = 1;
 // Label levels by zoom: below MID_ZOOM the key alone, larger; below FAR_ZOOM larger still.
@@ -504,22 +506,68 @@ function runDagre(elements, rankDir) {
 // A graph taller than the canvas's shape (left to right: a large run's wide steps; top to bottom: a
 // long chain) fits by its height and leaves most of the canvas's width empty (a 300-task graph
 // used 270 of 734 px). The canvas then grows, up to MAX_CANVAS_SHARE of the window's height, as
-// far as the graph needs to fill its width at no more than MAX_FIT_ZOOM; the graph is fitted again.
-function fillCanvasWidth(visible) {
+// far as the graph needs to fill its width at no more than MAX_FIT_ZOOM. Sizes the canvas for the
+// laid-out `visible` elements (from its stylesheet's height up); whether it grew.
+function sizeCanvas(visible) {
   var container = cy.container();
+  container.style.height = "";
+  cy.resize();
   var base = container.clientHeight;
   var box = visible.boundingBox();
   if (!box.w || !box.h) {
-    return;
+    return false;
   }
   var zoom = Math.min(MAX_FIT_ZOOM, (cy.width() - 2 * FIT_PADDING) / box.w);
   var wanted = Math.ceil(box.h * zoom + 2 * FIT_PADDING);
   var height = Math.max(base, Math.min(wanted, Math.round(window.innerHeight * MAX_CANVAS_SHARE)));
-  if (height > base) {
-    container.style.height = height + "px";
-    cy.resize();
-    cy.fit(visible, FIT_PADDING);
+  if (height <= base) {
+    return false;
   }
+  container.style.height = height + "px";
+  cy.resize();
+  return true;
+}
+
+// The whole graph in view, drawn no larger than MAX_FIT_ZOOM.
+function fitWhole(visible) {
+  cy.fit(visible, FIT_PADDING);
+  if (cy.zoom() > MAX_FIT_ZOOM) {
+    cy.zoom(MAX_FIT_ZOOM);
+    cy.center(visible);
+  }
+}
+
+// Whether the model-coordinates box `inner` lies inside `outer` (a pixel of rounding either way).
+function boxInside(inner, outer) {
+  return inner.x1 >= outer.x1 - 1 && inner.x2 <= outer.x2 + 1 && inner.y1 >= outer.y1 - 1 && inner.y2 <= outer.y2 + 1;
+}
+
+// After the window is resized: the canvas sized again for the new window (it was sized at first
+// paint only: a window made shorter kept a canvas taller than itself). A graph shown whole is
+// fitted again; a view the reader zoomed or moved keeps its zoom and its centre.
+function fitToWindow() {
+  if (!cy) {
+    return;
+  }
+  var visible = visibleElements();
+  var view = cy.extent();
+  var whole = boxInside(visible.nodes().boundingBox({ includeLabels: false }), view);
+  sizeCanvas(visible);
+  if (whole) {
+    fitWhole(visible);
+  } else {
+    centerOn({ x: (view.x1 + view.x2) / 2, y: (view.y1 + view.y2) / 2 });
+  }
+  syncMinimap();
+}
+
+// Runs `fn` once the calls have stopped for `ms` (a window being dragged fires resize many times).
+function debounced(fn, ms) {
+  var timer = null;
+  return function () {
+    window.clearTimeout(timer);
+    timer = window.setTimeout(fn, ms);
+  };
 }
 
 // dagre lays the graph out left to right, as a plan reads. A graph that is long and thin that way
@@ -546,10 +594,8 @@ function layout() {
     }
   }
   cy.edges().toggleClass("is-downward", down);
-  fillCanvasWidth(visible);
-  if (cy.zoom() > MAX_FIT_ZOOM) {
-    cy.zoom(MAX_FIT_ZOOM);
-    cy.center();
+  if (sizeCanvas(visible) || cy.zoom() > MAX_FIT_ZOOM) {
+    fitWhole(visible);
   }
 }
 
@@ -782,8 +828,7 @@ function showMinimap() {
   if (!mini || !cy || !box) {
     return;
   }
-  var ext = cy.extent();
-  var whole = !graphBox || (graphBox.x1 >= ext.x1 - 1 && graphBox.x2 <= ext.x2 + 1 && graphBox.y1 >= ext.y1 - 1 && graphBox.y2 <= ext.y2 + 1);
+  var whole = !graphBox || boxInside(graphBox, cy.extent());
   if (whole !== box.hidden) {
     box.hidden = whole;
     if (!whole) {
@@ -960,12 +1005,7 @@ function setAllCollapsed(value) {
 export function startGraph(openTask) {
   onOpenTask = openTask;
   buildGraph();
-  window.addEventListener("resize", function () {
-    if (cy) {
-      cy.resize();
-      syncMinimap();
-    }
-  });
+  window.addEventListener("resize", debounced(fitToWindow, RESIZE_SETTLE_MS));
   var search = document.getElementById("dag-search");
   if (search) {
     search.addEventListener("input", function () {
