@@ -51,6 +51,7 @@ def test_many_final_tasks_fold_and_each_full_output_stays_reachable(logged_in_pa
     expect(report.locator(".lazy-output h2")).to_have_text("writer: Write the migration report")
 
     page.set_viewport_size(PHONE)
+    part_shot(page, request, "#run-result", "result-folded-390")
     height = result.bounding_box()["height"]
     assert height < 6 * PHONE["height"], f"the Result is {height:.0f} px tall at 390 px"
 
