@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.models import Attempt, TaskRun
-from orchestrator.readmodels.tasks import WAITING, display_state, task_states, task_views
+from orchestrator.readmodels.tasks import WAITING, display_state, outcome_of, task_states, task_views
 
 from .conftest import start
 
@@ -15,6 +15,13 @@ def test_display_state_separates_held_back_from_ready():
     assert display_state(State.READY, "run cap reached (4 running)") == WAITING
     assert display_state(State.THROTTLED, "provider sim limit") == State.THROTTLED
     assert display_state(State.QUEUED, "stale reason") == State.QUEUED
+
+
+def test_outcome_of_tasks_counts_the_successes_and_names_every_other_end():
+    """What the Result says of its final tasks: a task still running counts in the total only."""
+    tasks = [TaskRun(state=state) for state in (State.SUCCEEDED, State.FAILED, State.RUNNING, State.SKIPPED)]
+    assert outcome_of(tasks) == "1 of 4 succeeded · 1 failed, 1 skipped"
+    assert outcome_of([]) == "0 of 0 succeeded"
 
 
 def test_task_views_carry_display_state_and_live_token_burn(launched):
