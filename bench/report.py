@@ -826,6 +826,44 @@ after it (~0.5 ms less at the end of every call).
   The Redis goal (100 ms) was missed in all 7 runs, with the old code as with the new. Its spread
   on this machine (106–212 ms) is the machine's load, not the change. The 98.9 ms above was
   measured on a quieter machine.
+- **Re-measured 2026-11-27 ~05:30 on a quiet 2-core AMD EPYC** (load 0.3–1.1; targeted runs, not
+  written to bench/results.json):
+  - *Prefect side by side* (chain and fan at cap 8, both profiles, 2 repeats): embedded fan 8.09 /
+    8.07 s against Prefect's 8.08 / 8.12 s and chain 12.55 / 12.52 s against 12.57 / 12.62 s (both
+    ahead, barely); production fan 8.43 / 8.23 s against 8.14 / 8.14 s (1.024) and chain 12.72 /
+    12.79 s against 12.65 / 12.62 s (1.009). Two more production fan runs: 8.27 / 8.31 s.
+  - *Where a production fan's time goes* (the 8.27 s run, its database kept; policy bound 7.94 s):
+    the source is claimed 53 ms after the run's start (the launch's transaction 27 ms, then the
+    broker's delivery and the run's first claim); a middle task's attempt lasts its drawn latency
+    plus 7.2 ms (median; p95 48 ms), most of it its success waiting for the step of the same run
+    already under way in its host (a host records one run's successes one step at a time; a step
+    here is ~10 ms and 13 statements); the next task starts 3.8 ms (median) after the success's
+    `finished_at`; the run ends 12 ms after the sink. About 12.5 tasks run one after another in a
+    slot, so ~15 ms a hop puts the run ~0.3 s above the policy bound; Prefect is ~0.2 s above it.
+  - *A one-off*: in the first repeat the source's claim took 190 ms (12 ms of CPU) on a worker
+    that had run nothing yet, and that run was the slow 8.43 s; three later first claims, on cold
+    workers too, took 23–32 ms. A worker's agent host is created in 2 ms at its first attempt (the
+    channel layer's imports, ~75 ms, are done when the worker spawns). Not pursued.
+  - *Live view on Redis* (`make bench-live`, production): 2026-11-26's 8193988, where the 98.9 ms
+    in bench/results-live.json was measured, and main, alternately: p95 186 / 182 ms (8193988)
+    and 234 / 163 / 187 ms (main) — the same code speed within the spread, and the goal (100 ms)
+    missed today by both; bench/results-live.json is left as it was. In the last run, per type:
+    the fan-out's frame (task.ready and task.waiting, 40 % of the samples) p50 184 ms; one-task
+    events p50 67–69 ms, p95 141–148 ms. Embedded: p95 125 ms (goal 250: met). In-process on
+    PostgreSQL (cProfile, a one-event frame of the 200-task run): 13 ORM queries a frame; Django's
+    query compilation is ~30 % of the frame's time, the waits on the server ~15 %, templates ~14 %.
+  - *Taken after these measurements*: a frame's totals and lanes share one read of the agents and
+    no longer read the run again (13 → 11 statements), and the reads the live view makes several
+    times a second per watched run are SQL text (orchestrator/sql.py, as the engine's hot path):
+    the poll's latest event and saved progress, a frame's events, agents, provider limits and
+    pending checkpoints. In-process on PostgreSQL (the 200-task run, a one-event frame, thread CPU,
+    median of 50, two runs each, alternately): a frame 16.8 / 16.0 → 12.9 / 14.7 ms, an idle poll
+    1.23 / 1.13 → 0.27 / 0.38 ms (20 polls a second per watched run). `bench.live_load` on Redis
+    right after (two engineers' tests running beside it, load 1.5–3.0): p95 117 / 147 ms against
+    129 / 140 ms for the code before, one run of each spoilt by load (677 ms) — within the spread;
+    the goal is still missed. The rest of a frame's reads (the tasks' states and other runs'
+    slots, with joins; the task views and log rows, as model instances for the templates) are
+    still ORM queries.
 """
 
 
