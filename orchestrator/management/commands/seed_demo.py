@@ -218,15 +218,11 @@ class Command(BaseCommand):
         """Create a provider limit, or bring it to `values` (unless `keep_existing`), through the
         registry so that each change is audited as the command line's; what happened, in words."""
         limit = ProviderLimit.objects.filter(provider=provider, model=model).first()
-        if limit is None:
-            self.registry_save(registry.save_provider_limit, ProviderLimit(provider=provider, model=model, **values))
-            return "created"
-        if keep_existing:
+        if limit is not None and keep_existing:
             return "kept as it is"
-        before = registry.audited_values(limit)
-        for field, value in values.items():
-            setattr(limit, field, value)
-        return self.save_changes(registry.save_provider_limit, limit, before)
+        return self.save_values(
+            registry.save_provider_limit, limit or ProviderLimit(provider=provider, model=model), values
+        )
 
     def seed_agents(self, provider: str) -> None:
         model = settings.GLASSBOX_MODEL if provider == Agent.Provider.ANTHROPIC else SIMULATED_MODEL
@@ -246,24 +242,22 @@ class Command(BaseCommand):
                 "provider_options": DEMO_LATENCY if provider == Agent.Provider.SIMULATED else {},
                 "status": Agent.Status.ACTIVE,
             }
-            agent = Agent.objects.filter(name=member.name).first()
-            if agent is None:
-                self.registry_save(registry.save_agent, Agent(name=member.name, **values))
-                outcome = "created"
-            else:
-                before = registry.audited_values(agent)
-                for field, value in values.items():
-                    setattr(agent, field, value)
-                outcome = self.save_changes(registry.save_agent, agent, before)
+            agent = Agent.objects.filter(name=member.name).first() or Agent(name=member.name)
+            outcome = self.save_values(registry.save_agent, agent, values)
             self.stdout.write(f"Agent {member.name} ({provider}:{model}, {member.max_concurrency} slots): {outcome}")
 
-    def save_changes(self, save, obj, before: dict) -> str:
-        """Save `obj` through the registry's `save` if it differs from `before`; the outcome in words."""
+    def save_values(self, save, obj, values: dict) -> str:
+        """Give `obj` (an agent or a provider limit, saved or new) these field values and save it
+        through the registry's `save` when that creates or changes it; the outcome in words."""
+        created = obj._state.adding
+        before = registry.audited_values(obj)
+        for field, value in values.items():
+            setattr(obj, field, value)
         changes = registry.changed_fields(before, obj)
-        if not changes:
+        if not created and not changes:
             return "kept as it is"
         self.registry_save(save, obj)
-        return f"updated ({registry.describe_changes(changes)})"
+        return "created" if created else f"updated ({registry.describe_changes(changes)})"
 
     def registry_save(self, save, obj) -> None:
         """`save(obj)` as the command line's user; settings the registry refuses (a model name too
