@@ -7,8 +7,9 @@ A real deployment in miniature, on a database of its own: daphne (the project's 
 application and its RunConsumer), one qcluster, and a client process holding N websocket
 connections to ``/ws/runs/<id>/``, each logged in with a session cookie and speaking the live
 protocol (``resume`` with the last sequence number on every (re)connect). The run is launched
-waiting for plan approval, the viewers connect, then the plan is approved: every event of the
-run after that happens while they watch.
+waiting for plan approval, the viewers connect, and once every one of them has its first frame
+(its page, as a person who approves has it) the plan is approved: every event of the run after
+that happens while they watch.
 
 Reported (a measurement, never a pass/fail threshold):
 
@@ -76,7 +77,6 @@ async def _viewer(
             ) as ws:
                 record["connections"] += 1
                 await ws.send(json.dumps({"type": "resume", "last_seq": record["last_seq"]}))
-                connected.set()
                 while not stop.is_set():
                     if until["seq"] and record["last_seq"] >= until["seq"]:
                         return
@@ -97,6 +97,7 @@ async def _viewer(
                     record["bytes"] += len(text)
                     record["largest"] = max(record["largest"], len(text))
                     record["last_seq"] = max(record["last_seq"], end)
+                    connected.set()  # the viewer has its page: it watches from here
         except (ConnectionClosed, OSError, TimeoutError) as exc:
             record["errors"].append(f"{type(exc).__name__}: {exc}")
             connected.set()
