@@ -19,6 +19,7 @@ from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
+from orchestrator.readmodels.records import event_rows
 
 from .fragments import Viewer, base_context, render, render_panel_parts, render_parts, render_path_steps
 
@@ -163,9 +164,7 @@ def render_run_batch(
         html.append(render_log_page(run, ctx, upto=latest))
     else:
         events = list(
-            Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)
-            .select_related("task_run__subtask", "agent")
-            .order_by("-seq")
+            event_rows(Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)).order_by("-seq")
         )
         html.append(render("event_rows", {**ctx, "events": events, "replace": False}))
     beyond_progress = frozenset(tid for _, t, tid in meta if tid and t != "task.progress")

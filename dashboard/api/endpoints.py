@@ -28,6 +28,7 @@ from orchestrator.readmodels.records import (
     RunRecord,
     RunTotals,
     TaskRunRecord,
+    event_rows,
 )
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
 
@@ -199,9 +200,7 @@ def run_events(
     """A run's events after sequence number `after`, oldest first; follow `next_after` while `has_more`."""
     require(request, VIEW_RUN, run=run_id)
     run = _get(Run.objects.all(), run_id, "run")
-    events = list(
-        run.events.filter(seq__gt=after).select_related("task_run__subtask", "agent").order_by("seq")[: limit + 1]
-    )
+    events = list(event_rows(run.events.filter(seq__gt=after)).order_by("seq")[: limit + 1])
     has_more = len(events) > limit
     events = events[:limit]
     return {

@@ -23,7 +23,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 
 from orchestrator.models import Event
-from orchestrator.readmodels.records import EventRecord
+from orchestrator.readmodels.records import EventRecord, event_rows
 
 CHUNK_SIZE = 2000
 
@@ -54,21 +54,6 @@ COLUMNS = (
     "message",
     "payload",
 )
-# What the record reads of each event and its relations: nothing else (no task output, no prompt).
-_ROW_FIELDS = (
-    "id",
-    "created_at",
-    "run_id",
-    "seq",
-    "type",
-    "actor_kind",
-    "actor_name",
-    "actor_user_id",
-    "message",
-    "payload",
-    "task_run__subtask__key",
-    "agent__name",
-)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/x-ndjson; charset=utf-8"}
 
@@ -78,7 +63,7 @@ class ExportError(Exception):
 
 
 def _rows_query(queryset: QuerySet) -> QuerySet:
-    return queryset.order_by("id").select_related("task_run__subtask", "agent").only(*_ROW_FIELDS)
+    return event_rows(queryset.order_by("id"))
 
 
 def _record(event: Event) -> dict[str, Any]:

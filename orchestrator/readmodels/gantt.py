@@ -143,11 +143,35 @@ def gantt_bar(attempt: Attempt) -> GanttBar:
     )
 
 
+# What a bar reads of an attempt, its task, subtask and agent (`gantt_bar`, the lanes' names). Not
+# the attempt's request and output, the task's output, the subtask's instructions or the agent's
+# prompt and settings: a real agent's run makes them large, and the live view reads the bars of
+# the tasks concerned at most of its frames.
+BAR_FIELDS = (
+    "task_run",
+    "number",
+    "state",
+    "worker",
+    "error",
+    "started_at",
+    "finished_at",
+    "input_tokens",
+    "output_tokens",
+    "task_run__agent",
+    "task_run__subtask__key",
+    "task_run__subtask__title",
+    "task_run__agent__name",
+)
+
+
 def started_attempts(run_id: int, task_ids: Iterable[int] | None = None):
+    """The run's started attempts (of `task_ids` only, when given) as `gantt_bar` reads them."""
     attempts = Attempt.objects.filter(task_run__run_id=run_id, started_at__isnull=False)
     if task_ids is not None:
         attempts = attempts.filter(task_run_id__in=list(task_ids))
-    return attempts.select_related("task_run__subtask", "task_run__agent").order_by("started_at", "pk")
+    return (
+        attempts.select_related("task_run__subtask", "task_run__agent").only(*BAR_FIELDS).order_by("started_at", "pk")
+    )
 
 
 def gantt(run: Run) -> Gantt:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.models import Event, Run
+from orchestrator.readmodels.records import event_rows
 
 # The most rows one query of the log returns; also how far behind (in events) a viewer that
 # resumes may be and still get a live batch rather than a full refresh (dashboard/frames.py).
@@ -32,7 +33,7 @@ def event_log(
     `after_seq` keeps only events newer than that sequence number, `before_seq` only older ones.
     """
     run_id = run.pk if isinstance(run, Run) else run
-    events = Event.objects.filter(run_id=run_id).select_related("task_run__subtask", "agent")
+    events = event_rows(Event.objects.filter(run_id=run_id))
     if task_id:
         events = events.filter(task_run_id=task_id)
     events = filter_types(events, type_filter)

@@ -20,6 +20,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Self
 
+from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
@@ -422,6 +423,31 @@ class CheckpointRecord(Record):
         )
 
 
+# What an event's record, an audit export's row and a row of the run page's log read of the event
+# and its relations: the task's key and the agent's name, not the task's output, the subtask's
+# instructions or the agent's prompt and settings, which a bare select_related reads for every row
+# (a real agent's run makes them large; the live view reads log rows at most frames).
+EVENT_ROW_FIELDS = (
+    "id",
+    "created_at",
+    "run_id",
+    "seq",
+    "type",
+    "actor_kind",
+    "actor_name",
+    "actor_user_id",
+    "message",
+    "payload",
+    "task_run__subtask__key",
+    "agent__name",
+)
+
+
+def event_rows(events: QuerySet[Event]) -> QuerySet[Event]:
+    """These events with what their records and log rows show of their task and agent, no more."""
+    return events.select_related("task_run__subtask", "agent").only(*EVENT_ROW_FIELDS)
+
+
 class EventRecord(Record):
     id: int
     created_at: Time
@@ -441,7 +467,7 @@ class EventRecord(Record):
 
     @classmethod
     def build(cls, event: Event, **more: Any) -> Self:
-        """The event's record (task_run__subtask and agent selected); `more` sets a subclass's fields."""
+        """The event's record (read through `event_rows`); `more` sets a subclass's fields."""
         task_run, agent = event.task_run, event.agent  # either may be None (no query then)
         return cls(
             id=event.pk,

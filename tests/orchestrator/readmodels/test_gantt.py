@@ -8,8 +8,8 @@ import pytest
 from django.db import transaction
 
 from orchestrator.engine import runs, scheduler
-from orchestrator.models import Run
-from orchestrator.readmodels.gantt import PausedSpan, assign_tracks, gantt, paused_spans
+from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.readmodels.gantt import PausedSpan, assign_tracks, gantt, gantt_bar, paused_spans, started_attempts
 
 from .conftest import start
 
@@ -111,3 +111,19 @@ def test_a_run_that_ended_otherwise_before_any_attempt_says_how(launched, status
     with transaction.atomic():
         scheduler.end_run(run, status, "ended for the test")
     assert gantt(run).empty_text == f"No attempt ran: {why}."
+
+
+def test_the_bars_read_one_statement_without_the_attempts_request_or_output(launched, django_assert_num_queries):
+    """The live view reads the bars of the tasks a frame concerns at most frames: a real agent's
+    request, output and prompt are large, and a bar shows none of them."""
+    run = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    big = "x" * 50_000
+    for task in run.tasks.all():
+        attempt = start(task)
+        Attempt.objects.filter(pk=attempt.pk).update(request={"messages": [big]}, output=big)
+        TaskRun.objects.filter(pk=task.pk).update(output=big)
+    with django_assert_num_queries(1) as captured:
+        bars = [gantt_bar(attempt) for attempt in started_attempts(run.pk)]
+    assert sorted(bar.key for bar in bars) == ["a", "b"]
+    (statement,) = (query["sql"] for query in captured.captured_queries)
+    assert '"request"' not in statement and '"output"' not in statement and "system_prompt" not in statement
