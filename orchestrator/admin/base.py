@@ -72,6 +72,18 @@ class ReadOnlyInline(admin.TabularInline):
         return False
 
 
+def refusal_text(subject: str, error: Exception) -> str:
+    """A refusal that names its object once. `subject` is how the admin names it ("Run 3", "Task
+    scope of run 3"); an engine message that starts with the object's first two words ("run 3 is
+    paused: …", "task scope already ended …") goes on from the subject ("Task scope of run 3
+    already ended (succeeded)"), any other comes after it ("Checkpoint 5: separation of duties: …")."""
+    message = str(error)
+    lead = " ".join(subject.split()[:2])
+    if message.lower().startswith(f"{lead.lower()} "):
+        return subject + message[len(lead) :]
+    return f"{subject}: {message}"
+
+
 def report_action(modeladmin, request, done: list[str], refused: list[str], verb: str) -> None:
     """One message for what an action did and one per refusal, each naming the object."""
     if done:

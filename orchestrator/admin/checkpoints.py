@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from orchestrator.admin.base import ReadOnlyAdmin, ReadOnlyInline, report_action
+from orchestrator.admin.base import ReadOnlyAdmin, ReadOnlyInline, refusal_text, report_action
 from orchestrator.engine import runs
 from orchestrator.models import Checkpoint
 
@@ -41,5 +41,5 @@ class CheckpointAdmin(ReadOnlyAdmin):
                 runs.decide(checkpoint, approve=True, user=request.user)
                 done.append(f"checkpoint {checkpoint.pk}")
             except runs.ActionError as error:
-                refused.append(f"Checkpoint {checkpoint.pk}: {error}")
+                refused.append(refusal_text(f"Checkpoint {checkpoint.pk}", error))
         report_action(self, request, done, refused, "Approved")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from orchestrator.admin.base import ReadOnlyAdmin, ReadOnlyInline, report_action
+from orchestrator.admin.base import ReadOnlyAdmin, ReadOnlyInline, refusal_text, report_action
 from orchestrator.admin.checkpoints import CheckpointInline
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Run, TaskRun
@@ -33,7 +33,7 @@ class ControlActions:
                 action(obj, user=request.user)
                 done.append(named)
             except runs.ActionError as error:
-                refused.append(f"{refusal}: {error}")
+                refused.append(refusal_text(refusal, error))
         report_action(self, request, done, refused, verb)
 
 

@@ -69,8 +69,8 @@ class ToolServerForm(forms.ModelForm):
         if self.errors:
             return data
         try:
-            command = shlex.split(data.get("command_line") or "")
-        except ValueError as error:
+            command = tool_registry.split_command(data.get("command_line") or "")
+        except tool_registry.ToolRegistryError as error:
             raise forms.ValidationError(f"Command: {error}") from None
         existing = self.instance if self.instance.pk else None
         env: dict[str, str] | None = None

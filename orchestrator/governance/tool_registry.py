@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import shlex
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -92,6 +93,21 @@ def parse_pairs(
     if problems:
         raise ToolRegistryError("; ".join(problems))
     return parsed
+
+
+# shlex's reasons, in words a person who typed the command line acts on.
+_SPLIT_PROBLEMS = {
+    "No closing quotation": "a quotation mark is not closed",
+    "No escaped character": "it ends with a backslash that escapes nothing",
+}
+
+
+def split_command(command_line: str) -> list[str]:
+    """A stdio server's command line as its words, split as a POSIX shell splits them."""
+    try:
+        return shlex.split(command_line)
+    except ValueError as error:
+        raise ToolRegistryError(_SPLIT_PROBLEMS.get(str(error), str(error))) from None
 
 
 def parse_env(pairs: Iterable[str], *, lines: bool = False) -> dict[str, str]:

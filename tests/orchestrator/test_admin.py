@@ -15,7 +15,9 @@ from django.test import AsyncClient
 from django.urls import reverse
 
 from orchestrator import events
+from orchestrator.admin.base import refusal_text
 from orchestrator.engine import runs
+from orchestrator.engine.runs import ActionError
 from orchestrator.governance import tokens
 from orchestrator.models import Agent, ApiToken, Checkpoint, Event, ProviderLimit, Run
 from tests.conftest import fast_latency
@@ -461,7 +463,7 @@ def test_run_actions_call_the_engine_with_the_control_permission(client, a_run):
     assert a_run.status == Run.Status.PAUSED
     assert Event.objects.get(type="run.paused").actor_user == launcher
     response = changelist_action(client, "run", "pause", [a_run.pk])
-    assert f"Run {a_run.pk}: run {a_run.pk} is paused: it cannot be paused" in response.content.decode()
+    assert f"Run {a_run.pk} is paused: it cannot be paused" in response.content.decode()  # named once
 
 
 def test_run_actions_are_not_offered_without_the_control_permission(client, a_run):
@@ -484,7 +486,9 @@ def test_checkpoint_approval_obeys_separation_of_duties(client, make_agent, make
     response = changelist_action(client, "checkpoint", "approve", [mine.pk, theirs.pk])
     mine.refresh_from_db(), theirs.refresh_from_db()
     assert (mine.status, theirs.status) == (Checkpoint.Status.PENDING, Checkpoint.Status.APPROVED)
-    assert "separation of duties: approver launched run" in response.content.decode()
+    assert f"Checkpoint {mine.pk}: separation of duties: approver launched run" in response.content.decode()
+    response = changelist_action(client, "checkpoint", "approve", [theirs.pk])
+    assert f"Checkpoint {theirs.pk} was already approved by approver" in response.content.decode()
 
 
 # --- API tokens ----------------------------------------------------------------------------------
@@ -535,3 +539,16 @@ def test_tokens_cannot_be_edited_or_deleted(client, superuser):
     client.force_login(superuser)
     assert client.get(reverse("admin:orchestrator_apitoken_delete", args=[token.pk])).status_code == 403
     assert client.post(reverse("admin:orchestrator_apitoken_change", args=[token.pk]), {"name": "x"}).status_code == 403
+
+
+def test_a_refusal_names_its_object_once():
+    assert refusal_text("Run 3", ActionError("run 3 is paused: it cannot be paused")) == (
+        "Run 3 is paused: it cannot be paused"
+    )
+    assert refusal_text("Task scope of run 3", ActionError("task scope already ended (succeeded)")) == (
+        "Task scope of run 3 already ended (succeeded)"
+    )
+    assert refusal_text("Run 3", ActionError("run 35 already ended (failed)")) == "Run 3: run 35 already ended (failed)"
+    assert refusal_text("Checkpoint 5", ActionError("separation of duties: you launched run 2")) == (
+        "Checkpoint 5: separation of duties: you launched run 2"
+    )

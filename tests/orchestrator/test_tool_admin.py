@@ -68,6 +68,15 @@ def test_a_server_that_does_not_speak_mcp_is_a_form_error_and_the_secret_is_not_
     assert not ToolServer.objects.exists() and not Event.objects.exists()
 
 
+def test_a_command_line_with_an_open_quote_is_a_form_error_in_words(client, superuser):
+    client.force_login(superuser)
+    form = {"name": "bad", "command_line": "'unclosed", "environment": "", "url": "", "header_lines": ""}
+    response = client.post(reverse("admin:orchestrator_toolserver_add"), form)
+    assert response.status_code == 200
+    assert "Command: a quotation mark is not closed" in response.content.decode()
+    assert not ToolServer.objects.exists() and not Event.objects.exists()
+
+
 def test_every_bad_environment_and_header_line_is_named_with_its_line_number(client, superuser):
     client.force_login(superuser)
     response = client.post(

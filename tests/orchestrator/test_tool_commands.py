@@ -82,7 +82,7 @@ def test_remove_drops_the_server_and_its_grants(registered, make_agent):
             ["tool_server", "add", "bad", "--url", "http://127.0.0.1:1/mcp", "--header", "X-Key=literal-value"],
             "must name the environment variable",
         ),
-        (["tool_server", "add", "bad", "--stdio", "'unclosed"], "--stdio: No closing quotation"),
+        (["tool_server", "add", "bad", "--stdio", "'unclosed"], "--stdio: a quotation mark is not closed"),
         (["tool_server", "refresh", "ghost"], "No tool server named 'ghost'"),
         (["grant_tool", "nobody", "testsrv"], "^No agent named 'nobody'$"),
         (["grant_tool", "coder", "testsrv:teleport"], "has no tool 'teleport'"),

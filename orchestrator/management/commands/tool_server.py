@@ -14,8 +14,6 @@ the named environment variable whenever a worker connects, and never stored.
 
 from __future__ import annotations
 
-import shlex
-
 from django.core.management.base import BaseCommand, CommandError
 
 from orchestrator.governance import secrets, tool_registry
@@ -60,8 +58,8 @@ class Command(BaseCommand):
         command: list[str] = []
         if stdio is not None:
             try:
-                command = shlex.split(stdio)
-            except ValueError as error:
+                command = tool_registry.split_command(stdio)
+            except ToolRegistryError as error:
                 raise CommandError(f"--stdio: {error}") from None
             if not command:
                 raise CommandError("--stdio needs a command")
