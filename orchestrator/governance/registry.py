@@ -131,18 +131,21 @@ def changed_fields(before: dict[str, Any], obj: Agent | ProviderLimit) -> dict[s
 SHORT_VALUE_CHARS = 40
 
 
-def describe_changes(changes: dict[str, list]) -> str:
+def describe_changes(changes: dict[str, list], *, empty: str = "null") -> str:
     """The changed fields in words, each short value with its old and new value:
-    "model sim-1 → sim-2, max_concurrency 4 → 7, system_prompt"."""
+    "model sim-1 → sim-2, max_concurrency 4 → 7, system_prompt". `empty` is how a None reads (a
+    provider limit's "no limit")."""
     parts = []
     for field, (old, new) in changes.items():
         before, after = json.dumps(old), json.dumps(new)
         short = max(len(before), len(after)) <= SHORT_VALUE_CHARS
-        parts.append(f"{field} {_plain(old)} → {_plain(new)}" if short else field)
+        parts.append(f"{field} {_plain(old, empty)} → {_plain(new, empty)}" if short else field)
     return ", ".join(parts)
 
 
-def _plain(value) -> str:
+def _plain(value, empty: str) -> str:
+    if value is None:
+        return empty
     return value if isinstance(value, str) and value else json.dumps(value)
 
 
@@ -263,7 +266,7 @@ def save_provider_limit(limit: ProviderLimit, *, user=None, actor: str = "") -> 
                 "provider_limit.changed",
                 user=user,
                 actor_name=actor,
-                message=f"provider limit {limit} changed: {', '.join(changes)}",
+                message=f"provider limit {limit} changed: {describe_changes(changes, empty='no limit')}",
                 payload={"limit": str(limit), "changes": changes},
             )
     return limit

@@ -142,6 +142,9 @@ def test_provider_limit_changes_are_recorded_with_money_as_text(db, admin_user):
         "requests_per_minute": [None, 60],
         "output_price_per_mtok": ["0.0000", "15.5000"],
     }
+    assert changed.message == (
+        "provider limit simulated:sim-1 changed: requests_per_minute no limit → 60, output_price_per_mtok 0.0000 → 15.5000"
+    )
 
 
 def test_save_provider_limit_refuses_negative_prices_and_zero_limits_naming_each(db, admin_user):
