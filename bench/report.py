@@ -864,6 +864,36 @@ after it (~0.5 ms less at the end of every call).
     the goal is still missed. The rest of a frame's reads (the tasks' states and other runs'
     slots, with joins; the task views and log rows, as model instances for the templates) are
     still ORM queries.
+- **Live view re-measured 2026-11-27 ~08:20–09:20, on Redis** (a 2-core AMD EPYC that ran the
+  embedded suite ~40 % slower than the machine of the entry above; load 0.7–1.8; not written to
+  bench/results-live.json). At the session's start (5275975) p95 283 / 271 ms, the goal (100 ms)
+  missed. Traced (daphne's rounds timed against the viewers' receipts):
+  - *The benchmark's own start*: "connected" was printed when every viewer had *sent* its resume,
+    so the plan was approved while daphne was still rendering the 50 viewers' first frames (their
+    pages): the approval's frame waited for that round (p50 456 ms) and the pacing then held the
+    fan-out's frame ~200 ms behind it. bench/live_load.py now approves once every viewer has its
+    first frame, as a person who approves has the page. Approval frame p50 456 → ~180 ms.
+  - *Taken*: the timeline's bars and the log's rows read only what they show (an attempt without
+    its request and output; an event's task by its key, its agent by its name): they read every
+    row's task output, subtask instructions, agent prompt and settings, which a real agent's run
+    makes large. In-process on the 200-task run (thread CPU, medians, alternately): the whole
+    timeline 68 → 28–35 ms, the log's page 15 → 10 ms, a one-event frame ~20 ms either way (the
+    simulated agents' texts are short).
+  - *After both*: p95 **218 / 230 / 262 ms on Redis** (3 runs), embedded 165 ms (goal 250: met).
+  - *Why the Redis goal stays out of reach here*: 40 % of the samples are the fan-out's frame, so
+    p95 is that frame's latency. Its parts (two traced runs): the scoping task's success (its
+    transaction makes 198 tasks ready, 194 of them held back: ~400 events) commits 37–57 ms after
+    its events' `created_at`; the round waits 24–78 ms (the frame interval, and the pacing after
+    the page's and the approval's long rounds); it renders in 100–136 ms (80 ms of CPU: the 199
+    rows' task views as Django model instances 33–40 ms, the log's page 17 ms, the tasks' states
+    8–9, the bars 8, the totals 5); sending 50 frames of ~150 KB takes 28–31 ms and the viewers'
+    process receives them in 27–75 ms more (one process reads and parses every viewer's frame).
+    One-task frames: p50 render 46 ms under the benchmark's load (~20 ms of CPU unloaded), waits
+    p50 12–15 ms, p90 70–76 ms. Tried and not taken: twice the pacing allowance (0.5 s) — 212 /
+    220 / 269 ms, no change; Django's timestamptz loader (pure Python, as Django subclasses
+    psycopg's) replaced by psycopg's C loader — ~1–2 ms of a frame's ~20, through a private
+    route (psycopg#1273, Django ticket 36960). *Next*: task views built from plain rows rather
+    than model instances (the fan-out's frame, and every table of a large run).
 """
 
 
