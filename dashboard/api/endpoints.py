@@ -25,6 +25,7 @@ from orchestrator.readmodels.records import (
     AgentRecord,
     CheckpointRecord,
     EventRecord,
+    Record,
     RunRecord,
     RunTotals,
     TaskRunRecord,
@@ -96,12 +97,12 @@ def run_detail(run: Run) -> dict:
     }
 
 
-def page(queryset, record, limit: int, offset: int) -> dict:
+def page(queryset, record: type[Record], limit: int, offset: int) -> dict:
     return {
         "count": queryset.count(),
         "limit": limit,
         "offset": offset,
-        "items": [record(obj) for obj in queryset[offset : offset + limit]],
+        "items": record.many(list(queryset[offset : offset + limit])),
     }
 
 
@@ -119,14 +120,14 @@ def list_runs(
 ):
     """Runs, newest first."""
     require(request, VIEW_RUN)
-    queryset = Run.objects.select_related("plan", "launched_by").order_by("-created_at", "-pk")
+    queryset = Run.objects.select_related("plan", "launched_by", "event_sequence").order_by("-created_at", "-pk")
     if status:
         queryset = queryset.filter(status=status)
     if plan:
         queryset = queryset.filter(plan_id=plan)
     if launched_by:
         queryset = queryset.filter(**{f"launched_by__{get_user_model().USERNAME_FIELD}": launched_by})
-    return page(queryset, RunRecord.of, limit, offset)
+    return page(queryset, RunRecord, limit, offset)
 
 
 @router.post("/runs", response={201: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
@@ -274,7 +275,7 @@ def list_checkpoints(
         queryset = queryset.filter(status=status)
     if run:
         queryset = queryset.filter(run_id=run)
-    return page(queryset, CheckpointWithRun.of, limit, offset)
+    return page(queryset, CheckpointWithRun, limit, offset)
 
 
 def _decide(
@@ -333,7 +334,7 @@ def list_agents(
         queryset = queryset.filter(status=status)
     if provider:
         queryset = queryset.filter(provider=provider)
-    return page(queryset, AgentRecord.of, limit, offset)
+    return page(queryset, AgentRecord, limit, offset)
 
 
 def _save_agent(agent: Agent, body, user) -> AgentRecord:

@@ -24,6 +24,7 @@ from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
+from orchestrator.readmodels import launchers
 
 MONEY_PATTERN = r"^-?\d+(\.\d+)?$"
 
@@ -65,6 +66,12 @@ class Record(BaseModel):
             return getattr(self, name)
         except AttributeError:
             raise KeyError(name) from None
+
+    @classmethod
+    def many(cls, objects: list) -> list[Self]:
+        """The records of these objects (a page of a list): `of` each, unless a record reads
+        something for a whole page at once."""
+        return [cls.of(obj) for obj in objects]  # type: ignore[attr-defined]
 
 
 # --- Agent ----------------------------------------------------------------------------------------
@@ -200,6 +207,10 @@ class RunRecord(Record):
     budget_usd: Money
     failure_policy: str
     launched_by: str | None
+    # Who launched it in words, as its `run.created` event recorded it ("alice", "root from the
+    # command line"; "not recorded" for a run made otherwise): `launched_by` is a login, null for
+    # a launch from the command line or by an account deleted since.
+    launcher: str
     created_at: Time
     started_at: Time
     finished_at: Time
@@ -211,7 +222,8 @@ class RunRecord(Record):
     last_event_seq: int
 
     @classmethod
-    def of(cls, run: Run) -> Self:
+    def of(cls, run: Run, launcher: str | None = None) -> Self:
+        """The run's record (`launcher` read from its events when not given)."""
         return cls(
             id=run.pk,
             plan=run.plan_id,
@@ -222,6 +234,7 @@ class RunRecord(Record):
             budget_usd=run.budget_usd,
             failure_policy=run.failure_policy,
             launched_by=_username(run.launched_by),
+            launcher=launchers.launcher(run) if launcher is None else launcher,
             created_at=run.created_at,
             started_at=run.started_at,
             finished_at=run.finished_at,
@@ -232,6 +245,12 @@ class RunRecord(Record):
             peak_running=run.peak_running,
             last_event_seq=run.last_event_seq,
         )
+
+    @classmethod
+    def many(cls, objects: list) -> list[Self]:
+        """A page of runs, their launchers read in one query."""
+        names = launchers.launchers(run.pk for run in objects)
+        return [cls.of(run, names[run.pk]) for run in objects]
 
 
 class AttemptRecord(Record):

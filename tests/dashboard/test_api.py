@@ -8,7 +8,9 @@ from decimal import Decimal
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from orchestrator.engine import runs
 from orchestrator.governance import tokens
@@ -200,6 +202,25 @@ def test_list_runs_newest_first_with_filters_and_pages(api, two_runs):
     assert [r["id"] for r in viewer.get("/runs", launched_by="launcher").json()["items"]] == [first.pk]
     page = viewer.get("/runs", limit=1, offset=1).json()
     assert (page["count"], page["limit"], page["offset"], [r["id"] for r in page["items"]]) == (2, 1, 1, [first.pk])
+
+
+def test_a_run_says_who_launched_it_in_words_from_the_command_line_too(api, two_runs, make_plan):
+    first, second = two_runs
+    from_cli = runs.launch(make_plan({"a": ("researcher", [])}), actor_name="cli:root")
+    viewer = api["viewer"]
+    listed = {r["id"]: (r["launched_by"], r["launcher"]) for r in viewer.get("/runs").json()["items"]}
+    assert listed == {
+        first.pk: ("launcher", "launcher"),
+        second.pk: ("approver", "approver"),
+        from_cli.pk: (None, "root from the command line"),
+    }
+    one = viewer.get(f"/runs/{from_cli.pk}").json()["run"]
+    assert (one["launched_by"], one["launcher"]) == (None, "root from the command line")
+    with CaptureQueriesContext(connection) as one_run:
+        viewer.get("/runs", limit=1)
+    with CaptureQueriesContext(connection) as three_runs:
+        viewer.get("/runs", limit=3)
+    assert len(three_runs.captured_queries) == len(one_run.captured_queries)  # no read per run
     assert error(viewer.get("/runs", status="bogus"))["code"] == "invalid_request"
 
 
