@@ -56,6 +56,11 @@ class AuditedUserAdmin(AuditedChanges, UserAdmin):
     kept = accounts.LOGINS
 
     def user_change_password(self, request, id, form_url=""):
+        # A refusal (no change permission on that login) is on record like any other page's:
+        # outside the transaction, which a refusal rolls back.
+        return self._audited("change", self._change_password, request, id, form_url)
+
+    def _change_password(self, request, id, form_url=""):
         with transaction.atomic():
             response = super().user_change_password(request, id, form_url)
             if request.method == "POST" and response.status_code == 302:  # saved: the form redirects

@@ -152,9 +152,13 @@ ROLES = Kept("role", "role", role_standing, lambda r: r.name, lambda r: "role")
 def record_password_changed(account: User, *, user) -> None:
     """`user.password_changed`: who changed it and whether it can still log in with one; no value."""
     username = account.get_username()
+    usable = account.has_usable_password()
+    # The admin's password page also turns password login off ("Disable password-based
+    # authentication"): say so, not "changed".
+    message = f"password of user {username} changed" if usable else f"password login of user {username} disabled"
     events.record(
         "user.password_changed",
         user=user,
-        message=f"password of user {username} changed",
-        payload={"username": username, "password_login": account.has_usable_password()},
+        message=message,
+        payload={"username": username, "password_login": usable},
     )

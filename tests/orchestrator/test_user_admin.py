@@ -87,6 +87,35 @@ def test_a_refused_password_change_records_nothing(client, root):
     assert not Event.objects.exists()
 
 
+def test_disabling_password_login_in_the_admin_says_so(client, root):
+    bob = User.objects.create_user("bob", password="old-Passphrase-1")
+    url = reverse("admin:auth_user_password_change", args=[bob.pk])
+    response = client.post(url, {"usable_password": "false", "unset-password": "1"})
+    assert response.status_code == 302
+    event = Event.objects.get(type="user.password_changed")
+    assert event.message == "password login of user bob disabled"
+    assert event.payload == {"username": "bob", "password_login": False}
+
+
+def test_a_staff_user_refused_the_password_page_is_audited(client, db):
+    target = User.objects.create_superuser("boss")
+    staff = User.objects.create_user("staffer", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_user"))
+    client.force_login(staff)
+    url = reverse("admin:auth_user_password_change", args=[target.pk])
+    assert client.get(url).status_code == 403
+    assert (
+        client.post(url, {"usable_password": "true", "password1": PASSWORD, "password2": PASSWORD}).status_code == 403
+    )
+    denials = Event.objects.filter(type="access.denied").order_by("id")
+    assert [event.payload for event in denials] == [
+        {"permission": "auth.change_user", "action": f"{method} {url}"} for method in ("GET", "POST")
+    ]
+    assert not Event.objects.filter(type="user.password_changed").exists()
+    target.refresh_from_db()
+    assert not target.check_password(PASSWORD)
+
+
 def test_deleting_a_login_is_audited_with_what_it_could_do(client, root):
     bob = User.objects.create_user("bob", is_staff=True)
     response = client.post(reverse("admin:auth_user_delete", args=[bob.pk]), {"post": "yes"})
