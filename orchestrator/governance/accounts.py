@@ -65,6 +65,7 @@ def grant_role(account: User, role: Group, *, user=None, actor: str = "") -> boo
 # of it is recorded as such, with no value.
 AUDITED_FIELDS = ("username", "email", "first_name", "last_name", "is_active", "is_staff", "is_superuser")
 LABELS = {
+    "password_login": "password login",
     "is_active": "active",
     "is_staff": "staff",
     "is_superuser": "superuser",
@@ -80,8 +81,10 @@ def _permission_names(permissions) -> list[str]:
 
 
 def standing(account: User) -> dict[str, Any]:
-    """A login's audited fields, its roles (group names) and its own permissions, as the log shows them."""
+    """A login's audited fields, whether it can log in with a password (never the password), its
+    roles (group names) and its own permissions, as the log shows them."""
     values: dict[str, Any] = {name: getattr(account, name) for name in AUDITED_FIELDS}
+    values["password_login"] = account.has_usable_password()
     values["roles"] = sorted(account.groups.values_list("name", flat=True))
     values["permissions"] = _permission_names(account.user_permissions)
     return values
@@ -105,8 +108,13 @@ def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, l
 
 
 def role_standing(role: Group) -> dict[str, Any]:
-    """A role's name and permissions, as the log shows them."""
-    return {"name": role.name, "permissions": _permission_names(role.permissions)}
+    """A role's name, its permissions and who holds it, as the log shows them (a role deleted
+    takes its permissions from its holders: the log says from whom)."""
+    return {
+        "name": role.name,
+        "permissions": _permission_names(role.permissions),
+        "holders": sorted(role.user_set.values_list("username", flat=True)),
+    }
 
 
 @dataclass(frozen=True)

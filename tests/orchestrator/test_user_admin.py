@@ -138,4 +138,27 @@ def test_a_roles_permissions_changed_in_the_admin_are_audited(client, root):
     assert Event.objects.get(type="role.deleted").payload == {
         "name": "Night shift",
         "permissions": ["orchestrator.decide_checkpoint"],
+        "holders": [],
     }
+
+
+@pytest.mark.parametrize("url", ["/accounts/password_change/", "/admin/password_change/"])
+def test_a_person_changing_their_own_password_is_audited_without_it(client, db, url):
+    staff = User.objects.create_user("staffy", password="old-Passphrase-1", is_staff=True)
+    client.force_login(staff)
+    wrong = {"old_password": "not-it", "new_password1": PASSWORD, "new_password2": PASSWORD}
+    assert client.post(url, wrong).status_code == 200  # refused: nothing changed, nothing recorded
+    assert not Event.objects.filter(type="user.password_changed").exists()
+    form = {"old_password": "old-Passphrase-1", "new_password1": PASSWORD, "new_password2": PASSWORD}
+    assert client.post(url, form).status_code == 302
+    event = Event.objects.get(type="user.password_changed")
+    assert event.actor_user == staff and event.message == "password of user staffy changed"
+    staff.refresh_from_db()
+    assert staff.check_password(PASSWORD) and PASSWORD not in str(event.payload)
+
+
+def test_deleting_a_role_says_who_held_it(client, root):
+    role = Group.objects.create(name="Night shift")
+    User.objects.create_user("bob").groups.add(role)
+    client.post(reverse("admin:auth_group_delete", args=[role.pk]), {"post": "yes"})
+    assert Event.objects.get(type="role.deleted").payload["holders"] == ["bob"]
