@@ -68,14 +68,15 @@ class ToolServerForm(forms.ModelForm):
         data = super().clean()
         if self.errors:
             return data
+        existing = self.instance if self.instance.pk else None
+        command: list[str] = []
+        env: dict[str, str] | None = None
+        headers: dict[str, str] = {}
+        # Each box's problems are named under that box, every box at once.
         try:
             command = tool_registry.split_command(data.get("command_line") or "")
         except tool_registry.ToolRegistryError as error:
-            raise forms.ValidationError(f"Command: {error}") from None
-        existing = self.instance if self.instance.pk else None
-        env: dict[str, str] | None = None
-        headers: dict[str, str] = {}
-        # Each box's bad lines are named under that box, both boxes at once.
+            self.add_error("command_line", error.sentence)
         try:
             if _lines(data.get("environment")) or existing is None or data.get("clear_environment"):
                 env = tool_registry.parse_env((data.get("environment") or "").splitlines(), lines=True)

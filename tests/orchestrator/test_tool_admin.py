@@ -73,7 +73,7 @@ def test_a_command_line_with_an_open_quote_is_a_form_error_in_words(client, supe
     form = {"name": "bad", "command_line": "'unclosed", "environment": "", "url": "", "header_lines": ""}
     response = client.post(reverse("admin:orchestrator_toolserver_add"), form)
     assert response.status_code == 200
-    assert "Command: a quotation mark is not closed" in response.content.decode()
+    assert response.context["adminform"].form.errors == {"command_line": ["A quotation mark is not closed"]}
     assert not ToolServer.objects.exists() and not Event.objects.exists()
 
 
