@@ -23,7 +23,8 @@ def audited_password_change(view):
     def audited(request, *args, **kwargs):
         with transaction.atomic():
             response = view(request, *args, **kwargs)
-            if request.method == "POST" and response.status_code == 302:  # saved: the page redirects
+            # Saved: the page redirects. (It redirects a visitor who is not logged in too, to the login.)
+            if request.method == "POST" and response.status_code == 302 and request.user.is_authenticated:
                 accounts.record_password_changed(request.user, user=request.user)
         return response
 

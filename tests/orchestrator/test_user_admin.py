@@ -162,3 +162,11 @@ def test_deleting_a_role_says_who_held_it(client, root):
     User.objects.create_user("bob").groups.add(role)
     client.post(reverse("admin:auth_group_delete", args=[role.pk]), {"post": "yes"})
     assert Event.objects.get(type="role.deleted").payload["holders"] == ["bob"]
+
+
+@pytest.mark.parametrize("url", ["/accounts/password_change/", "/admin/password_change/"])
+def test_a_visitor_not_logged_in_is_sent_to_the_login_and_nothing_is_recorded(client, db, url):
+    form = {"old_password": "x", "new_password1": PASSWORD, "new_password2": PASSWORD}
+    response = client.post(url, form)
+    assert response.status_code == 302 and "login" in response["Location"]
+    assert not Event.objects.exists()
