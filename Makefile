@@ -42,9 +42,21 @@ run-prod: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py serve --host $(PROD_HOST) --port $(PROD_PORT) --clusters $(PROD_CLUSTERS) --workers $(PROD_WORKERS)
 
+# The suite runs in two parts, both always, failing if either fails. First the tests that start no
+# qcluster, TEST_WORKERS at a time (pytest-xdist; each worker has its own test database, Redis keys
+# and queue: tests/conftest.py); then the ones marked `processes`, one at a time, since they start
+# qclusters and time their kills, drains and restarts against deadlines. A plain `pytest` runs
+# everything in one process, as before.
+TEST_WORKERS ?= 2
+define run_suite
+	$(BIN)/pytest -n $(TEST_WORKERS) -m "($(1)) and not processes"; parallel=$$?; \
+	$(BIN)/pytest -m "($(1)) and processes"; alone=$$?; \
+	[ $$parallel = 0 ] && [ $$alone = 0 ]
+endef
+
 # The embedded suite: SQLite, the ORM broker, real qcluster processes; no server to install.
 test: install browser
-	$(BIN)/pytest -m "not services"
+	$(call run_suite,not services)
 
 # ruff (lint, then the format check) and mypy over glassbox/, orchestrator/ and dashboard/ (CI runs it).
 lint: install
@@ -71,19 +83,19 @@ browser:
 # (override with GLASSBOX_TEST_DATABASE_URL / GLASSBOX_TEST_REDIS_URL). Every test that touches a
 # database or a service runs, processes and fault drills included; left out are the ones that open
 # no database connection and the Chromium tests (the page is the same page: its websocket path on
-# Redis is drilled in tests/services/). `make test-services PYTEST_ARGS=` runs every test.
+# Redis is drilled in tests/services/). `make test-services SERVICES_MARKS="processes or not processes"` runs every test.
 # Each session gets its own Redis key prefix, django-q2 queue and test database, so sessions sharing
 # one server never meet; tests/conftest.py stops at once, naming the server, when one is missing,
 # and removes the session's Redis keys at the end.
 GLASSBOX_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 GLASSBOX_TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
-PYTEST_ARGS ?= -m "services or not (browser or no_database)"
+SERVICES_MARKS ?= services or not (browser or no_database)
 test-services: install browser
 	session=$$$$; \
-	DATABASE_URL='$(GLASSBOX_TEST_DATABASE_URL)' REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' \
+	export DATABASE_URL='$(GLASSBOX_TEST_DATABASE_URL)' REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' \
 	GLASSBOX_TEST_REDIS_URL='$(GLASSBOX_TEST_REDIS_URL)' GLASSBOX_TEST_DB_SUFFIX=$$session \
-	GLASSBOX_REDIS_PREFIX=glassbox-test-$$session GLASSBOX_Q_NAME=glassbox-test-$$session \
-	$(BIN)/pytest $(PYTEST_ARGS)
+	GLASSBOX_REDIS_PREFIX=glassbox-test-$$session GLASSBOX_Q_NAME=glassbox-test-$$session; \
+	$(call run_suite,$(SERVICES_MARKS))
 
 # The live view under load (DESIGN §4): 50 websocket viewers on a 200-task run, on the embedded
 # profile and then on the production profile (the local PostgreSQL and Redis, or

@@ -397,6 +397,21 @@ def fresh_channel_layer():
 TEST_REDIS_PREFIX = "glassbox-test-"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_setupnodes(config, specs) -> None:
+    """Under pytest-xdist (`make test` runs the tests that start no qcluster two at a time), each
+    worker gets Redis keys and a django-q2 queue of its own: `<prefix>-gw0`, `<prefix>-gw1`.
+
+    Set in the worker's environment before it starts, because the settings read them once, at
+    import, and django-q2 keeps its queue's name from then on. Without it, one worker's purge of
+    the queue or its rate-limit counts would land in the other's test. The test databases are
+    pytest-django's business: it suffixes each worker's (`_gw0`)."""
+    for number, spec in enumerate(specs):
+        for name in ("GLASSBOX_REDIS_PREFIX", "GLASSBOX_Q_NAME"):
+            if os.environ.get(name):
+                spec.env[name] = f"{os.environ[name]}-gw{number}"
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     """A session of its own on a shared PostgreSQL: test database `test_<NAME>_<GLASSBOX_TEST_DB_SUFFIX>`.
