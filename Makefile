@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install run test test-services migrate seed clean browser run-prod bench-live lint format
 
+# Python keeps compiled modules (and pytest its rewritten test modules) in __pycache__/. A machine
+# that sets PYTHONDONTWRITEBYTECODE made every test process, and every qcluster, daphne and command
+# the suite starts, compile the project from source again (collecting the tests: 20 s instead of 12).
+unexport PYTHONDONTWRITEBYTECODE
+
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
