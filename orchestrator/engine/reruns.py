@@ -131,8 +131,7 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
         for reset in resets[1:]:
             events.record("task.reset", run=run, task=reset, user=user, message=f"starts over: re-run from {task.key}")
         if run.is_finished:
-            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
-            events.record("run.resumed", run=run, user=user, message=f"run reopened by a re-run from {task.key}")
+            runs.reopen(run, user=user, why=f"a re-run from {task.key}")
     scheduler.advance(run.pk)
     return keys
 

@@ -254,8 +254,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
         )
         events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         if run.is_finished:
-            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
-            events.record("run.resumed", run=run, user=user, message="run reopened by a retry")
+            reopen(run, user=user, why=f"a retry of {task.key}")
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
@@ -295,10 +294,18 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}
         )
         if run.is_finished:
-            transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
+            reopen(run, user=user, why=f"a skip of {task.key}")
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
+
+
+def reopen(run: Run, *, user, why: str) -> None:
+    """An ended run starts again because a person retried, skipped or re-ran one of its tasks
+    (call under the run's lock): `run.reopened`, saying why. Not `run.resumed`: nothing was paused,
+    and the log's filter and the timeline's pauses read that type as the end of a pause."""
+    transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
+    events.record("run.reopened", run=run, user=user, message=f"run reopened by {why}")
 
 
 # --- Checkpoints ---------------------------------------------------------------------------------

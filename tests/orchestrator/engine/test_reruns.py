@@ -59,6 +59,9 @@ def test_rerun_from_a_task_resets_it_and_its_downstream_and_keeps_what_is_above(
     event = Event.objects.get(run=chain, type="task.rerun")
     assert event.payload == {"reset": ["draft", "review"]} and event.actor_user == personas["launcher"]
     assert Event.objects.filter(run=chain, type="task.reset", task_run__subtask__key="review").exists()
+    reopened = Event.objects.get(run=chain, type="run.reopened")
+    assert (reopened.message, reopened.actor_user) == ("run reopened by a re-run from draft", personas["launcher"])
+    assert not Event.objects.filter(run=chain, type="run.resumed").exists()
 
     run_all(chain)
     assert chain.status == Run.Status.SUCCEEDED

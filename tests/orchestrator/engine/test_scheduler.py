@@ -173,6 +173,25 @@ def test_retrying_a_failed_task_revives_its_skipped_downstream(demo_agents, make
     run.refresh_from_db()
     assert run.status == "running"
     assert states(run) == {"a": "queued", "b": "pending"}
+    # The log says the run was reopened, and by what: it was not paused, so not "resumed".
+    assert list(Event.objects.filter(run=run, type__startswith="run.").values_list("type", "message"))[-1] == (
+        "run.reopened",
+        "run reopened by a retry of a",
+    )
+    assert not Event.objects.filter(run=run, type="run.resumed").exists()
+
+
+@pytest.mark.django_db
+def test_skipping_the_failed_task_of_a_failed_run_reopens_it_and_says_so(demo_agents, make_plan, personas):
+    plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
+    run = runs.launch(plan)
+    finish(run, "a", State.FAILED, error="boom")
+    runs.skip_task(run.tasks.get(subtask__key="a"), user=personas["launcher"], reason="done by hand")
+    run.refresh_from_db()
+    assert (run.status, run.finished_at, run.summary) == ("running", None, "")
+    assert states(run) == {"a": "skipped", "b": "queued"}
+    reopened = Event.objects.get(run=run, type="run.reopened")
+    assert (reopened.message, reopened.actor_user) == ("run reopened by a skip of a", personas["launcher"])
 
 
 @pytest.mark.django_db
