@@ -42,6 +42,11 @@ def format_usd(amount) -> str:
     return wording.usd(amount)
 
 
+def format_budget(amount) -> str:
+    """A budget as a person sets it: $0.50 (not $0.5000), $25.00; $0.0050 for a fraction of a cent."""
+    return wording.budget(amount)
+
+
 def format_earlier_spend(attempts: int, tokens: int, cost) -> str:
     """What a task's attempts before its last re-run spent, which its row and panel keep apart
     from this start's tokens and cost: "before the re-run: 1 attempt, 1,234 tokens, $0.0040"

@@ -7,6 +7,8 @@ bottom of the stack where both may use them:
 - `usd`: never rounds a real amount to zero. Under a cent it keeps two significant digits
   ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
   thousands separators ($1,234.50). Zero is $0.00.
+- `budget`: an amount a person set (a run's budget) as they would write it: whole cents as
+  cents ($0.50, not $0.5000), a finer amount as `usd` shows it ($0.0050).
 - `counted`: "1 task", "2 tasks", "0 tasks".
 - `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
   static/dashboard/run/format.js).
@@ -73,6 +75,16 @@ def usd(amount) -> str:
         # Two significant digits, at least four decimals: 0.005 → 0.0050, 0.000012 → 0.000012.
         places = min(6, max(4, -size.adjusted() + 1))
     return f"{sign}${size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)}"
+
+
+def budget(amount) -> str:
+    """A budget as a person sets it: $0.50, $25.00, $1,234.50 (whole cents as cents); an amount
+    with a fraction of a cent as `usd` shows it ($0.0050); an em dash when not a number."""
+    value = _decimal(amount)
+    if value is not None and value == value.quantize(Decimal("0.01")):
+        sign = "-" if value < 0 else ""
+        return f"{sign}${abs(value).quantize(Decimal('0.01')):,}"
+    return usd(amount)
 
 
 def duration(seconds: float | None) -> str:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from django import template
 
-from ..formatting import format_duration, format_earlier_spend, format_tokens, format_usd, wrap_between_words
+from ..formatting import (
+    format_budget,
+    format_duration,
+    format_earlier_spend,
+    format_tokens,
+    format_usd,
+    wrap_between_words,
+)
 
 register = template.Library()
 
@@ -22,6 +29,12 @@ def duration(seconds) -> str:
 def usd(value) -> str:
     """$0.0123 under a dollar (four decimals), $12.34 above."""
     return format_usd(value)
+
+
+@register.filter
+def budget(value) -> str:
+    """A budget as a person sets it: $0.50 (not $0.5000), $25.00."""
+    return format_budget(value)
 
 
 @register.filter

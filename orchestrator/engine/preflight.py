@@ -162,7 +162,7 @@ class Preflight:
             return ""
         return (
             f"The estimated cost {wording.usd(self.estimate_usd)} is over the budget of "
-            f"{wording.usd(self.budget_usd)}: raise the budget to at least {wording.usd(self.estimate_usd)} "
+            f"{wording.budget(self.budget_usd)}: raise the budget to at least {wording.usd(self.estimate_usd)} "
             "or trim the plan."
         )
 

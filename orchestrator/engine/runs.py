@@ -83,7 +83,7 @@ def launch(
     estimate = estimate_cost(plan)
     if estimate > budget:
         raise LaunchRefused(
-            f"estimated cost {wording.usd(estimate)} is over the budget of {wording.usd(budget)}: "
+            f"estimated cost {wording.usd(estimate)} is over the budget of {wording.budget(budget)}: "
             f"raise the budget to at least {wording.usd(estimate)} or trim the plan"
         )
     ranks = task_ranks(plan)

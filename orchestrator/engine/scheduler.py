@@ -459,7 +459,7 @@ def stop_over_budget(run: Run) -> None:
     """Nothing is running and the next task would pass the budget: the run cannot go on."""
     spent = run.cost_usd
     message = (
-        f"stopped: the budget of {wording.usd(run.budget_usd)} does not cover the next task "
+        f"stopped: the budget of {wording.budget(run.budget_usd)} does not cover the next task "
         f"(spent {wording.usd(spent)}); raise the budget and retry"
     )
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):

@@ -82,6 +82,11 @@ def usd(amount: Decimal | float | int | None) -> str:
     return wording.usd(amount)
 
 
+def budget(amount: Decimal | float | int | None) -> str:
+    """A budget as the pages show it: $0.50, not $0.5000 (orchestrator/wording.py)."""
+    return wording.budget(amount)
+
+
 def not_started(run: Run) -> str:
     """What a run that has not started says instead of its elapsed time, as the run page says it:
     "not started (waits for the plan's approval)", "never started" (ended before it started);

@@ -205,7 +205,7 @@ def run_markdown(run: Run) -> str:
         "",
         f"- Status: {r['status']}" + (f" ({_one_line(r['summary'])})" if r["summary"] else ""),
         f"- Started: {r['started_at'] or 'not started'}; finished: {r['finished_at'] or 'not finished'}",
-        f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.usd(r['budget_usd'])} budget; "
+        f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; "
         f"tokens: {r['input_tokens']:,} in, {r['output_tokens']:,} out",
         f"- Tasks: {len(data['tasks'])}",
         "",

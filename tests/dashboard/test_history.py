@@ -42,7 +42,7 @@ def test_the_plan_page_lists_every_run_of_the_plan_side_by_side(launcher, finish
     assert [int(pk) for pk, _ in rows][1:] == [second.pk, finished.pk]  # newest first
     first_row = dict(rows)[str(finished.pk)]
     assert "Succeeded" in first_row and "2 of 2 tasks succeeded" in first_row
-    assert "cap 2 · budget $0.5000" in first_row and "launcher" in first_row
+    assert "cap 2 · budget $0.50" in first_row and "launcher" in first_row
     assert "$0.0" in first_row  # its cost and its estimate
     assert "Cancelled" in dict(rows)[rows[0][0]]
     assert f'href="/runs/new/?plan={finished.plan_id}"' in page.text  # launch it again from here

@@ -295,8 +295,7 @@ def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(launcher_
     preflight_url = check(launcher_client, plan_file=pipeline_upload(), budget_usd="0.05")
     page = launcher_client.get(preflight_url)
     refusal = (
-        "The estimated cost $0.1332 is over the budget of $0.0500: "
-        "raise the budget to at least $0.1332 or trim the plan."
+        "The estimated cost $0.1332 is over the budget of $0.05: raise the budget to at least $0.1332 or trim the plan."
     )
     assert page.context["preflight"].over_budget and refusal in page.text
     response = launcher_client.post(preflight_url, form_data(budget_usd="0.05", action="launch"))

@@ -1,4 +1,5 @@
-"""Shares of a budget in words: rounded to the nearest percent, never 0% of a spend, never 100% early."""
+"""Budgets and their shares in words: a budget as a person sets it ($0.50); a share rounded to the
+nearest percent, never 0% of a spend, never 100% early."""
 
 from __future__ import annotations
 
@@ -43,3 +44,20 @@ def test_a_share_of_a_budget(part, whole, percent, text):
 )
 def test_a_refusal_reads_as_a_sentence_on_its_own(clause, shown):
     assert wording.Refusal(clause).sentence == shown == wording.sentence(clause)
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [
+        (Decimal("0.5000"), "$0.50"),  # the default budget, stored with four decimals, once read "$0.5000"
+        (Decimal("0.10"), "$0.10"),
+        (Decimal("25"), "$25.00"),
+        (Decimal("1234.5"), "$1,234.50"),
+        (Decimal("0.0050"), "$0.0050"),  # a fraction of a cent is kept, as `usd` shows it
+        (Decimal("1.2345"), "$1.23"),
+        (Decimal("0"), "$0.00"),
+        ("n/a", "—"),
+    ],
+)
+def test_a_budget_reads_as_a_person_sets_it(amount, text):
+    assert wording.budget(amount) == text

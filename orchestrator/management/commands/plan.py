@@ -116,7 +116,7 @@ class Command(BaseCommand):
         except runs.ActionError as error:
             raise CommandError(f"Run not launched: {error}\nThe plan was saved as plan {plan.pk}.") from None
         self.stdout.write(
-            f"Launched run {run.pk} ({counted(run.tasks.count(), 'task')}, cap {run.cap}, budget {console.usd(run.budget_usd)})"
+            f"Launched run {run.pk} ({counted(run.tasks.count(), 'task')}, cap {run.cap}, budget {console.budget(run.budget_usd)})"
         )
         if approval:
             checkpoint = run.checkpoints.get(kind=Checkpoint.Kind.PLAN, status=Checkpoint.Status.PENDING)

@@ -35,7 +35,7 @@ class Command(BaseCommand):
         write(f"Progress: {console.progress_counts(progress)}")
         write(
             f"Elapsed:  {console.elapsed_text(run, progress)}   "
-            f"cost {console.usd(progress.cost_usd)} of {console.usd(run.budget_usd)} budget   "
+            f"cost {console.usd(progress.cost_usd)} of {console.budget(run.budget_usd)} budget   "
             f"tokens {progress.input_tokens:,} in / {progress.output_tokens:,} out   cap {run.cap}"
             + (f"   ({stopping})" if (stopping := stopping_text(progress.attempts_stopping)) else "")
         )

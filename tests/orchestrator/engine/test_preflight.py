@@ -79,8 +79,7 @@ def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
     checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=Decimal("0.1"))
     assert checked.over_budget and not checked.can_launch
     assert checked.budget_refusal == (
-        "The estimated cost $0.1332 is over the budget of $0.1000: "
-        "raise the budget to at least $0.1332 or trim the plan."
+        "The estimated cost $0.1332 is over the budget of $0.10: raise the budget to at least $0.1332 or trim the plan."
     )
 
 

@@ -222,7 +222,7 @@ def test_cancel_ends_the_run_and_every_unfinished_task(demo_agents, make_plan):
 @pytest.mark.django_db
 def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, make_plan, priced_limit):
     plan = make_plan({"a": ("researcher", [], {"estimate": {"input_tokens": 100000, "output_tokens": 10}})})
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0\.3154 is over the budget of \$0\.1000"):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0\.3154 is over the budget of \$0\.10:"):
         runs.launch(plan, budget_usd="0.10")
     assert Run.objects.count() == 0
 

@@ -49,7 +49,7 @@ def test_parallel_fan_out_never_overspends_and_the_run_ends_over_budget(make_age
     assert run.status == "over_budget"
     assert Decimal("0.01") < run.cost_usd <= Decimal("0.02")
     assert run.reserved_usd == 0
-    assert "budget of $0.0200 does not cover the next task" in run.summary and "raise the budget" in run.summary
+    assert "budget of $0.02 does not cover the next task" in run.summary and "raise the budget" in run.summary
     assert set(run.tasks.values_list("state", flat=True)) == {"succeeded", "cancelled"}
 
 
