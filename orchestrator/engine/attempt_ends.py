@@ -174,15 +174,19 @@ def fail(
 
 
 def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
-    """The task was cancelled while this attempt ran (a person, the run's end, fail_fast): the
-    attempt ends cancelled with what it used, and an event says so, so that viewers see its end
-    and the run's totals with its usage in them (the cancellation itself came before both)."""
+    """The task was cancelled or skipped while this attempt ran (a person, the run's end,
+    fail_fast): the attempt ends cancelled with what it used and the task's reason ("run
+    cancelled", "skipped by ann", "run stopped: a failed (fail_fast)"), and an event says so, so
+    that viewers see its end and the run's totals with its usage in them (the cancellation itself
+    came before both)."""
     usage = usage or Usage()
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
         cost = settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
+        state, reason = TaskRun.objects.filter(pk=claim.task.pk).values_list("state", "error").get()
+        ended = "skipped" if state == State.SKIPPED else "cancelled"
         Attempt.objects.filter(pk=claim.attempt.pk).update(
-            state=Attempt.State.CANCELLED, finished_at=timezone.now(), error="run cancelled"
+            state=Attempt.State.CANCELLED, finished_at=timezone.now(), error=reason or f"its task was {ended}"
         )
         transitions.move_where(
             TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number),
@@ -196,7 +200,7 @@ def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
             "attempt.cancelled",
             run=run,
             task=claim.task,
-            message=f"attempt {claim.attempt.number} stopped: its task was cancelled",
+            message=f"attempt {claim.attempt.number} stopped: its task was {ended}",
             payload={
                 "attempt": claim.attempt.number,
                 "worker": claim.worker,

@@ -135,6 +135,22 @@ def test_a_cancelled_attempt_keeps_its_usage(make_agent, make_plan, priced_limit
     assert TaskRun.objects.get(pk=claim.task.pk).state == State.CANCELLED
 
 
+def test_an_attempt_stopped_by_a_skip_of_its_task_says_so_not_run_cancelled(make_agent, make_plan, priced_limit):
+    """A person skipped the running task: its attempt's reason is the skip, and the run was never
+    cancelled (it said "run cancelled" for every stop)."""
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    claim = execution.claim_attempt(queued_attempt(run, "a").pk, "w1")
+    runs.skip_task(claim.task, reason="not needed after all")
+    assert attempt_ends.cancel_attempt(claim, Usage(input_tokens=40, output_tokens=12)) == "cancelled"
+    attempt = Attempt.objects.get(pk=claim.attempt.pk)
+    assert (attempt.state, attempt.error, attempt.output_tokens) == ("cancelled", "not needed after all", 12)
+    stopped = Event.objects.get(run=run, type="attempt.cancelled")
+    assert stopped.message == "attempt 1 stopped: its task was skipped"
+    run.refresh_from_db()
+    assert run.status != "cancelled"
+
+
 @pytest.mark.parametrize("end", ["result", "failure"])
 def test_an_attempt_that_ends_after_its_run_was_cancelled_ends_cancelled_not_late(
     make_agent, make_plan, priced_limit, end
