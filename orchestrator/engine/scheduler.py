@@ -299,7 +299,8 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
     cascaded -= len(rejected)
     if failed or cascaded or rejected or counts.get(State.CANCELLED):
         # "a — timed out after 1 s, after 3 attempts": a reason in brackets nested its own.
-        parts = [f"{key} {wording.EM_DASH} {error or 'failed'}" for key, error in failed[:10]]
+        # A reviewer's comment may end a sentence ("… redo it."): cut so, it read "redo it.; 3 skipped".
+        parts = [f"{key} {wording.EM_DASH} {(error or 'failed').rstrip(' .;')}" for key, error in failed[:10]]
         said = []
         if failed or not rejected:
             said.append(f"{len(failed)} of {wording.counted(len(states), 'task')} failed")

@@ -288,6 +288,20 @@ def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_age
 
 
 @pytest.mark.django_db
+def test_a_rejected_outputs_comment_ending_a_sentence_reads_once_in_the_runs_summary(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])}))
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.RUNNING)
+    scheduler.open_gate(run.tasks.get(subtask__key="a"), Checkpoint.Kind.AFTER)
+    runs.decide(Checkpoint.objects.get(run=run, kind="after"), approve=False, comment="Tokens in plain text; redo it.")
+    run.refresh_from_db()
+    assert run.status == "failed"
+    assert run.summary == (
+        "1 of 2 tasks failed: a — output rejected in review: Tokens in plain text; redo it; "
+        "1 skipped because an upstream task did not succeed"
+    )
+
+
+@pytest.mark.django_db
 def test_a_task_found_ready_and_admitted_in_one_step_is_written_once_with_its_ready_time(demo_agents, make_plan):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
