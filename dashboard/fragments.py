@@ -57,6 +57,7 @@ TEMPLATES = {
     "gantt_bar": T + "gantt_bar.html",
     "graph": T + "dag_graph.html",
     "task_table": T + "task_table.html",
+    "task_count": T + "task_count.html",
     "event_rows": T + "event_rows.html",
     "event_rows_older": T + "event_rows_older.html",
     "panel": T + "task_panel.html",
@@ -407,7 +408,10 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
         "artifacts",
     ):
         if part in parts:
-            html.append(render(part, {**ctx, **builders[part]()}))
+            context = {**ctx, **builders[part]()}
+            html.append(render(part, context))
+            if part == "task_table":  # the card's count of the rows, which a plan edit changes
+                html.append(render("task_count", context))
     if "checkpoints" in parts and viewer.can_decide:
         # The header's "Approvals N" counts every run's checkpoints: a frame or answer that changed
         # this run's brings it at once, not at the badge's next 5 s poll.

@@ -296,8 +296,8 @@ class Run(models.Model):
     cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     # Worst-case cost of attempts in flight; admission keeps cost + reserved within budget.
     reserved_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
-    # The pre-flight estimate the run was launched with (engine/estimates.py), to set against
-    # what it cost in the end.
+    # The pre-flight estimate the run was launched with (engine/cost_estimates.py), to set against
+    # what it cost in the end; estimated again when its plan is edited before approval.
     estimate_usd = models.DecimalField(max_digits=14, decimal_places=6, null=True, blank=True)
     peak_running = models.PositiveIntegerField(default=0)
     summary = models.TextField(blank=True, help_text="How the run ended, in words")

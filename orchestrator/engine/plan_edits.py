@@ -11,7 +11,8 @@ is recognisable as the run's own: it is used by this run only and was created af
 
 Each edit runs in one transaction under the run's row lock, checks that the plan checkpoint is
 still pending, moves the checkpoint's `plan_version` on (an approval of the version before the
-edit is then refused: runs.decide), and writes its Event (`plan.copied`, `plan.subtask_edited`,
+edit is then refused: runs.decide), estimates the run's cost again for the plan it now runs (the
+page sets what the run cost against it), and writes its Event (`plan.copied`, `plan.subtask_edited`,
 `plan.subtask_removed`, each with the version before and after).
 """
 
@@ -46,6 +47,12 @@ def _new_version(checkpoint: Checkpoint, plan: Plan) -> dict[str, str]:
     checkpoint.plan_version = plans.plan_version(plan)
     checkpoint.save(update_fields=["plan_version"])
     return {"version_before": before, "version": checkpoint.plan_version}
+
+
+def _estimate_again(run: Run, plan: Plan) -> None:
+    """The run's cost estimate for its plan as edited: a removed subtask's share was still in it."""
+    run.estimate_usd = runs.estimate_cost(plan)
+    run.save(update_fields=["estimate_usd"])
 
 
 def _is_own_copy(plan: Plan, run: Run) -> bool:
@@ -132,6 +139,7 @@ def edit_instructions(checkpoint: Checkpoint, subtask_key: str, text: str, user=
         before = subtask.instructions
         subtask.instructions = text
         subtask.save(update_fields=["instructions"])
+        _estimate_again(run, plan)
         # The event names the task in its payload, not as a foreign key: a task with history
         # could no longer be removed from the plan before approval.
         task_id = run.tasks.filter(subtask=subtask).values_list("pk", flat=True).first()
@@ -182,6 +190,7 @@ def remove_subtask(checkpoint: Checkpoint, subtask_key: str, user=None) -> list[
         ranks = runs.task_ranks(plan)
         for task_id, key in run.tasks.values_list("pk", "subtask__key"):
             TaskRun.objects.filter(pk=task_id).update(rank=ranks.get(key, 0.0))
+        _estimate_again(run, plan)
         versions = _new_version(checkpoint, plan)
         events.record(
             "plan.subtask_removed",

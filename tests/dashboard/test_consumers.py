@@ -467,7 +467,8 @@ def test_plan_events_bring_the_graph_and_the_task_table(transactional_db, make_p
     seen = last_seq(run)
     plan_edits.remove_subtask(run.checkpoints.get(), "a")
     html = batch_after(run, seen)
-    assert {"dag-graph", "task-table", "run-checkpoints"} <= oob_ids(html)
+    assert {"dag-graph", "task-table", "task-count", "run-checkpoints"} <= oob_ids(html)
+    assert re.search(r'id="task-count"[^>]*>2 in plan order<', html)  # it said 3, the plan's count before
     graph = json.loads(html_lib.unescape(re.search(r"id=\"dag-graph\" hidden data-graph='([^']*)'", html).group(1)))
     remaining = set(run.tasks.values_list("pk", flat=True))
     assert {node[0] for node in graph["nodes"]} == remaining and len(remaining) == 2

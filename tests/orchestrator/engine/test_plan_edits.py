@@ -153,6 +153,15 @@ def test_remove_recomputes_the_critical_path_ranks(awaiting):
     assert after["scope"] < before["scope"]
 
 
+def test_remove_estimates_the_run_s_cost_again_without_the_removed_subtask(awaiting):
+    """The page sets what the run cost against its estimate: the removed task's share was in it."""
+    run, cp = awaiting()
+    launched_with = run.estimate_usd
+    plan_edits.remove_subtask(cp, "write")
+    run.refresh_from_db()
+    assert run.estimate_usd == runs.estimate_cost(run.plan) < launched_with
+
+
 def test_a_subtask_edited_first_can_still_be_removed(awaiting):
     run, cp = awaiting()
     plan_edits.edit_instructions(cp, "b", "Edited.")
