@@ -164,6 +164,12 @@ class PathRow:
         return STOP_WORDS.get(self.stop_reason, self.stop_reason.replace("_", " "))
 
 
+# What an ended attempt without steps says (AttemptPath.no_steps).
+NO_STEPS_ENDED = (
+    "No steps were recorded (an agent without tools answers in one model call: its text is the output above)."
+)
+
+
 @dataclass
 class AttemptPath:
     """One attempt's path: its number, its Attempt row (None if it has none yet) and its rows."""
@@ -191,8 +197,10 @@ class AttemptPath:
 
     @property
     def no_steps(self) -> str:
-        """What an attempt without rows says: "yet" only while a step may still come."""
-        return "No steps were recorded." if self.ended else "No step recorded yet."
+        """What an attempt without rows says: "yet" only while a step may still come. An agent
+        without tools answers in one model call and records no steps: said so, as a reader of an
+        ended attempt's empty path concluded that the agent had done nothing."""
+        return NO_STEPS_ENDED if self.ended else "No step recorded yet."
 
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:

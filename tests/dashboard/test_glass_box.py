@@ -19,6 +19,7 @@ from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Event, TaskRun
 from orchestrator.readmodels import run_export
+from orchestrator.readmodels.steps import NO_STEPS_ENDED
 from orchestrator.tools import sessions, workspace
 from orchestrator.tools.toolbox import Toolbox
 from tests.agent_steps import loop_steps, record_loop, record_step
@@ -143,7 +144,7 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 3 (failed)" in html and "<h3>Output" not in html
     assert "The first half of a sent" in html
-    assert words(html).count("No steps were recorded.") == 3  # one per attempt, none of them "yet"
+    assert words(html).count(NO_STEPS_ENDED) == 3  # one per attempt, none of them "yet"
     assert " yet" not in words(html)
     # The result's list of every task's output says the same of it.
     shown = viewer.get(reverse("run_task_output", args=[run.pk, task.pk])).content.decode()
@@ -155,7 +156,7 @@ def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewe
     end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "Streamed until the cancel", "run cancelled")
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 1 (cancelled)" in html
-    assert "No steps were recorded." in words(html) and " yet" not in words(html)
+    assert NO_STEPS_ENDED in words(html) and " yet" not in words(html)
 
 
 def test_a_skipped_task_that_never_started_says_nothing_will_come(viewer, run):

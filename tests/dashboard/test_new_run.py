@@ -375,7 +375,8 @@ def test_the_planner_proposes_a_plan_that_is_launched_after_its_preflight(launch
     assert plan.source == Plan.Source.PLANNER and not Run.objects.exists()
     page = launcher_client.get(preflight_url)
     assert page.context["preflight"].ok
-    assert "Proposed by the planner" in page.text and "simulated" in page.text
+    assert f"Proposed by the planner and saved as plan <strong>#{plan.pk}</strong>, not launched yet." in page.text
+    assert "simulated planner" in page.text
     launcher_client.post(preflight_url, form_data(action="launch"))
     assert Run.objects.get().plan == plan
 
