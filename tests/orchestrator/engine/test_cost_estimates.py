@@ -88,7 +88,7 @@ def test_the_median_never_passes_the_agents_maximum(plan):
 
 
 def test_a_run_that_fits_on_history_is_launched_and_keeps_its_estimate(plan):
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.0610 is over the budget of \$0.0200"):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.0610 is over the budget of \$0.02:"):
         runs.launch(plan, budget_usd="0.02")
     for subtask in plan.subtasks.select_related("agent"):
         record_history(subtask.agent, [(300, 100)] * 3)

@@ -37,7 +37,7 @@ def test_the_saved_plan_can_name_another_source_and_take_a_new_goal(demo_agents)
 
 
 def test_launch_document_over_budget_saves_nothing(demo_agents, priced_limit):
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1332 is over the budget of \$0.0100"):
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0.1332 is over the budget of \$0.01:"):
         launch_document(FEATURE_PIPELINE, settings=RunSettings(cap=2, budget_usd=Decimal("0.01")))
     assert not Plan.objects.exists() and not Run.objects.exists()
 
