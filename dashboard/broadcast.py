@@ -41,6 +41,9 @@ output pieces with their offsets, a few times a second, when the layer is shared
 what the hosts saved on the task rows (every few seconds; the only way on the embedded default).
 `LiveOutputs` merges both; each round also sends a live frame: the changed percentages
 (#live-progress) to every viewer and the streamed output to the viewers of that task's panel.
+A save also saved the tokens streamed so far: the frame of a round that read one carries the
+rows of the tasks saved and the agent lanes afresh, and the head of such a task's open panel
+(once per permission class), so that row, panel and lane say the same tokens.
 
 The agent lanes count the slots other runs hold of each agent ("1/4 +3 in other runs"), which
 change with other runs' events, not with this run's. Every OTHER_RUNS_POLL_S the broadcaster
@@ -462,13 +465,27 @@ class RunBroadcaster:
         progress, outputs = self.live.take(watched)
         if not progress and not outputs:
             return False
+        # A save also saved the tokens streamed so far: the rows and the lanes (and the heads of
+        # the panels open on those tasks) show them, before the percentages put on top of them.
+        saved_tasks = set(saved.progress)
+        rows = await LiveDatabase.of_loop().run(frames.render_saved_rows, self.run_id, saved_tasks)
+        heads: dict[tuple[fragments.Viewer, int], str] = {}
+        for subscriber in list(self.subscribers):
+            key = (subscriber.viewer.shared(), subscriber.watched or 0)
+            if subscriber.cursor is not None and key[1] in saved_tasks and key not in heads:
+                heads[key] = await LiveDatabase.of_loop().run(frames.render_task_head, self.run_id, key[1], key[0])
         shared = frames.render_live_progress(progress)
         panels = {
             task_id: await LiveDatabase.of_loop().run(frames.render_live_output, self.run_id, task_id, text)
             for task_id, text in outputs.items()
         }
         self._check_stop()
-        return await self._send_live(lambda subscriber: shared + panels.get(subscriber.watched or 0, ""))
+
+        def html_for(subscriber: Subscriber) -> str:
+            head = heads.get((subscriber.viewer.shared(), subscriber.watched or 0), "")
+            return rows + subscriber.viewer.personalise(head) + shared + panels.get(subscriber.watched or 0, "")
+
+        return await self._send_live(html_for)
 
     async def _other_runs_round(self, now: float) -> bool:
         """Every OTHER_RUNS_POLL_S: when the agents' slots in other runs changed since the last

@@ -436,16 +436,20 @@ def render_panel_parts(task: TaskRun, viewer: Viewer, *, output_only: bool = Fal
     return "".join(render(name, ctx) for name in names)
 
 
+def render_panel_head(task: TaskRun, viewer: Viewer) -> str:
+    """The panel's head alone (its state, progress, tokens and the task's controls)."""
+    ctx = base_context(task.run, viewer, oob=True)
+    return render(
+        "panel_head", {**ctx, "task": task, "view": run_tasks.task_view(task), "task_actions": task_actions(task)}
+    )
+
+
 def render_path_steps(task: TaskRun, viewer: Viewer, from_seq: int, to_seq: int) -> str:
     """The panel's head and the path rows that events `from_seq`..`to_seq` added or completed,
     each upserted by id (a call's row is sent again when its result arrives); an attempt whose
     first step is among them is sent whole (the viewer has no list to add its rows to yet)."""
     ctx = base_context(task.run, viewer, oob=True)
-    html = [
-        render(
-            "panel_head", {**ctx, "task": task, "view": run_tasks.task_view(task), "task_actions": task_actions(task)}
-        )
-    ]
+    html = [render_panel_head(task, viewer)]
     for path in run_steps.attempt_paths(task):
         touched = [row for row in path.rows if any(from_seq <= seq <= to_seq for seq in row.seqs)]
         if not touched:

@@ -21,7 +21,15 @@ from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.records import event_rows
 
-from .fragments import Viewer, base_context, render, render_panel_parts, render_parts, render_path_steps
+from .fragments import (
+    Viewer,
+    base_context,
+    render,
+    render_panel_head,
+    render_panel_parts,
+    render_parts,
+    render_path_steps,
+)
 
 # Event families whose events change the timeline (attempts start and end) or the result.
 GANTT_TYPES = {
@@ -244,6 +252,26 @@ def saved_progress(
     times: list[datetime] = [at for _, _, at in found if at is not None]
     latest = max(times) if times else since
     return SavedProgress({pk: progress for pk, progress, _ in found}, outputs, latest)
+
+
+def render_saved_rows(run_id: int, task_ids: AbstractSet[int]) -> str:
+    """The rows of running tasks whose host saved progress, and the agent lanes: the tokens they
+    streamed so far are saved with it (on the attempt), not sent as events, so without this the
+    rows would show their tokens at their last event while the lanes moved on. Neither part
+    carries controls, so one render serves every viewer."""
+    if not task_ids:
+        return ""
+    run = Run.objects.select_related("plan").get(pk=run_id)
+    return render_parts(run, Viewer(can_control=False, can_decide=False), {"lanes"}, tasks=sorted(task_ids))
+
+
+def render_task_head(run_id: int, task_id: int, viewer: Viewer) -> str:
+    """The head of a task's panel (its state, progress, tokens and controls) for `viewer`'s
+    permission class, for a saved progress of its running attempt ("" for a task not of the run)."""
+    task = TaskRun.objects.filter(pk=task_id, run_id=run_id).select_related("run", "subtask", "agent").first()
+    if task is None:
+        return ""
+    return render_panel_head(task, viewer)
 
 
 def render_live_progress(progress: dict[int, int]) -> str:

@@ -538,3 +538,77 @@ def test_the_page_follows_changes_made_elsewhere_and_labels_nodes_with_the_serve
     expect(page.locator(".event-row[data-type='task.skipped']")).to_have_count(1)
     assert_not_reloaded(page)
     screenshot(page, "followed")
+
+
+# What the page shows of one running task: its row's bar and tokens, its open panel's Progress
+# and Tokens (and bar), and its agent lane's tokens; the row's state and whether the lane lists it.
+RUNNING_TASK_NUMBERS = """id => {
+    const row = document.getElementById('task-' + id);
+    const head = document.getElementById('task-head-' + id);
+    const burn = document.querySelector('#agent-lanes .task-link[data-task="' + id + '"] ~ .lane-burn');
+    const fact = name => [...head.querySelectorAll('.task-facts div')]
+        .find(div => div.querySelector('dt').textContent === name).querySelector('dd').textContent;
+    return {
+        state: row.dataset.state,
+        row: row.querySelector('progress') ? row.querySelector('progress').value : 100,
+        panel: fact('Progress'),
+        panelBar: head.querySelector('progress').value,
+        rowTokens: row.querySelector('.cell-tokens').textContent,
+        panelTokens: fact('Tokens'),
+        laneTokens: burn ? burn.textContent.replace(' tok', '') : null,
+    };
+}"""
+
+
+@pytest.mark.processes
+def test_an_open_panel_shows_the_progress_and_tokens_of_its_running_task_as_its_row_and_lane_do(
+    logged_in_page, cluster, demo_agents, priced_limit, make_plan, screenshot
+):
+    page = logged_in_page
+    Agent.objects.filter(name="tester").update(provider_options={"latency": {"dist": "fixed", "seconds": 10.0}})
+    plan = make_plan({"load_test": ("tester", [])}, goal="Load-test the checkout API")
+    run = runs.launch(plan, cap=1, budget_usd="1")
+    task = run.tasks.get()
+    open_run(page, run)
+    wait_for_node(page, task.pk, ("running",))
+    page.locator(f"#task-{task.pk} .task-link").click()
+    expect(page.locator("#task-panel")).to_have_attribute("data-task", str(task.pk))
+    expect(page.locator(f"#task-head-{task.pk}")).to_be_visible()
+
+    # While it runs, the panel's Progress follows the row's bar, and once a save brought the
+    # tokens streamed so far, the row, the panel and the lane say the same number.
+    seen = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = page.evaluate(RUNNING_TASK_NUMBERS, task.pk)
+        if now["state"] != "running":
+            break
+        seen.append(now)
+        if (
+            len({s["row"] for s in seen if s["row"] > 0}) >= 2
+            and now["row"] > 0
+            and now["laneTokens"] not in (None, "0")
+        ):
+            break
+        time.sleep(0.1)
+    # (A sample may fall between a frame's swap and its percentages, or before the first frame
+    # after the panel opened: the numbers agree from the next frame on.)
+    moving = [s for s in seen if s["row"] > 0]
+    assert moving, f"the row's bar never moved off 0% while the task ran: {seen}"
+    agreeing = {s["row"] for s in moving if s["panel"] == f"{s['row']:.0f}%" and s["panelBar"] == s["row"]}
+    assert len(agreeing) >= 2, f"the panel's Progress did not move on with its row: {seen}"
+    last = moving[-1]
+    assert last["panel"] == f"{last['row']:.0f}%", last
+    saved = [s for s in seen if s["laneTokens"] not in (None, "0")]
+    assert saved, f"no save of the streamed tokens reached the lane while the task ran: {seen}"
+    assert saved[-1]["rowTokens"] == saved[-1]["panelTokens"] == saved[-1]["laneTokens"], saved[-1]
+    page.locator(f"#task-head-{task.pk}").scroll_into_view_if_needed()
+    screenshot(page, "panel-running")
+
+    # Once it has ended, its row and its panel say so, with the same final tokens.
+    expect(page.locator(f"#task-head-{task.pk}")).to_have_attribute("data-state", "succeeded", timeout=30_000)
+    expect(page.locator(f"#task-{task.pk}")).to_have_attribute("data-state", "succeeded")
+    row_tokens = page.locator(f"#task-{task.pk} .cell-tokens").inner_text()
+    expect(page.locator(f"#task-head-{task.pk} .task-facts div:nth-child(2) dd")).to_have_text(row_tokens)
+    expect(page.locator(f"#task-head-{task.pk} .task-facts div:nth-child(1) dd")).to_have_text("100%")
+    assert_not_reloaded(page)

@@ -446,6 +446,49 @@ def test_saved_progress_reaches_every_viewer_and_the_output_its_panel(run, perso
     async_to_sync(scenario)()
 
 
+def test_a_save_brings_the_rows_and_lanes_its_tokens_and_the_open_panels_head_to_each_class(run, personas):
+    from orchestrator.engine import execution
+    from orchestrator.providers.base import Usage
+
+    claim = running_task(run)
+    task_id = claim.task.pk
+    launcher = cookies_for(personas["launcher"], csrf=SECRET_A)
+    viewer = cookies_for(personas["viewer"], csrf=SECRET_B)
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watcher = await connect_and_resume(launcher, run.pk, seen, watch=task_id)
+        reader = await connect_and_resume(viewer, run.pk, seen, watch=task_id)
+        other = await connect_and_resume(viewer, run.pk, seen)
+        await database_sync_to_async(execution.save_progress)(
+            [(claim, execution.Progress("Halfway", 40, Usage(30, 53)))]
+        )
+        saved = lambda html: f'data-tasks="{task_id}:40"' in html  # noqa: E731
+        frames_seen = [await receive_live(comm, saved) for comm in (watcher, reader, other)]
+        for html in frames_seen:
+            # The row and the lanes show the 53 tokens streamed so far, as saved with the progress,
+            # before the percentages (applied on top of the row by run/progress.js).
+            row = re.search(rf'<div id="task-{task_id}" [^>]*>', html)
+            assert row and 'data-tokens="53"' in row.group(0)
+            assert 'id="agent-lanes"' in html and "53 tok" in html
+            assert html.index(f'id="task-{task_id}"') < html.index('id="live-progress"')
+        watcher_html, reader_html, other_html = frames_seen
+        # The panel's head, once per permission class: the launcher's with its Skip form and its own
+        # token, the viewer's without controls; none for a viewer without the panel open.
+        for html in (watcher_html, reader_html):
+            head = html[html.index(f'id="task-head-{task_id}"') :]
+            assert "<dd data-progress-text>40%</dd>" in head and ">53</dd>" in head
+        assert 'data-action="skip"' in watcher_html and 'data-action="skip"' not in reader_html
+        assert _unmask_cipher_token(csrf_values(watcher_html).pop()) == SECRET_A
+        assert not csrf_values(reader_html) and fragments.CSRF_PLACEHOLDER not in watcher_html + reader_html
+        assert "task-head" not in other_html
+        assert await database_sync_to_async(last_seq)(run) == seen  # progress wrote no event
+        for comm in (watcher, reader, other):
+            await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_live_pieces_from_a_host_reach_viewers_without_the_database(run, personas):
     from channels.layers import get_channel_layer
 

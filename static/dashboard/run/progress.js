@@ -1,10 +1,26 @@
 /* Live progress of running tasks (not events: orchestrator/engine/live.py).
  *
- * A live frame carries #live-progress with data-tasks="pk:percent,...". Each task row still
- * shown as running takes the new percentage (its <progress> bar and its data-progress, which the
- * DAG reads); a row that has moved on (an event frame said it ended) is left as it is, so a late
- * live frame never turns a finished task back.
+ * A live frame carries #live-progress with data-tasks="pk:percent,...". Each task row, and the
+ * head of the task's open panel, still shown as running takes the new percentage (its <progress>
+ * bar, the row's data-progress, which the DAG reads, and the head's [data-progress-text]); one
+ * that has moved on (an event frame said it ended) is left as it is, so a late live frame never
+ * turns a finished task back.
  */
+
+function showProgress(part, percent) {
+  if (!part || part.dataset.state !== "running") {
+    return;
+  }
+  var bar = part.querySelector("progress");
+  if (bar) {
+    bar.value = percent;
+    bar.setAttribute("aria-label", (bar.getAttribute("aria-label") || "").replace(/\d*%$/, percent + "%"));
+  }
+  var text = part.querySelector("[data-progress-text]");
+  if (text) {
+    text.textContent = percent + "%";
+  }
+}
 
 export function applyProgress() {
   var marker = document.getElementById("live-progress");
@@ -13,17 +29,16 @@ export function applyProgress() {
   }
   marker.dataset.tasks.split(",").forEach(function (pair) {
     var parts = pair.split(":");
-    var row = document.getElementById("task-" + parts[0]);
     var percent = Number(parts[1]);
-    if (!row || row.dataset.state !== "running" || !(percent >= 0)) {
+    if (!(percent >= 0)) {
       return;
     }
-    row.dataset.progress = String(percent);
-    var bar = row.querySelector("progress");
-    if (bar) {
-      bar.value = percent;
-      bar.setAttribute("aria-label", percent + "%");
+    var row = document.getElementById("task-" + parts[0]);
+    if (row && row.dataset.state === "running") {
+      row.dataset.progress = String(percent);
     }
+    showProgress(row, percent);
+    showProgress(document.getElementById("task-head-" + parts[0]), percent);
   });
   marker.dataset.tasks = "";
 }
