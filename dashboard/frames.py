@@ -45,7 +45,6 @@ GANTT_TYPES = {
     "attempt.cancelled",
     "attempt.handed_back",
 }
-RESULT_TYPES = {"task.succeeded", "task.output_ready", "task.failed", "task.skipped", "task.cancelled"}
 # Events after which the run's workspace may hold new files (a tool wrote one; an attempt ended).
 ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost", "attempt.cancelled"}
 # Run events that change no task row (the others, a run's start and end, may change every task).
@@ -93,7 +92,8 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
         parts.add("gantt")
     elif types & GANTT_TYPES:
         parts.add("gantt_bars")
-    if touches_final and types & RESULT_TYPES:
+    if touches_final and {t for t in types if t.startswith("task.")} - {"task.progress"}:
+        # A final task's entry shows its state ("queued" stayed on it while it ran) and its output.
         parts.add("result_final")
     if types & ARTIFACT_TYPES or "run" in families:
         parts.add("artifacts")
@@ -255,14 +255,14 @@ def saved_progress(
 
 
 def render_saved_rows(run_id: int, task_ids: AbstractSet[int]) -> str:
-    """The rows of running tasks whose host saved progress, and the agent lanes: the tokens they
-    streamed so far are saved with it (on the attempt), not sent as events, so without this the
-    rows would show their tokens at their last event while the lanes moved on. Neither part
-    carries controls, so one render serves every viewer."""
+    """The rows of running tasks whose host saved progress, the agent lanes and the totals: the
+    tokens they streamed so far are saved with it (on the attempt), not sent as events, so without
+    this the rows and the Tokens card would show their tokens at their last event while the lanes
+    moved on. None of these parts carries controls, so one render serves every viewer."""
     if not task_ids:
         return ""
     run = Run.objects.select_related("plan").get(pk=run_id)
-    return render_parts(run, Viewer(can_control=False, can_decide=False), {"lanes"}, tasks=sorted(task_ids))
+    return render_parts(run, Viewer(can_control=False, can_decide=False), {"totals", "lanes"}, tasks=sorted(task_ids))
 
 
 def render_task_head(run_id: int, task_id: int, viewer: Viewer) -> str:

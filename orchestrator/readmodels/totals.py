@@ -271,6 +271,14 @@ class Totals:
     # Slots that other runs hold now of the agents with work left (and of their providers' in-flight
     # limit when that caps the run): the ETA waits for them to free.
     slots_elsewhere: int = 0
+    # Output tokens the running attempts have streamed so far, as their hosts last saved them: not
+    # settled into the run's tokens until each attempt ends, but shown by the rows and the lanes.
+    streaming_tokens: int = 0
+
+    @property
+    def tokens(self) -> int:
+        """Every token the run has used, what is streaming now included (the Tokens card)."""
+        return self.input_tokens + self.output_tokens + self.streaming_tokens
 
     @property
     def never_started(self) -> bool:
@@ -528,6 +536,7 @@ def totals(
         paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
         paused_s=run.paused_s,
         ended_s=run.ended_s,
+        streaming_tokens=sum(v.live_output_tokens for v in tasks),
         slots_elsewhere=0
         if run.is_finished
         else len(elsewhere.slots)

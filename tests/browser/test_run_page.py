@@ -556,6 +556,9 @@ RUNNING_TASK_NUMBERS = """id => {
         rowTokens: row.querySelector('.cell-tokens').textContent,
         panelTokens: fact('Tokens'),
         laneTokens: burn ? burn.textContent.replace(' tok', '') : null,
+        cardTokens: [...document.querySelectorAll('#run-totals .stat')]
+            .find(stat => stat.querySelector('.stat-label').textContent.trim() === 'Tokens')
+            .querySelector('.stat-value').textContent,
     };
 }"""
 
@@ -576,7 +579,7 @@ def test_an_open_panel_shows_the_progress_and_tokens_of_its_running_task_as_its_
     expect(page.locator(f"#task-head-{task.pk}")).to_be_visible()
 
     # While it runs, the panel's Progress follows the row's bar, and once a save brought the
-    # tokens streamed so far, the row, the panel and the lane say the same number.
+    # tokens streamed so far, the row, the panel, the lane and the run's Tokens card say the same number.
     seen = []
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -601,7 +604,10 @@ def test_an_open_panel_shows_the_progress_and_tokens_of_its_running_task_as_its_
     assert last["panel"] == f"{last['row']:.0f}%", last
     saved = [s for s in seen if s["laneTokens"] not in (None, "0")]
     assert saved, f"no save of the streamed tokens reached the lane while the task ran: {seen}"
-    assert saved[-1]["rowTokens"] == saved[-1]["panelTokens"] == saved[-1]["laneTokens"], saved[-1]
+    # The run's Tokens card too (its one task is the one streaming): it said 0 until the task ended.
+    assert saved[-1]["rowTokens"] == saved[-1]["panelTokens"] == saved[-1]["laneTokens"] == saved[-1]["cardTokens"], (
+        saved[-1]
+    )
     page.locator(f"#task-head-{task.pk}").scroll_into_view_if_needed()
     screenshot(page, "panel-running")
 

@@ -450,6 +450,18 @@ def test_only_a_final_task_brings_the_final_output_again(run):
     assert "run-result-final" in oob_ids(batch_after(run, seen))
 
 
+def test_a_final_tasks_start_brings_its_result_entry_with_its_state(run):
+    """The Result's entry of a final task said "queued" all the while the task ran."""
+    write = run.tasks.get(subtask__key="write")
+    TaskRun.objects.filter(pk=write.pk).update(state=TaskRun.State.RUNNING)
+    seen = last_seq(run)
+    with transaction.atomic():
+        events.record("task.started", run=run, task=write, payload={"attempt": 1})
+    html = batch_after(run, seen)
+    final = re.search(r'<div id="run-result-final".*', html, re.S)
+    assert final and "running" in final.group(0) and "queued" not in final.group(0)
+
+
 def test_checkpoint_events_bring_the_checkpoints(run):
     task = run.tasks.get(subtask__key="write")
     TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.AWAITING_REVIEW, output="Out")

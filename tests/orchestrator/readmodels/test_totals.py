@@ -34,6 +34,19 @@ def test_totals_count_states_and_estimate_the_time_left(launched):
     assert [c.state for c in later.counts] == [s for s in DISPLAY_ORDER if s in counts]
 
 
+def test_the_tokens_count_what_running_attempts_have_streamed_as_their_rows_and_lanes_do(launched):
+    """The Tokens card said 0 while the running task's row and lane said 43: what its host saved of
+    the stream is not settled into the run's tokens until the attempt ends."""
+    run = launched({"a": ("researcher", []), "b": ("writer", [])}, cap=2)
+    succeed(run.tasks.get(subtask__key="a"), tokens=(100, 50))
+    Run.objects.filter(pk=run.pk).update(input_tokens=100, output_tokens=50)
+    attempt = start(run.tasks.get(subtask__key="b"))
+    Attempt.objects.filter(pk=attempt.pk).update(output_tokens=43)
+    run.refresh_from_db()
+    result = totals(run)
+    assert (result.input_tokens, result.output_tokens, result.streaming_tokens, result.tokens) == (100, 50, 43, 193)
+
+
 def test_no_eta_once_the_run_ended(launched):
     run = launched({"a": ("researcher", [])})
     runs.cancel(run)
