@@ -120,8 +120,11 @@ class _PlanValidator:
         return PlanSpec(goal=document.goal, subtasks=subtasks, edges=edges, defaults=defaults, agents=agents)
 
     def fail(self) -> NoReturn:
-        ordered = sorted(self.problems, key=lambda problem: _subtask_index(problem[0]))
-        raise PlanValidationError([self.with_line(path, error) for path, error in ordered])
+        """Raise every problem, by subtask and, within one, by line (the checks' own order listed a
+        subtask's line 12 before its line 9)."""
+        located = [(path, self.with_line(path, error)) for path, error in self.problems]
+        ordered = sorted(located, key=lambda problem: (_subtask_index(problem[0]), problem[1].line or 0))
+        raise PlanValidationError([error for _, error in ordered])
 
     def with_line(self, path: Path_, error: PlanError) -> PlanError:
         line = self.lines.line(path) if self.lines is not None else None

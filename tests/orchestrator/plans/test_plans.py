@@ -626,10 +626,22 @@ def test_yaml_problems_name_their_line(agents):
     assert document_problems(LINED_YAML) == [
         'line 9: subtasks[1] (key "research_b"): timeout_s: must be an integer between 1 and 3600, got "fast"',
         'line 10: subtasks[1] (key "research_b"): depends_on: unknown subtask "nowhere"',
-        "line 13: subtasks[2]: colour: unknown field; allowed fields: key, agent, title, instructions, depends_on, "
-        "gate, priority, timeout_s, max_retries, estimate, inputs",
         # A missing field has no line of its own: the line of the subtask that lacks it.
         "line 11: subtasks[2]: key: is required: a short unique name such as research_a",
+        "line 13: subtasks[2]: colour: unknown field; allowed fields: key, agent, title, instructions, depends_on, "
+        "gate, priority, timeout_s, max_retries, estimate, inputs",
+    ]
+
+
+def test_a_subtasks_problems_are_listed_by_line(agents):
+    """The checks' own order listed a subtask's depends_on (line 12) before its agent (line 9)."""
+    text = (
+        "goal: g\nsubtasks:\n  - key: a\n    agent: researcher\n    title: First\n"
+        "  - key: b\n    agent: nobody\n    title: Second\n    depends_on: [a, c]\n"
+    )
+    assert document_problems(text) == [
+        'line 7: subtasks[1] (key "b"): agent: no agent named "nobody"',
+        'line 9: subtasks[1] (key "b"): depends_on: unknown subtask "c"',
     ]
 
 
@@ -647,8 +659,8 @@ def test_problems_of_the_whole_plan_name_the_field_line(agents):
     text = "goal: g\nsubtasks:\n  - key: a\n    agent: resercher\n    title: A\n    depends_on: [a]\n"
 
     assert document_problems(text) == [
-        'line 6: subtasks[0] (key "a"): depends_on: depends on itself ("a")',
         'line 4: subtasks[0] (key "a"): agent: no agent named "resercher" (did you mean "researcher"?)',
+        'line 6: subtasks[0] (key "a"): depends_on: depends on itself ("a")',
     ]
 
 
