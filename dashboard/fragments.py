@@ -436,12 +436,14 @@ def render_panel_parts(task: TaskRun, viewer: Viewer, *, output_only: bool = Fal
     return "".join(render(name, ctx) for name in names)
 
 
-def render_panel_head(task: TaskRun, viewer: Viewer) -> str:
-    """The panel's head alone (its state, progress, tokens and the task's controls)."""
-    ctx = base_context(task.run, viewer, oob=True)
-    return render(
-        "panel_head", {**ctx, "task": task, "view": run_tasks.task_view(task), "task_actions": task_actions(task)}
-    )
+def render_panel_head(task: TaskRun, viewer: Viewer, *, with_attempts: bool = False) -> str:
+    """The panel's head alone (its state, progress, tokens and the task's controls); with
+    `with_attempts`, its attempts table too (a save's tokens of the running attempt)."""
+    ctx = {**base_context(task.run, viewer, oob=True), "task": task}
+    html = render("panel_head", {**ctx, "view": run_tasks.task_view(task), "task_actions": task_actions(task)})
+    if with_attempts:
+        html += render("panel_attempts", {**ctx, "attempts": list(task.attempts.order_by("number"))})
+    return html
 
 
 def render_path_steps(task: TaskRun, viewer: Viewer, from_seq: int, to_seq: int) -> str:

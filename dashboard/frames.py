@@ -267,11 +267,12 @@ def render_saved_rows(run_id: int, task_ids: AbstractSet[int]) -> str:
 
 def render_task_head(run_id: int, task_id: int, viewer: Viewer) -> str:
     """The head of a task's panel (its state, progress, tokens and controls) for `viewer`'s
-    permission class, for a saved progress of its running attempt ("" for a task not of the run)."""
+    permission class, and its attempts table (the running attempt's tokens, as saved), for a saved
+    progress of its running attempt ("" for a task not of the run)."""
     task = TaskRun.objects.filter(pk=task_id, run_id=run_id).select_related("run", "subtask", "agent").first()
     if task is None:
         return ""
-    return render_panel_head(task, viewer)
+    return render_panel_head(task, viewer, with_attempts=True)
 
 
 def render_live_progress(progress: dict[int, int]) -> str:

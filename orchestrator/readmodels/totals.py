@@ -374,8 +374,9 @@ class Totals:
     @property
     def eta_overdue(self) -> str:
         """What a countdown says once it has run out: "after the decision" while one is pending
-        (the run cannot end before it), else "any moment"."""
-        return self._after_decisions if self.pending_checkpoints else "any moment"
+        (the run cannot end before it), else "past the estimate" (its tasks take longer than
+        estimated: a task that hangs would have it say "any moment" for as long as it hangs)."""
+        return self._after_decisions if self.pending_checkpoints else "past the estimate"
 
     @property
     def eta_note(self) -> str:

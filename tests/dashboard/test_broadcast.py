@@ -478,6 +478,9 @@ def test_a_save_brings_the_rows_and_lanes_its_tokens_and_the_open_panels_head_to
         for html in (watcher_html, reader_html):
             head = html[html.index(f'id="task-head-{task_id}"') :]
             assert "<dd data-progress-text>40%</dd>" in head and ">53</dd>" in head
+            # and its attempts table: the running attempt's tokens as saved (it said 0 / 0)
+            attempts = html[html.index(f'id="task-attempts-{task_id}"') :]
+            assert re.search(r'<td class="num">30 / 53</td>', attempts), attempts[:2000]
         assert 'data-action="skip"' in watcher_html and 'data-action="skip"' not in reader_html
         assert _unmask_cipher_token(csrf_values(watcher_html).pop()) == SECRET_A
         assert not csrf_values(reader_html) and fragments.CSRF_PLACEHOLDER not in watcher_html + reader_html

@@ -343,7 +343,7 @@ def test_the_eta_says_a_pending_decision_is_not_counted_until_it_is_taken(viewer
     page = run_page(viewer, run)
     assert "decision pending" not in text_of(page)
     assert "at the cap and each agent's limit, excluding approvals" in text_of(page)
-    assert eta_clock(page)[3] == "any moment"
+    assert eta_clock(page)[3] == "past the estimate"
 
 
 # --- The ETA card through a decision's transitions ----------------------------------------------------
@@ -417,10 +417,10 @@ def test_a_run_resumed_while_waiting_for_a_decision_says_after_the_decision_agai
     assert re.fullmatch(AFTER_THE_DECISION, value) and not counts_down
 
 
-def test_once_decided_the_eta_counts_down_again_to_any_moment(viewer, personas, gated_run):
+def test_once_decided_the_eta_counts_down_again_to_past_the_estimate(viewer, personas, gated_run):
     runs.decide(only_the_gate_left(gated_run).checkpoints.get(), approve=True, user=personas["approver"])
     value, note, counts_down, overdue = eta_clock(run_page(viewer, gated_run))
-    assert counts_down and overdue == "any moment" and "decision" not in value
+    assert counts_down and overdue == "past the estimate" and "decision" not in value
     assert note == "at the cap and each agent's limit, excluding approvals"
 
 
