@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import math
 import random
 import re
@@ -100,7 +101,30 @@ def seeded_random(*parts: object) -> random.Random:
 
 
 def estimate_input_tokens(request: AgentRequest) -> int:
-    return (len(request.system_prompt) + len(request.prompt)) // CHARS_PER_INPUT_TOKEN
+    """The input tokens of a call, as a server counts them: the system prompt, the whole
+    conversation (an agent's later calls send its earlier turns and tool results again) and the
+    tools offered."""
+    chars = len(request.system_prompt)
+    chars += (
+        sum(_content_chars(m.get("content")) for m in request.messages) if request.messages else len(request.prompt)
+    )
+    chars += sum(len(t.name) + len(t.description) + len(json.dumps(t.input_schema)) for t in request.tools)
+    return chars // CHARS_PER_INPUT_TOKEN
+
+
+def _content_chars(content: Any) -> int:
+    """The characters of a message's content: its text, or its blocks' texts, tool inputs and results."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(_content_chars(block) for block in content)
+    if isinstance(content, dict):
+        if "text" in content:
+            return _content_chars(content["text"])
+        if "input" in content:
+            return len(json.dumps(content["input"], default=str))
+        return _content_chars(content.get("content"))
+    return 0
 
 
 INVALID_PREFIX = "Invalid simulated provider options: "

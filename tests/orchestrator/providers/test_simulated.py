@@ -20,6 +20,7 @@ from orchestrator.providers.base import (
     ProviderError,
     RateLimited,
     TextDelta,
+    ToolSpec,
     UsageSoFar,
     get_provider,
 )
@@ -143,6 +144,30 @@ def test_usage_is_reported_when_the_answer_starts_and_when_it_ends():
     reports = [item.usage for item in items if isinstance(item, UsageSoFar)]
     assert reports[0].input_tokens > 0 and reports[0].output_tokens == 0  # like message_start
     assert reports[-1] == items[-1].usage  # like the final message_delta
+
+
+def test_a_later_calls_input_counts_the_conversation_and_the_tools_as_a_server_does():
+    """An agent's second call sends its first turn and the tool's result again: its input is
+    larger than the first call's (it was counted as the first call's prompt alone)."""
+    first = make_request()
+    tool = ToolSpec("lookup", "Look a word up in the team's glossary.", {"type": "object", "properties": {}})
+    turns = [
+        {"role": "user", "content": first.prompt},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t1", "name": "lookup", "input": {"q": "x" * 400}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "y" * 800}]},
+    ]
+    later = dataclasses.replace(first, messages=turns, tools=[tool])
+
+    def input_tokens(request):
+        return next(
+            i.usage.input_tokens for i in collect(SimulatedProvider().stream(request)) if isinstance(i, UsageSoFar)
+        )
+
+    assert input_tokens(first) == (len(first.system_prompt) + len(first.prompt)) // 4
+    assert input_tokens(later) >= input_tokens(first) + (400 + 800) // 4
 
 
 # --- latency -----------------------------------------------------------------------------------
