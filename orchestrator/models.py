@@ -268,13 +268,13 @@ class Run(models.Model):
     """One execution of a plan."""
 
     class Status(models.TextChoices):
-        AWAITING_APPROVAL = "awaiting_approval"
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
         RUNNING = "running"
         PAUSED = "paused"
         SUCCEEDED = "succeeded"
         FAILED = "failed"
         CANCELLED = "cancelled"
-        OVER_BUDGET = "over_budget"
+        OVER_BUDGET = "over_budget", "Over budget"
 
     FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.CANCELLED, Status.OVER_BUDGET)
 
@@ -483,9 +483,10 @@ class Checkpoint(models.Model):
     of a tool granted with approval (engine/tool_approvals.py)."""
 
     class Kind(models.TextChoices):
+        # Named as the pages name them: "Gate checkpoint 7 closed", not "Before checkpoint 7".
         PLAN = "plan"
-        BEFORE = "before"
-        AFTER = "after"
+        BEFORE = "before", "Gate"
+        AFTER = "after", "Review"
         TOOL = "tool", "Tool call"
 
     class Status(models.TextChoices):

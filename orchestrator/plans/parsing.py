@@ -198,11 +198,28 @@ def _parse_yaml(text: str) -> ParsedDocument:
 
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
+    """Where and what, in PyYAML's words; with where the construct it was reading began when that
+    is elsewhere: an unclosed quote is found only at the end of the file, and the line to fix is
+    the quote's ("line 9, column 1: found unexpected end of stream, while scanning a quoted scalar
+    that starts at line 5, column 12")."""
     mark = exc.problem_mark or exc.context_mark
     problem = exc.problem or exc.context or "invalid YAML"
     if mark is None:
         return problem
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    text = f"{_where(mark)}: {problem}"
+    context = exc.context_mark
+    if (
+        exc.problem
+        and exc.context
+        and context is not None
+        and (context.line, context.column) != (mark.line, mark.column)
+    ):
+        text += f", {exc.context} that starts at {_where(context)}"
+    return text
+
+
+def _where(mark: yaml.Mark) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}"
 
 
 def read_file(path: str | os.PathLike) -> str:

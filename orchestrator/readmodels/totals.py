@@ -418,8 +418,8 @@ class Totals:
         estimated = f"estimated {wording.usd(self.estimate_usd)}"
         if self.never_started:
             return f"{estimated}; it never started"
-        if not finished:
-            return f"{estimated} before it started"
+        if not finished:  # (a run awaiting its plan's approval has not started: the estimate alone)
+            return f"{estimated} before it started" if self.started else estimated
         ratio = self.cost_usd / self.estimate_usd
         return f"{estimated}: it cost {f'{ratio:.1f}×' if ratio >= 2 else f'{round(100 * ratio)}% of'} that"
 

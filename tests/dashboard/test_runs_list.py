@@ -82,7 +82,7 @@ def test_each_row_shows_status_progress_elapsed_cost_and_who_launched(client, pe
         assert f'id="run-row-{first.pk}"' in html
         assert "1 of 3 tasks succeeded" in html and "1 failed" in html
         assert "$0.6000" in html and "of $0.50" in html
-        assert "Awaiting Approval" in html
+        assert "Awaiting approval" in html
         assert "1 waiting for a decision" in html
 
 

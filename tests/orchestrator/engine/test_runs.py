@@ -116,3 +116,20 @@ def test_without_a_version_the_current_plan_is_approved_and_recorded(personas, p
     runs.decide(checkpoint, approve=True, user=personas["approver"])  # the command line shows no plan
     decided = Checkpoint.objects.get(pk=checkpoint.pk)
     assert (decided.status, decided.plan_version) == ("approved", checkpoint.plan_version)
+
+
+def test_a_gates_decision_and_its_closing_are_worded_as_the_pages_name_it(personas, make_agent, make_plan):
+    """The event log said "Before checkpoint approved" and "After checkpoint 7 closed" where the
+    rest of the page says gate and review."""
+    make_agent("researcher")
+    run = runs.launch(
+        make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", [], {"gate": "before"})})
+    )
+    first, second = run.checkpoints.order_by("pk")
+    runs.decide(first, approve=True, user=personas["approver"])
+    runs.cancel(run)
+    messages = list(Event.objects.filter(run=run, type__startswith="checkpoint.").values_list("type", "message"))
+    assert ("checkpoint.approved", "Gate checkpoint approved") in [(t, m.split(":")[0]) for t, m in messages]
+    closed = [m for t, m in messages if t == "checkpoint.closed"]
+    assert closed and closed[0].startswith(f"Gate checkpoint {second.pk} closed without a decision")
+    assert str(second).startswith(f"Gate checkpoint {second.pk} (")

@@ -162,6 +162,7 @@ def test_a_run_that_never_started_says_so_and_sets_no_cost_against_its_estimate(
     run = launched({"a": ("researcher", [])}, require_plan_approval=True)
     waiting = totals(run)
     assert waiting.eta_note == "starts once the plan is approved" and not waiting.never_started
+    assert waiting.against_estimate == f"estimated ${waiting.estimate_usd:.4f}"  # not "before it started"
     runs.cancel(run)  # as a rejected plan ends it: before it started
     result = totals(run)
     assert result.never_started and result.estimate_usd and result.estimate_usd > 0
