@@ -65,6 +65,7 @@ TEMPLATES = {
     "panel_output": T + "task_output.html",
     "panel_attempts": T + "task_attempts.html",
     "panel_path": T + "task_path.html",
+    "panel_checkpoints": T + "task_checkpoints.html",
     "path_attempt": T + "path_attempt.html",
     "path_row": T + "path_row.html",
     "artifacts": T + "run_artifacts.html",
@@ -427,11 +428,14 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
 
 
 def render_panel_parts(task: TaskRun, viewer: Viewer, *, output_only: bool = False) -> str:
+    """The parts of an open panel that its task's events change: its head and output, and unless
+    `output_only` (it merely streamed) its attempts, path and checkpoints (a decision, a reopening
+    or a closing is an event of the task)."""
     ctx = {**base_context(task.run, viewer, oob=True), **panel_context(task)}
     names = (
         ("panel_head", "panel_output")
         if output_only
-        else ("panel_head", "panel_output", "panel_attempts", "panel_path")
+        else ("panel_head", "panel_output", "panel_attempts", "panel_path", "panel_checkpoints")
     )
     return "".join(render(name, ctx) for name in names)
 

@@ -200,7 +200,8 @@ def render_log_page(run: Run, ctx: dict, *, upto: int) -> str:
 
 def render_watched_panel(run_id: int, batch: Batch, viewer: Viewer, watched_task: int | None) -> str:
     """The watched task's panel parts when `batch`'s events concern it ("" otherwise): its
-    header, output and attempts, or only header and output when it merely streamed progress."""
+    header, output, attempts, path and checkpoints, or only header and output when it merely
+    streamed progress."""
     if not watched_task or not (batch.full or watched_task in batch.task_ids):
         return ""
     task = TaskRun.objects.filter(pk=watched_task, run_id=run_id).select_related("run").first()

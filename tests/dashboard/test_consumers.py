@@ -24,9 +24,10 @@ from dashboard import broadcast, consumers, fragments
 from dashboard import frames as live_frames
 from glassbox.asgi import application
 from orchestrator import events
-from orchestrator.engine import attempt_ends, dispatch, execution, plan_edits, runs, scheduler
+from orchestrator.engine import attempt_ends, dispatch, execution, plan_edits, reruns, runs, scheduler
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 from orchestrator.providers.base import Usage
+from tests.conftest import fast_latency, run_here
 
 ORIGIN = (b"origin", b"http://localhost")
 RECEIVE_S = 10
@@ -471,6 +472,39 @@ def test_checkpoint_events_bring_the_checkpoints(run):
     html = batch_after(run, seen)
     assert {"run-checkpoints", "run-header", f"task-{task.pk}"} <= oob_ids(html)
     assert f'id="checkpoint-{cp.pk}"' in html
+
+
+def panel_checkpoints(html: str, task: TaskRun) -> str:
+    """The words of an open panel's Checkpoints section in a frame ("" when the frame has none)."""
+    section = re.search(rf'<section id="task-checkpoints-{task.pk}"[^>]*hx-swap-oob=.*?</section>', html, re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", "", section.group(0))).strip() if section else ""
+
+
+def test_an_open_panels_checkpoints_follow_their_decision_and_a_rerun(
+    transactional_db, make_agent, make_plan, priced_limit, personas, no_broker
+):
+    """The panel said "After checkpoint: pending" after the review was approved, and "approved by
+    approver" once a re-run had opened it again, while the top of the page asked for it."""
+    make_agent("writer", provider_options=fast_latency(0.01))
+    run = run_here(runs.launch(make_plan({"design": ("writer", [], {"gate": "after"})}), budget_usd="5"))
+    design = run.tasks.get()
+    review = run.checkpoints.get(kind=Checkpoint.Kind.AFTER)
+    seen = last_seq(run)
+    runs.decide(review, approve=True, user=personas["approver"], comment="fine")
+    words = panel_checkpoints(batch_after(run, seen, watched=design.pk), design)
+    assert words.startswith("Checkpoints After checkpoint: approved by approver at ") and words.endswith("“fine”")
+    seen = last_seq(run)
+    reruns.rerun_from(design, user=personas["launcher"])
+    run_here(run)
+    assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design) == (
+        "Checkpoints After checkpoint: pending"
+    )
+    seen = last_seq(run)
+    runs.cancel(run)
+    assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design).startswith(
+        "Checkpoints After checkpoint: closed without a decision: the run was cancelled"
+    )
+    assert panel_checkpoints(batch_after(run, seen), design) == ""  # only to a viewer with its panel open
 
 
 def test_plan_events_bring_the_graph_and_the_task_table(transactional_db, make_plan, demo_agents, priced_limit):
