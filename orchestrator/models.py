@@ -501,6 +501,8 @@ class Checkpoint(models.Model):
     task_run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    # When it opened, the last time: a retried or re-run task's gate or review opens again
+    # (scheduler.open_gate) and waits from then; each opening is a `checkpoint.created` event.
     created_at = models.DateTimeField(auto_now_add=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     # Who decided as the audit log names them: the user's name, or `cli:<os user>` for a decision

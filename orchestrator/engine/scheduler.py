@@ -259,9 +259,13 @@ def open_gate(task: TaskRun, kind: str) -> Checkpoint:
     if reopened:
         # A retried task asks again: one checkpoint per task and kind, its earlier decision kept in
         # the event log. Without this the task would wait on a decision already taken, forever.
+        # It opens now: the inbox and the run page say how long it has waited from here (they said
+        # its first opening's, and put it first as the oldest); each opening is its own event.
         checkpoint.status, checkpoint.decided_by, checkpoint.decided_by_name = Checkpoint.Status.PENDING, None, ""
-        checkpoint.decided_at, checkpoint.comment = None, ""
-        checkpoint.save(update_fields=["status", "decided_by", "decided_by_name", "decided_at", "comment"])
+        checkpoint.decided_at, checkpoint.comment, checkpoint.created_at = None, "", timezone.now()
+        checkpoint.save(
+            update_fields=["status", "decided_by", "decided_by_name", "decided_at", "comment", "created_at"]
+        )
     events.record(
         "checkpoint.created",
         run=task.run_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -116,6 +117,37 @@ def test_the_inbox_lists_pending_checkpoints_oldest_first_with_what_is_asked(
     assert f'href="/runs/{run.pk}/"' in html
     assert f'id="checkpoint-{gate.pk}"' in html
     assert "Waiting for 12 min" in html
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_review_asked_again_by_a_rerun_waits_from_its_new_opening(client, personas, gated_run, make_plan, no_broker):
+    """The inbox said "Waiting for 13 min" and listed it first, and the run page "waiting since"
+    its first opening, though the re-run had asked for it seconds before."""
+    from orchestrator.engine import reruns
+    from tests.conftest import run_here
+
+    gated, gate = gated_run
+    Checkpoint.objects.filter(pk=gate.pk).update(created_at=timezone.now() - timedelta(minutes=5))
+    run = run_here(runs.launch(make_plan({"design": ("writer", [], {"gate": "after"})}), budget_usd="5"))
+    review = run.checkpoints.get()
+    first_opening = timezone.now() - timedelta(minutes=13)
+    Checkpoint.objects.filter(pk=review.pk).update(created_at=first_opening)
+    runs.decide(review, approve=True, user=personas["approver"])
+    reruns.rerun_from(run.tasks.get(), user=personas["launcher"])
+    run_here(run)
+    asked = Event.objects.filter(run=run, type="checkpoint.created").latest("seq")
+    assert asked.payload["reopened"] is True
+    client.force_login(personas["approver"])
+    html = client.get("/approvals/").text
+    waits = re.findall(r'id="checkpoint-(\d+)".*?Waiting for ([^<]+)<', html, re.S)
+    assert [(int(pk), "min" in waited) for pk, waited in waits] == [(gate.pk, True), (review.pk, False)]
+    assert re.fullmatch(r"[\d.]+ s", waits[1][1].strip())
+    page = client.get(f"/runs/{run.pk}/").text
+    assert f"waiting since {timezone.localtime(asked.created_at):%H:%M:%S} UTC" in page
+    assert f"waiting since {timezone.localtime(first_opening):%H:%M:%S} UTC" not in page
+    # The event log keeps both openings; the decision between them is still on record.
+    assert Event.objects.filter(run=run, type="checkpoint.created").count() == 2
+    assert Event.objects.filter(run=run, type="checkpoint.approved").exists()
 
 
 def test_an_output_review_shows_the_output_as_sanitised_markdown(client, personas, gated_run):
