@@ -492,17 +492,17 @@ def test_an_open_panels_checkpoints_follow_their_decision_and_a_rerun(
     seen = last_seq(run)
     runs.decide(review, approve=True, user=personas["approver"], comment="fine")
     words = panel_checkpoints(batch_after(run, seen, watched=design.pk), design)
-    assert words.startswith("Checkpoints After checkpoint: approved by approver at ") and words.endswith("“fine”")
+    assert words.startswith("Checkpoints Review checkpoint: approved by approver at ") and words.endswith("“fine”")
     seen = last_seq(run)
     reruns.rerun_from(design, user=personas["launcher"])
     run_here(run)
     assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design) == (
-        "Checkpoints After checkpoint: pending"
+        "Checkpoints Review checkpoint: pending"
     )
     seen = last_seq(run)
     runs.cancel(run)
     assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design).startswith(
-        "Checkpoints After checkpoint: closed without a decision: the run was cancelled"
+        "Checkpoints Review checkpoint: closed without a decision: the run was cancelled"
     )
     assert panel_checkpoints(batch_after(run, seen), design) == ""  # only to a viewer with its panel open
 
