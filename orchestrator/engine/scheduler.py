@@ -300,6 +300,7 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
     # A task a person rejected at its gate is skipped like one below a failure (its branch must not
     # run), but it is a person's decision, not an upstream that did not succeed.
     rejected = rejected_at_gate(run) if cascaded else []
+    by_person = counts.get(State.SKIPPED, 0) - cascaded  # skipped by a person: its branch goes on
     cascaded -= len(rejected)
     if failed or cascaded or rejected or counts.get(State.CANCELLED):
         # "a — timed out after 1 s, after 3 attempts": a reason in brackets nested its own.
@@ -312,14 +313,15 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
                 said[0] += ": " + "; ".join(parts)
         if rejected:
             said.append(f"{', '.join(rejected)} rejected at {'its' if len(rejected) == 1 else 'their'} gate")
+        if by_person:  # "… rejected at its gate; 1 skipped because …" beside a card counting 3 skipped
+            said.append(f"{by_person} skipped by a person")
         if cascaded:
             said.append(f"{cascaded} skipped because an upstream task did not succeed")
         end_run(run, Run.Status.FAILED, "; ".join(said))
     else:
         done = counts.get(State.SUCCEEDED, 0)
-        skipped = counts.get(State.SKIPPED, 0)
-        if skipped:  # "all 3 tasks succeeded" of a run of 4 read as if it had 3
-            summary = f"{done} of {wording.counted(len(states), 'task')} succeeded, {skipped} skipped by a person"
+        if by_person:  # "all 3 tasks succeeded" of a run of 4 read as if it had 3
+            summary = f"{done} of {wording.counted(len(states), 'task')} succeeded, {by_person} skipped by a person"
         else:
             summary = "the only task succeeded" if done == 1 else f"all {done} tasks succeeded"
         end_run(run, Run.Status.SUCCEEDED, summary)

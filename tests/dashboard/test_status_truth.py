@@ -631,3 +631,43 @@ def test_a_gate_rejected_by_a_person_is_not_called_an_upstream_that_did_not_succ
     assert re.fullmatch(summary, run.summary), run.summary
     header = re.search(r'<p class="run-summary">(.*?)</p>', run_page(viewer, run), re.S)
     assert header and re.fullmatch(summary, html_module.unescape(header.group(1)))
+
+
+@pytest.mark.parametrize(
+    ("tasks", "summary"),
+    [
+        (  # it read "g rejected at its gate; 1 skipped because an upstream task did not succeed": s unsaid
+            {
+                "g": ("researcher", [], {"gate": "before"}),
+                "h": ("researcher", ["g"]),
+                "s": ("researcher", [], {"gate": "before"}),
+            },
+            "g rejected at its gate; 1 skipped by a person; 1 skipped because an upstream task did not succeed",
+        ),
+        (  # it read "1 of 3 tasks failed: f — …" beside a Tasks card saying "1 skipped"
+            {"f": ("breaker", []), "s": ("researcher", [], {"gate": "before"}), "t": ("researcher", [])},
+            r"1 of 3 tasks failed: f — simulated failure .*, after 1 attempt; 1 skipped by a person",
+        ),
+    ],
+)
+def test_a_failed_runs_summary_counts_the_tasks_a_person_skipped(
+    viewer, personas, make_agent, make_plan, tasks, summary
+):
+    from orchestrator.models import Checkpoint
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = runs.launch(make_plan(tasks))
+    runs.skip_task(run.tasks.get(subtask__key="s"), user=personas["approver"])
+    for gate in Checkpoint.objects.filter(run=run, status=Checkpoint.Status.PENDING):
+        runs.decide(gate, approve=False, comment="not this week", user=personas["approver"])
+    run = run_here(run)
+    assert run.status == Run.Status.FAILED
+    assert re.fullmatch(summary, run.summary), run.summary
+    page = run_page(viewer, run)
+    header = re.search(r'<p class="run-summary">(.*?)</p>', page, re.S)
+    assert header and re.fullmatch(summary, html_module.unescape(header.group(1)))
+    skipped = re.search(r"(\d+) skipped", tasks_card(page))
+    said = sum(int(n) for n in re.findall(r"(\d+) skipped", run.summary))
+    said += len(re.findall(r"\w+ rejected at its gate", run.summary))
+    assert skipped and int(skipped.group(1)) == said  # the header accounts for every skipped task
