@@ -239,20 +239,16 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
             ready_at=now,
             finished_at=None,
         )
+        events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         # Tasks that gave up because of this one wait for it again, and so does work that
         # fail_fast stopped when it failed.
-        transitions.move_where(
-            run.tasks.filter(
-                Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
-                | Q(state=State.CANCELLED, error__endswith="(fail_fast)")
-            ),
-            State.PENDING,
-            from_states=[State.SKIPPED, State.CANCELLED],
-            skip_cascades=False,
-            error="",
-            finished_at=None,
+        wait_again(
+            run,
+            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
+            | Q(state=State.CANCELLED, error__endswith="(fail_fast)"),
+            user=user,
+            why=f"{task.key} retried",
         )
-        events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         if run.is_finished:
             reopen(run, user=user, why=f"a retry of {task.key}")
     scheduler.advance(task.run_id)
@@ -279,25 +275,44 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             lease_owner="",
             lease_expires_at=None,
         )
-        transitions.move_where(
-            run.tasks.filter(subtask_id__in=downstream_closure(task), skip_cascades=True),
-            State.PENDING,
-            from_states=[State.SKIPPED],
-            skip_cascades=False,
-            error="",
-            finished_at=None,
-        )
         undecided.close_undecided(
             task.checkpoints.all(), f"the task was skipped: {reason}" if reason else f"the task was {why}"
         )
         events.record(
             "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}
         )
+        # Tasks skipped because it failed go on without it.
+        wait_again(
+            run,
+            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True),
+            user=user,
+            why=f"{task.key} skipped by a person",
+        )
         if run.is_finished:
             reopen(run, user=user, why=f"a skip of {task.key}")
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
+
+
+def wait_again(run: Run, which: Q, *, user, why: str) -> None:
+    """Send the run's tasks matching `which` (skipped or cancelled because of a task a person now
+    retried or skipped) back to pending, each with its own `task.reset` event saying why ("waits
+    again: b retried"), as a re-run's reset tasks have theirs: the event log says what happened
+    to them, and the live view redraws the rows of the tasks its events name (dashboard/frames.py)."""
+    moved = list(run.tasks.filter(which).order_by("subtask__position").select_related("subtask"))
+    if not moved:
+        return
+    transitions.move_where(
+        TaskRun.objects.filter(pk__in=[t.pk for t in moved]),
+        State.PENDING,
+        from_states=[State.SKIPPED, State.CANCELLED],
+        skip_cascades=False,
+        error="",
+        finished_at=None,
+    )
+    for moved_task in moved:
+        events.record("task.reset", run=run, task=moved_task, user=user, message=f"waits again: {why}")
 
 
 def reopen(run: Run, *, user, why: str) -> None:

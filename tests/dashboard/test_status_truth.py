@@ -671,3 +671,53 @@ def test_a_failed_runs_summary_counts_the_tasks_a_person_skipped(
     said = sum(int(n) for n in re.findall(r"(\d+) skipped", run.summary))
     said += len(re.findall(r"\w+ rejected at its gate", run.summary))
     assert skipped and int(skipped.group(1)) == said  # the header accounts for every skipped task
+
+
+@pytest.mark.parametrize("action", ["retry", "skip"])
+def test_tasks_that_wait_again_in_a_running_run_stop_saying_skipped_on_the_live_page(
+    personas, make_agent, make_plan, action
+):
+    """A retry (or a person's skip) of a failed task sends the tasks skipped below it back to
+    waiting. In a run still running (a gate keeps it open) the live frame must redraw their rows
+    (the DAG's nodes follow the rows) and the final task's entry in the Result: they said
+    "skipped · upstream c did not succeed" until a reload, beside lanes saying "1 pending"."""
+    from dashboard import fragments, frames
+    from orchestrator import events
+    from orchestrator.models import Agent, Event
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = runs.launch(
+        make_plan(
+            {
+                "a": ("researcher", []),
+                "b": ("breaker", ["a"]),
+                "c": ("researcher", ["b"]),
+                "d": ("researcher", ["c"]),
+                "g": ("researcher", [], {"gate": "before"}),
+            }
+        )
+    )
+    run = run_here(run)
+    b, c, d = (run.tasks.get(subtask__key=key) for key in "bcd")
+    assert run.status == Run.Status.RUNNING  # g waits at its gate
+    assert [t.state for t in (b, c, d)] == [State.FAILED, State.SKIPPED, State.SKIPPED]
+    Agent.objects.filter(name="breaker").update(provider_options=fast_latency(0.01))
+    seen = events.latest_seq(run.pk)
+    if action == "retry":
+        runs.retry_task(b, user=personas["approver"])
+    else:
+        runs.skip_task(b, user=personas["approver"])
+    assert run.tasks.get(pk=d.pk).state == State.PENDING
+
+    batch = frames.render_batch(run.pk, seen, fragments.Viewer(can_control=True, can_decide=True))
+    assert batch is not None
+    for task in (c, d):
+        row = text_of(task_row(batch.html, task))
+        assert "skipped" not in row and "did not succeed" not in row, row
+    final = re.search(rf'<article class="final-output" id="final-{d.pk}">.*?</article>', batch.html, re.S)
+    assert final and "did not succeed" not in text_of(final.group(0))
+    # The log says why each went back to waiting.
+    why = "b retried" if action == "retry" else "b skipped by a person"
+    said = dict(Event.objects.filter(run=run, seq__gt=seen, task_run=d).values_list("type", "message"))
+    assert said.get("task.reset") == f"waits again: {why}", said
