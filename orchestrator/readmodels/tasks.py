@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Self
 
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
 
 from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Run, TaskRun
@@ -280,6 +280,10 @@ class TaskState:
     output_tokens: int
     cost_usd: Decimal
     earlier_tokens: int
+    # When its last attempt ended: for a task reviewed after it ran, when its work ended, before
+    # the wait for the reviewer (its `finished_at` is when the review was approved). The pace of
+    # the run's ETA measures the work (totals.py).
+    worked_until: datetime | None
     live_output_tokens: int = 0
 
     @property
@@ -302,18 +306,22 @@ class TaskState:
 
 
 STATE_FIELDS = tuple(
-    name for name in TaskState.__dataclass_fields__ if name not in ("pk", "key", "title", "live_output_tokens")
+    name
+    for name in TaskState.__dataclass_fields__
+    if name not in ("pk", "key", "title", "worked_until", "live_output_tokens")
 )
 
 
 def task_states(run: Run | int) -> list[TaskState]:
-    """Every task of the run in plan order, as TaskState (two statements: the tasks, and the
-    tokens streaming now)."""
+    """Every task of the run in plan order, as TaskState (two statements: the tasks with when
+    their last attempts ended, and the tokens streaming now)."""
     run_id = run.pk if isinstance(run, Run) else run
+    last_attempt = Attempt.objects.filter(task_run_id=OuterRef("pk"), number=OuterRef("attempt_count"))
     rows = (
         TaskRun.objects.filter(run_id=run_id)
+        .annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
         .order_by("subtask__position", "pk")
-        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS)
+        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until")
     )
     states = [TaskState(*row) for row in rows]
     live = live_output_tokens(states)

@@ -58,19 +58,41 @@ def eta_plan(run: Run) -> EtaPlan:
     return EtaPlan(dag.SinksFirst.of(keys, edges), MappingProxyType(plans.plan_weights(run.plan)))
 
 
-def pace(tasks: Iterable[TaskRun | TaskState], estimates: Mapping[str, float]) -> float:
-    """How much longer than estimated this run's tasks take: median of actual / estimated.
+# Tasks whose work has ended well: succeeded, or done and awaiting a person's review.
+WORKED = (State.SUCCEEDED, State.AWAITING_REVIEW)
 
-    1.0 until a task has finished; kept within 0.2 .. 5 so that one odd task cannot swing it.
-    """
-    ratios = [
-        (t.finished_at - t.started_at).total_seconds() / estimates[t.key]
+
+def work_took(tasks: Iterable[TaskState]) -> dict[str, float]:
+    """Seconds the work of each task that has done it took (subtask key -> seconds): its last
+    attempt, from its start (when it was claimed) to its end. Not the wait for a reviewer after it
+    (a reviewed task's `finished_at` is the approval), nor a wait to be admitted before it; a
+    pause does not stop a running attempt."""
+    return {
+        t.key: (t.worked_until - t.started_at).total_seconds()
         for t in tasks
-        if t.state == State.SUCCEEDED and t.started_at and t.finished_at and estimates.get(t.key, 0) > 0
-    ]
-    if not ratios:
+        if t.state in WORKED and t.started_at and t.worked_until
+    }
+
+
+def pace(took: Mapping[str, float], estimates: Mapping[str, float]) -> float:
+    """How much longer than estimated this run's tasks take: the seconds the tasks that have done
+    their work took (`took`: key -> seconds) over the seconds they were estimated at, counting the
+    plan's estimate as one more task of its mean length that took as long as estimated.
+
+    Totals, not a median of each task's ratio: a task weighs as much as it was estimated to last,
+    so a second of overhead that doubles a 1 s task does not double a 25 s task left (as a ratio
+    it did: 45 s forecast, 27 s taken); and the one task "as estimated" keeps the first short
+    tasks from setting the pace alone, until as much work as a typical task has been measured.
+    1.0 until a task has done its work; kept within 0.2 .. 5, as a bound of what one run's
+    history can say of its agents.
+    """
+    done = [(seconds, estimates[key]) for key, seconds in took.items() if estimates.get(key, 0) > 0]
+    if not done:
         return 1.0
-    return min(5.0, max(0.2, statistics.median(ratios)))
+    prior = statistics.fmean(e for e in estimates.values() if e > 0)
+    took_s = sum(seconds for seconds, _ in done) + prior
+    estimated_s = sum(estimate for _, estimate in done) + prior
+    return min(5.0, max(0.2, took_s / estimated_s))
 
 
 @dataclass
@@ -150,7 +172,7 @@ def time_left(
     wait does not work its estimate off. The slots other runs hold of the agents (`elsewhere`)
     are busy until their tasks are expected to end (at the same pace), and so are those they hold
     of `cap` when it is shared (`cap_shared`: the providers' in-flight limit)."""
-    speed = pace(tasks, plan.estimates)
+    speed = pace(work_took(tasks), plan.estimates)
     expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
     running = {}
     for task in tasks:

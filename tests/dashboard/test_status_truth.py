@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import html as html_module
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, Run, TaskRun
@@ -435,6 +437,26 @@ def test_a_run_finished_after_its_decision_has_ended(viewer, personas, gated_run
     assert run_here(gated_run).status == Run.Status.SUCCEEDED
     value, _, counts_down, _ = eta_clock(run_page(viewer, gated_run))
     assert (value, counts_down) == ("ended", False)
+
+
+def test_a_review_s_wait_is_not_counted_as_work_once_approved(viewer, personas, make_agent, make_plan, priced_limit):
+    """The ETA jumped to 11 s once a review was approved, and the run ended 3 s later: the reviewed
+    task's 30 s wait for its reviewer was read as work, five times its estimate (the most the pace
+    allows), and every task left was forecast five times slower."""
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("writer", provider_options=fast_latency(2.0))
+    run = runs.launch(make_plan({"a": ("researcher", [], {"gate": "after"}), "w": ("writer", ["a"])}))
+    run_here(run)  # a ran; its output awaits review
+    task = run.tasks.get(subtask__key="a")
+    assert task.state == State.AWAITING_REVIEW
+    # It worked as long as estimated, then waited 30 s for its reviewer.
+    ran_from, ran_to = timezone.now() - timedelta(seconds=30.01), timezone.now() - timedelta(seconds=30)
+    Attempt.objects.filter(task_run=task).update(started_at=ran_from, finished_at=ran_to)
+    TaskRun.objects.filter(pk=task.pk).update(started_at=ran_from)
+    runs.decide(run.checkpoints.get(), approve=True, user=personas["approver"])
+    assert run.tasks.get(subtask__key="w").state == State.QUEUED
+    value, _, counts_down, _ = eta_clock(run_page(viewer, run))
+    assert (value, counts_down) == ("2.0 s", True)  # w's estimate: it said "10 s"
 
 
 def test_the_budget_used_is_rounded_to_the_nearest_percent_and_never_zero_for_a_spend(viewer, wide_run):

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
 from orchestrator.engine import execution, runs, tool_approvals
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
-from orchestrator.readmodels.tasks import DISPLAY_ORDER, tasks_query
-from orchestrator.readmodels.totals import effective_cap, pace, totals
+from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState
+from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
 
 from .conftest import start, succeed
 
@@ -28,7 +29,7 @@ def test_totals_count_states_and_estimate_the_time_left(launched):
     assert later.done == 1
     assert later.eta_s == pytest.approx(full * 2 / 3)  # two of three equal steps left
     succeed(run.tasks.get(subtask__key="b"), took_s=0.6)  # three times slower: the ETA learns
-    assert totals(run).eta_s == pytest.approx(full / 3 * 2)  # median pace 2
+    assert totals(run).eta_s == pytest.approx(full / 3 * 1.0 / 0.6)  # pace (0.2 + 0.6 + 0.2) / (3 × 0.2)
     counts = {c.state: c.count for c in later.counts}
     assert counts[State.SUCCEEDED] == 1
     assert [c.state for c in later.counts] == [s for s in DISPLAY_ORDER if s in counts]
@@ -199,14 +200,66 @@ def test_effective_cap_is_the_tightest_limit(launched, demo_agents):
     assert effective_cap(run).value == 1
 
 
-def test_pace_scales_estimates_by_this_run_s_finished_tasks(launched):
-    run = launched({"a": ("researcher", []), "b": ("researcher", [])})
-    tasks = list(tasks_query(run.pk))
+def task_state(key: str, state: str, *, worked_s: float | None = None, waited_s: float = 0.0) -> TaskState:
+    """A task as the totals read it: `worked_s` seconds of work by its last attempt (None: not
+    started), then `waited_s` seconds before it finished (a review's wait)."""
+    now = timezone.now()
+    started = now - timedelta(seconds=(worked_s or 0) + waited_s) if worked_s is not None else None
+    worked_until = started + timedelta(seconds=worked_s) if started and worked_s is not None else None
+    finished = now if state in TaskRun.TERMINAL and started else None
+    return TaskState(
+        pk=0,
+        key=key,
+        title=key,
+        agent_id=1,
+        state=state,
+        wait_reason="",
+        progress=100 if worked_until else 0,
+        attempt_count=1 if started else 0,
+        started_at=started,
+        finished_at=finished,
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=Decimal("0"),
+        earlier_tokens=0,
+        worked_until=worked_until,
+    )
+
+
+def test_pace_is_one_until_a_task_has_done_its_work():
     estimates = {"a": 2.0, "b": 2.0}
-    assert pace(tasks, estimates) == 1.0
-    succeed(run.tasks.get(subtask__key="a"), took_s=6.0)
-    tasks = list(tasks_query(run.pk))
-    assert pace(tasks, estimates) == pytest.approx(3.0, rel=0.05)
+    assert (
+        pace(work_took([task_state("a", State.RUNNING, worked_s=5.0), task_state("b", State.PENDING)]), estimates)
+        == 1.0
+    )
+
+
+def test_pace_measures_the_work_not_the_wait_for_a_reviewer():
+    """The ETA jumped to 11 s just after a review was approved, and the run ended 3 s later: the
+    pace read the reviewed task's wait for its reviewer as work (0.92 and 31.7 times its
+    estimate, their median clamped to 5)."""
+    reviewed = task_state("a", State.SUCCEEDED, worked_s=2.0, waited_s=60.0)
+    in_review = task_state("b", State.AWAITING_REVIEW, worked_s=2.0, waited_s=60.0)
+    assert work_took([reviewed, in_review]) == pytest.approx({"a": 2.0, "b": 2.0})
+    assert pace(work_took([reviewed, in_review]), {"a": 2.0, "b": 2.0, "c": 2.0}) == pytest.approx(1.0)
+
+
+def test_pace_weighs_a_task_by_its_estimate():
+    """A fixed 25 s task was forecast at 45 s (it took 27 s): a quick task's second of overhead,
+    1.8 times its estimate as a ratio, was applied to it whole."""
+    estimates = {"quick": 1.0, "long": 25.0}
+    assert 25.0 * pace({"quick": 1.8}, estimates) == pytest.approx(26.4, abs=0.1)
+    # Ten seconds estimated that took ten, beside a second that took three: 1.1, not a median of 2.
+    estimates = {"a": 1.0, "b": 10.0, "c": 5.5}
+    assert pace({"a": 3.0, "b": 10.0}, estimates) == pytest.approx(18.5 / 16.5)
+
+
+def test_pace_learns_a_run_that_is_slower_than_estimated_and_stays_within_bounds():
+    estimates = {k: 2.0 for k in "abcde"}
+    assert pace({"a": 6.0}, estimates) == pytest.approx(2.0)  # (6 + 2) / (2 + 2)
+    assert pace({k: 6.0 for k in "abcd"}, estimates) == pytest.approx(2.6)  # (24 + 2) / (8 + 2)
+    assert pace({k: 600.0 for k in "abcd"}, estimates) == 5.0
+    assert pace({k: 0.0 for k in "abcd"}, estimates) == 0.2
 
 
 def test_while_everything_left_waits_for_a_decision_the_eta_is_the_time_after_it(launched):
