@@ -6,9 +6,11 @@ plan's estimate plus the bound of what it receives from its upstreams) plus the 
 estimate it is far too high (real answers rarely reach max_tokens: a Claude run cost 1/18 of
 it), so runs that fit their budget were refused. Once an agent has MIN_HISTORY succeeded
 attempts on its current model, its subtasks are estimated at the *median* input and output
-tokens of its latest HISTORY_WINDOW answers instead (the plan's own input estimate wins when it
-is larger: its author knows the prompt is long). Each agent's basis is kept with the estimate,
-so the pre-flight can say what the number rests on.
+tokens of its latest HISTORY_WINDOW answers instead (the plan's own input estimate, what its
+upstreams send included, wins when it is larger: its author knows the prompt is long, and a
+fan-in receives many outputs). Each agent's basis is kept with the estimate, with the input
+tokens each subtask was counted at, so the pre-flight says what the number rests on in the
+numbers it used.
 
 The same function serves the pre-flight (unsaved and saved plans) and `runs.launch`'s budget
 check, so the page and the refusal never disagree.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -59,10 +61,24 @@ class UsageBasis:
 
     @property
     def text(self) -> str:
+        return self.text_for(())
+
+    def text_for(self, inputs: Sequence[int]) -> str:
+        """The basis in words, with the input tokens its subtasks were counted at (`inputs`, as
+        `tokens` gave them): where the plan's estimate of a subtask's input passes the median (what
+        its upstreams send a fan-in), that is the number used, and the words give it."""
         if self.learned:
+            answers = f"median of its last {wording.counted(self.samples, 'answer')}"
+            median = self.median_input_tokens
+            out = min(self.median_output_tokens, self.max_output_tokens)
+            most = max(inputs, default=median)
+            if most <= median:
+                return f"{answers}: {median:,} tokens in, {out:,} out"
+            amount = f"{most:,}" if min(inputs) == most else f"up to {most:,}"
             return (
-                f"median of its last {wording.counted(self.samples, 'answer')}: "
-                f"{self.median_input_tokens:,} tokens in, {self.median_output_tokens:,} out"
+                f"{answers}: {out:,} tokens out; {amount} tokens in, as the plan estimates its input "
+                f"(its prompt and what its upstreams send){'' if min(inputs) == most else ' where'} "
+                f"above the median of {median:,}"
             )
         have = f"only {wording.counted(self.samples, 'answer')} so far" if self.samples else "no history yet"
         return f"{have}: assumes its maximum of {self.max_output_tokens:,} output tokens per task"
@@ -99,6 +115,17 @@ class AgentEstimate:
     estimate_usd: Decimal
     priced: bool  # False: its model has no price, counted as $0
     basis: UsageBasis
+    input_tokens: tuple[int, ...] = ()  # what each of its subtasks was counted at (`UsageBasis.tokens`)
+
+    @property
+    def above_median(self) -> bool:
+        """Was a subtask counted at the plan's input estimate, above the agent's median?"""
+        return self.basis.learned and max(self.input_tokens, default=0) > self.basis.median_input_tokens
+
+    @property
+    def basis_text(self) -> str:
+        """What its estimate rests on, in words, with the input tokens it was counted at."""
+        return self.basis.text_for(self.input_tokens)
 
 
 @dataclass(frozen=True)
@@ -111,12 +138,13 @@ class PlanEstimate:
         """One line for people: what the whole estimate rests on."""
         learned = [a.agent.name for a in self.agents if a.basis.learned]
         worst = [a.agent.name for a in self.agents if not a.basis.learned]
+        larger = " (the plan's input estimate where larger)" if any(a.above_median for a in self.agents) else ""
         if not worst:
-            return "from each agent's median recorded usage"
+            return f"from each agent's median recorded usage{larger}"
         if not learned:
             return "worst case: no agent has history yet, so every task writes its agent's maximum output"
         return (
-            f"median recorded usage of {', '.join(learned)}; worst case (maximum output) for "
+            f"median recorded usage of {', '.join(learned)}{larger}; worst case (maximum output) for "
             f"{', '.join(worst)}, which {'has' if len(worst) == 1 else 'have'} no history yet"
         )
 
@@ -130,18 +158,21 @@ def estimate(
     price_list = prices() if price_list is None else price_list
     bases: dict[str, UsageBasis] = {}
     totals: dict[str, list] = {}  # name -> [subtasks, cost, priced]
+    inputs: dict[str, list[int]] = {}  # name -> the input tokens each of its subtasks is counted at
     for name, input_tokens in subtasks:
         agent = agents[name]
         basis = bases.get(name) or bases.setdefault(name, usage_basis(agent))
         entry = totals.setdefault(name, [0, Decimal("0"), True])
         entry[0] += 1
+        tokens = basis.tokens(input_tokens)
+        inputs.setdefault(name, []).append(tokens[0])
         limit = price_list.get((agent.provider, agent.model))
         if limit is None:
             entry[2] = False
             continue
-        entry[1] += limit.cost(*basis.tokens(input_tokens))
+        entry[1] += limit.cost(*tokens)
     lines = [
-        AgentEstimate(agents[name], count, cost, priced, bases[name])
+        AgentEstimate(agents[name], count, cost, priced, bases[name], tuple(inputs[name]))
         for name, (count, cost, priced) in sorted(totals.items())
     ]
     return PlanEstimate(sum((line.estimate_usd for line in lines), Decimal("0")), lines)

@@ -62,7 +62,7 @@ class AgentLine:
     subtasks: int
     estimate_usd: Decimal
     priced: bool
-    basis: str  # cost_estimates.UsageBasis.text
+    basis: str  # cost_estimates.AgentEstimate.basis_text
     learned: bool  # True when the estimate comes from the agent's recorded usage
 
     @classmethod
@@ -76,7 +76,7 @@ class AgentLine:
             subtasks=line.subtasks,
             estimate_usd=line.estimate_usd,
             priced=line.priced,
-            basis=line.basis.text,
+            basis=line.basis_text,
             learned=line.basis.learned,
         )
 

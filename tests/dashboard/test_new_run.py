@@ -14,7 +14,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from orchestrator import plans
 from orchestrator.engine import runs
-from orchestrator.models import Agent, Event, Plan, Run
+from orchestrator.models import Agent, Attempt, Event, Plan, Run, Subtask, TaskRun
 from tests.conftest import ROOT, grant_with_approval
 
 pytestmark = pytest.mark.django_db
@@ -253,6 +253,30 @@ def test_preflight_says_what_sets_the_duration_and_how_many_run_at_once_under_th
     assert "≈ 0.8 s set by the run's cap of 2: critical path 0.6 s, total work 1.2 s over a cap of 2" in words
     assert "3 steps, up to 2 in parallel (the widest step has 4)" in words
     assert "up to 4 in parallel" not in words
+
+
+def test_preflight_says_the_input_tokens_it_counted_for_a_fan_in(launcher_client):
+    """The team's row of the reviewer said "median of its last 3 answers: 394 tokens in, 255 out"
+    beside a cost of twelve thousand tokens in: what its upstreams send the review is counted
+    whenever it passes the median, and the row says so."""
+    reviewer = Agent.objects.get(name="reviewer")
+    history = Plan.objects.create(goal="history")
+    run = Run.objects.create(plan=history)
+    for index in range(3):
+        subtask = Subtask.objects.create(plan=history, key=f"h{index}", title="h", agent=reviewer, position=index)
+        task = TaskRun.objects.create(run=run, subtask=subtask, agent=reviewer, state=TaskRun.State.SUCCEEDED)
+        Attempt.objects.create(
+            task_run=task, number=1, state=Attempt.State.SUCCEEDED, input_tokens=394, output_tokens=255
+        )
+    html = launcher_client.get(check(launcher_client, plan_file=pipeline_upload())).text
+    row = re.search(r"<tr><td>reviewer</td>(.*?)</tr>", html, re.S)
+    assert row, "no row of the reviewer in the team"
+    words = " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", row.group(1))).split())
+    # review: 4,000 planned + 8,040 of its upstreams' full outputs, at $3, and 255 out at $15 per million
+    assert words == (
+        "simulated · sim-1 simulated 1 4 $0.0399 median of its last 3 answers: 255 tokens out; 12,040 tokens in, "
+        "as the plan estimates its input (its prompt and what its upstreams send) above the median of 394"
+    )
 
 
 def test_launch_saves_the_plan_and_starts_the_run_then_goes_to_the_run_page(launcher_client, personas):

@@ -104,3 +104,33 @@ def test_the_preflight_shows_each_agents_basis_and_equals_the_launch_check(plan)
     assert not lines["writer"].learned and "maximum of 2,000 output tokens" in lines["writer"].basis
     assert "median recorded usage of researcher" in checked.estimate_basis
     assert checked.estimate_usd == runs.estimate_cost(plan)
+
+
+def test_the_basis_gives_the_input_tokens_counted_when_the_plans_estimate_passes_the_median(plan):
+    """The writer's row said "median … 394 tokens in, 255 out" beside a cost of ~11,000 tokens in:
+    a fan-in's estimate of what its upstreams send passes the median, and that is what is counted."""
+    record_history(plan.subtasks.get(key="w").agent, [(100, 50)] * 3)
+    record_history(plan.subtasks.get(key="a").agent, [(300, 100)] * 3)
+    checked = preflight.check_saved_plan(plan, cap=2, budget_usd=Decimal("1"))
+    lines = {line.name: line for line in checked.agents}
+    # w: a's summary as input (its bound, 220 tokens) is more than the writer's median of 100.
+    assert lines["writer"].estimate_usd == Decimal(220 * 3 + 50 * 15) / 1_000_000
+    assert lines["writer"].basis == (
+        "median of its last 3 answers: 50 tokens out; 220 tokens in, as the plan estimates its input "
+        "(its prompt and what its upstreams send) above the median of 100"
+    )
+    # a (100 planned) and b (nothing planned) are counted at the researcher's median: said as before.
+    assert lines["researcher"].basis == "median of its last 3 answers: 300 tokens in, 100 out"
+    assert checked.estimate_basis == "from each agent's median recorded usage (the plan's input estimate where larger)"
+
+
+def test_the_basis_says_up_to_when_only_some_subtasks_pass_the_median(plan):
+    record_history(plan.subtasks.get(key="a").agent, [(150, 100)] * 3)  # a planned 100: b and a at 150
+    Subtask = plan.subtasks.model
+    Subtask.objects.filter(plan=plan, key="a").update(estimated_input_tokens=900)
+    line = next(line for line in cost_estimates.plan_estimate(plan).agents if line.agent.name == "researcher")
+    assert line.input_tokens == (900, 150)
+    assert line.basis_text == (
+        "median of its last 3 answers: 100 tokens out; up to 900 tokens in, as the plan estimates its input "
+        "(its prompt and what its upstreams send) where above the median of 150"
+    )
