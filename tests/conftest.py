@@ -73,6 +73,19 @@ class NoHost:
         return await agent_runner.record(attempt_ends.complete, claim, output, usage, keep=keep)  # its own step
 
 
+class Stopping(NoHost):
+    """No host, but one that holds the attempt it runs (`attempt`) to stop it from the test's
+    thread (`stop`, on the attempt's loop), as a host's heartbeat or shutdown does."""
+
+    def track(self, attempt) -> None:
+        import asyncio
+
+        self.attempt, self.loop = attempt, asyncio.get_running_loop()
+
+    def stop(self, reason: str) -> None:
+        self.loop.call_soon_threadsafe(self.attempt.stop, reason)
+
+
 def run_attempt(attempt_id: int) -> str:
     """Run one queued attempt in this process, as a worker's agent host runs it (claim, stream,
     record its end, advance its run), without the host's chaining or heartbeat. Returns the

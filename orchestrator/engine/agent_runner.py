@@ -15,7 +15,10 @@ way, from how the loop stopped. An agent without grants takes the plain path, un
 
 Every database step runs on the host's database threads (`db_threads.run`); the event loop only
 waits. Usage is never dropped: the last usage the provider reported is recorded however the
-attempt ends.
+attempt ends. Nor is the text: whatever the attempt wrote (on either path) goes with every end
+that is not a success (failed, timed out, cancelled, handed back, lost), which keeps it as the
+task's partial output (engine/attempt_ends.py); the host's saves alone lost what came after the
+last of them.
 """
 
 from __future__ import annotations
@@ -151,7 +154,10 @@ async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
         except Exception as exc:  # an agent's bug must not kill the host: it is a failed attempt
             current.interruptible = False
             log.exception("attempt %s crashed", claim.attempt.pk)
-            return await record(attempt_ends.fail, claim, f"{type(exc).__name__}: {exc}", usage=current.progress.usage)
+            message = f"{type(exc).__name__}: {exc}"
+            return await record(
+                attempt_ends.fail, claim, message, usage=current.progress.usage, output=current.progress.output
+            )
     finally:
         tracker.untrack(current)
 
@@ -184,19 +190,23 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
     except TimeoutError:
         current.interruptible = False
         message = f"timed out after {request.timeout_s:.0f} s"
-        return await record(attempt_ends.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage())
+        timed_out = Attempt.State.TIMED_OUT
+        return await record(
+            attempt_ends.fail, claim, message, attempt_state=timed_out, usage=usage(), output=current.progress.output
+        )
     except ProviderError as exc:
         return await _provider_failed(current, exc)
 
 
 async def _provider_failed(current: AttemptRun, exc: ProviderError) -> str:
     current.interruptible = False
-    claim, usage = current.claim, current.progress.usage
+    claim, usage, output = current.claim, current.progress.usage, current.progress.output
     if isinstance(exc, ProviderTimeout):
-        return await record(attempt_ends.fail, claim, str(exc), attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+        timed_out = Attempt.State.TIMED_OUT
+        return await record(attempt_ends.fail, claim, str(exc), attempt_state=timed_out, usage=usage, output=output)
     if exc.feedback is not None:
         await db(feedback.apply, exc.feedback)
-    return await record(attempt_ends.fail, claim, str(exc), error=exc, usage=usage)
+    return await record(attempt_ends.fail, claim, str(exc), error=exc, usage=usage, output=output)
 
 
 async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
@@ -209,14 +219,16 @@ async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
     claim, usage = current.claim, current.progress.usage
     if outcome.finished:
         return await succeed(current, outcome.output, usage)
-    # Stopped by a limit: what it wrote so far stays readable on the task, and the end says why.
-    current.progress.output = outcome.output
-    await record(execution.save_progress, [(claim, current.progress)])
+    # Stopped by a limit: what it wrote so far stays readable on the task (every turn's text, the
+    # one the deadline cut too: the outcome's holds whole turns only), and the end says why.
     message = loop_stop_message(outcome, request, claim.task.agent.max_steps)
+    output = current.progress.output
     if outcome.stop == agent_loop.DEADLINE:
-        return await record(attempt_ends.fail, claim, message, attempt_state=Attempt.State.TIMED_OUT, usage=usage)
+        timed_out = Attempt.State.TIMED_OUT
+        return await record(attempt_ends.fail, claim, message, attempt_state=timed_out, usage=usage, output=output)
     # max_steps and budget: another attempt would stop at the same limit, so the task fails now.
-    return await record(attempt_ends.fail, claim, message, error=ProviderError(message, retryable=False), usage=usage)
+    final = ProviderError(message, retryable=False)
+    return await record(attempt_ends.fail, claim, message, error=final, usage=usage, output=output)
 
 
 def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: int) -> str:
@@ -244,12 +256,12 @@ async def succeed(current: AttemptRun, output: str, usage: Usage) -> str:
 async def _stopped(current: AttemptRun) -> str:
     """Record the end of an attempt its host stopped (cancellation, lost lease, shutdown)."""
     current.interruptible = False
-    claim, usage = current.claim, current.progress.usage
+    claim, usage, output = current.claim, current.progress.usage, current.progress.output
     if current.stop_reason == CANCELLED:
-        return await record(attempt_ends.cancel_attempt, claim, usage)
+        return await record(attempt_ends.cancel_attempt, claim, usage, output)
     if current.stop_reason == SHUTDOWN:
-        return await record(attempt_ends.hand_back, claim, usage)
-    return await record(attempt_ends.discard_late, claim, usage, "lease lost while running")
+        return await record(attempt_ends.hand_back, claim, usage, output=output)
+    return await record(attempt_ends.discard_late, claim, usage, "lease lost while running", output)
 
 
 async def record(step, /, *args, **kwargs) -> str:

@@ -11,6 +11,12 @@ backing off) is engine/retries.py.
 Every write of an outcome is conditional on the attempt still holding its lease
 (`execution.owned`): once the reaper has declared an attempt lost, whatever that attempt says
 later is kept on its Attempt row and never applied to the task (`discard_late`).
+
+An end without success keeps the text the attempt wrote (`output`, as its host holds it at the
+end): on the task, as its partial output ("Partial output of attempt 2 (cancelled)"), or for a
+lost attempt on its own row. The host's progress saves come every second or two and stop once the
+task is no longer the attempt's, so the text since the last save (all of it, for an attempt
+stopped before its first save) was kept nowhere.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from orchestrator import events
@@ -70,7 +77,9 @@ def _complete(run_id: int, successes: Sequence[Success], keep: int, claim_for: s
             ended = [s.claim.task for s, done in zip(successes, moved, strict=True) if done]
             step = scheduler.advance_locked(run, keep=keep, claim_for=claim_for, ended=ended)
     outcomes = [
-        "succeeded" if done else late_or_cancelled(s.claim, s.usage, "result arrived after the lease expired")
+        "succeeded"
+        if done
+        else late_or_cancelled(s.claim, s.usage, "result arrived after the lease expired", output=s.output)
         for s, done in zip(successes, moved, strict=True)
     ]
     return outcomes, step
@@ -143,7 +152,10 @@ def fail(
     error: ProviderError | None = None,
     attempt_state: str = Attempt.State.FAILED,
     usage: Usage | None = None,
+    output: str = "",
 ) -> str:
+    """The attempt failed or timed out (`attempt_state`) with `message`: a retry or the task
+    failed (engine/retries.py), the text it wrote (`output`) kept as the task's partial output."""
     task = claim.task
     usage = usage or Usage()
     with events.atomic():
@@ -156,6 +168,7 @@ def fail(
             Attempt.objects.filter(pk=claim.attempt.pk).update(
                 state=attempt_state, finished_at=timezone.now(), error=message[:2000]
             )
+            _keep_output(owned(claim), output)
             provider_wide = bool(error and error.provider_wide)
             if error is not None and error.provider_wide:
                 retries.back_off_provider(run, task, error)
@@ -169,16 +182,17 @@ def fail(
                 retry_after=error.retry_after_s if error else None,
             )
     if late:
-        return late_or_cancelled(claim, usage, f"failure reported after the lease expired: {message}")
+        why = f"failure reported after the lease expired: {message}"
+        return late_or_cancelled(claim, usage, why, output=output)
     return outcome
 
 
-def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
+def cancel_attempt(claim: Claim, usage: Usage | None = None, output: str = "") -> str:
     """The task was cancelled or skipped while this attempt ran (a person, the run's end,
     fail_fast): the attempt ends cancelled with what it used and the task's reason ("run
-    cancelled", "skipped by ann", "run stopped: a failed (fail_fast)"), and an event says so, so
-    that viewers see its end and the run's totals with its usage in them (the cancellation itself
-    came before both)."""
+    cancelled", "skipped by ann", "run stopped: a failed (fail_fast)"), the text it wrote
+    (`output`) kept as the task's partial output, and an event says so, so that viewers see its
+    end and the run's totals with its usage in them (the cancellation itself came before both)."""
     usage = usage or Usage()
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
@@ -188,6 +202,7 @@ def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.CANCELLED, finished_at=timezone.now(), error=reason or f"its task was {ended}"
         )
+        _keep_output(TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number), output)
         transitions.move_where(
             TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number),
             State.CANCELLED,
@@ -212,18 +227,22 @@ def cancel_attempt(claim: Claim, usage: Usage | None = None) -> str:
     return "cancelled"
 
 
-def hand_back(claim: Claim, usage: Usage | None = None, why: str = "the worker is shutting down") -> str:
+def hand_back(
+    claim: Claim, usage: Usage | None = None, why: str = "the worker is shutting down", output: str = ""
+) -> str:
     """Give a running attempt up without blaming the task (graceful shutdown): the attempt ends
-    ``handed_back`` with what it used, the task is ready again at once and spends no retry."""
+    ``handed_back`` with what it used, the task is ready again at once and spends no retry; the
+    text it wrote (`output`) stays the task's partial output until the next attempt starts."""
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
         if not owned(claim).exists():
-            return discard_late(claim, usage or Usage(), f"handed back after the lease expired ({why})")
+            return discard_late(claim, usage or Usage(), f"handed back after the lease expired ({why})", output)
         settlement.settle(claim.attempt.pk, usage or Usage(), claim.limit, run_id=run.pk, task_id=claim.task.pk)
         now = timezone.now()
         Attempt.objects.filter(pk=claim.attempt.pk).update(
             state=Attempt.State.HANDED_BACK, finished_at=now, error=f"handed back: {why}"
         )
+        _keep_output(owned(claim), output)
         transitions.move_where(
             owned(claim),
             State.READY,
@@ -243,25 +262,27 @@ def hand_back(claim: Claim, usage: Usage | None = None, why: str = "the worker i
     return "handed back"
 
 
-def late_or_cancelled(claim: Claim, usage: Usage, why_late: str) -> str:
+def late_or_cancelled(claim: Claim, usage: Usage, why_late: str, output: str = "") -> str:
     """An end that found the task no longer this attempt's. Cancelled meanwhile (the run or the
     task, before the host's next heartbeat said so): the attempt ends cancelled, as it would have
     at that heartbeat. Otherwise its lease was lost: what it says is kept aside (`discard_late`)."""
     cancelled = TaskRun.objects.filter(pk=claim.task.pk, attempt_count=claim.attempt.number, state=State.CANCELLED)
     if cancelled.exists():
-        return cancel_attempt(claim, usage)
-    return discard_late(claim, usage, why_late)
+        return cancel_attempt(claim, usage, output)
+    return discard_late(claim, usage, why_late, output)
 
 
-def discard_late(claim: Claim, usage: Usage, why: str) -> str:
-    """Keep what a dead attempt says on its own row (and count what it used); never apply it."""
+def discard_late(claim: Claim, usage: Usage, why: str, output: str = "") -> str:
+    """Keep what a dead attempt says on its own row (what it used, counted, and the text it wrote,
+    `output`, shown with the attempt); never apply it: the task may be another attempt's now."""
     with events.atomic():
         run = scheduler.lock_run(claim.task.run_id)
         settlement.settle(claim.attempt.pk, usage, claim.limit, run_id=run.pk, task_id=claim.task.pk)
         Attempt.objects.filter(pk=claim.attempt.pk, state=Attempt.State.RUNNING).update(
             state=Attempt.State.LOST, finished_at=timezone.now(), error=why[:2000]
         )
-        Attempt.objects.filter(pk=claim.attempt.pk).update(late_result_discarded=True)
+        kept = {"output": output} if output else {}  # nothing written leaves what the row holds
+        Attempt.objects.filter(pk=claim.attempt.pk).update(late_result_discarded=True, **kept)
         events.record(
             "attempt.late_result_discarded",
             run=run,
@@ -270,3 +291,11 @@ def discard_late(claim: Claim, usage: Usage, why: str) -> str:
             payload={"attempt": claim.attempt.number, "worker": claim.worker, "output_tokens": usage.output_tokens},
         )
     return "discarded"
+
+
+def _keep_output(task: QuerySet[TaskRun], output: str) -> None:
+    """Keep the text an attempt wrote before it ended without success as its task's (partial)
+    output, on `task` (the task while it is still this attempt's). Nothing written leaves what the
+    host saved (nothing, or what an earlier end kept)."""
+    if output:
+        task.update(output=output)

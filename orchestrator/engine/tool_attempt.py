@@ -10,7 +10,9 @@ loop's hooks:
   ``payload()`` and the attempt's number), written behind the loop in batches by
   :class:`StepLog` (one transaction a batch, numbered through the run's event sequence: never the
   run row); the step also goes to viewers live (``AttemptRun.add_step``, engine/live.py).
-* ``on_text``: the streamed text feeds the live output, as a plain completion's does.
+* ``on_text``: the streamed text feeds the live output, as a plain completion's does, the turns'
+  texts apart as the outcome joins them; an end without success keeps it as the task's partial
+  output (``agent_runner`` hands it to every end, the cut turn's text too).
 * ``on_usage``: every model call's usage is added to the attempt's, which the heartbeat saves and
   every end records, so nothing is dropped on failure, timeout or cancellation.
 * ``reserve``: before every model call after the first, the run's budget must cover another
@@ -161,8 +163,9 @@ class Hooks:
         self.steps.add(step)
 
     async def on_text(self, step: int, delta: TextDelta) -> None:
-        if step != self.text_step:
-            if self.text_step and self.current.progress.output and delta.text:
+        # The turns' texts apart as the outcome joins them; a turn's empty deltas (usage only) start nothing.
+        if delta.text and step != self.text_step:
+            if self.current.progress.output:
                 self.current.add_text(TextDelta("\n\n", delta.output_tokens))
             self.text_step = step
         self.current.add_text(delta)

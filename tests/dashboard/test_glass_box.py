@@ -159,6 +159,16 @@ def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewe
     assert NO_STEPS_ENDED in words(html) and " yet" not in words(html)
 
 
+def test_a_lost_attempts_text_is_shown_with_it_as_kept_not_applied(viewer, run):
+    """A lost attempt's text went nowhere: the row said a late result "was kept" and showed none."""
+    task = look(run)
+    end_task(task, TaskRun.State.READY, 1, Attempt.State.LOST)
+    Attempt.objects.filter(task_run=task).update(late_result_discarded=True, output="Written after the lease ran out")
+    text = words(panel(viewer, run, task))
+    assert "What this attempt wrote (kept, not applied: it had lost its lease) Written after the lease ran out" in text
+    assert "kept when its task was re-run" not in text
+
+
 def test_a_skipped_task_that_never_started_says_nothing_will_come(viewer, run):
     end_task(look(run), TaskRun.State.FAILED, 1, Attempt.State.FAILED, error="simulated failure")
     write = run.tasks.get(subtask__key="write")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -10,7 +11,8 @@ from orchestrator import db_threads
 from orchestrator.engine import agent_runner, attempt_ends, execution, runs
 from orchestrator.models import Attempt
 from orchestrator.providers.base import Completed, Provider, TextDelta, Usage, UsageSoFar
-from tests.conftest import NoHost, run_attempt
+from orchestrator.readmodels.records import PartialOutputRecord
+from tests.conftest import NoHost, Stopping, run_attempt, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -87,3 +89,31 @@ def test_a_timed_out_attempt_keeps_its_usage_so_far_and_its_stream_is_closed_fir
     assert timed_out.state == Attempt.State.TIMED_OUT
     # What the stream reported (its input) and what it wrote (its output so far) stay counted.
     assert (timed_out.input_tokens, timed_out.output_tokens) == (10, 3)
+    assert run.tasks.get().output == "An answer."  # its text too, with no host that saved it
+
+
+def test_an_attempt_cancelled_before_its_hosts_first_save_keeps_what_it_streamed(make_agent, make_plan, monkeypatch):
+    """Only the host's saves kept the text, every second or two: cancelled between two, an attempt
+    lost what it had streamed since the last (all of it before the first)."""
+    make_agent("researcher", timeout_s=60)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    monkeypatch.setattr(agent_runner, "get_provider", lambda name: RecordingProvider([], hold=True))
+    attempt = Attempt.objects.get(task_run__run=run)
+    stopping, out = Stopping(), {}
+
+    def work() -> None:
+        out["outcome"], _ = db_threads.run_sync(
+            lambda: agent_runner.run_attempt(stopping, attempt.pk, execution.worker_name())
+        )
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    wait_until(lambda: getattr(stopping, "attempt", None) and stopping.attempt.progress.output, 30, "the text")
+    runs.cancel(run)
+    stopping.stop(agent_runner.CANCELLED)  # as the host's next heartbeat does
+    thread.join(timeout=30)
+    assert out["outcome"] == "cancelled"
+    task = run.tasks.get()
+    partial = PartialOutputRecord.of(task, task.attempts.get())
+    assert partial is not None
+    assert (partial.heading, partial.text) == ("Partial output of attempt 1 (cancelled)", "An answer.")

@@ -12,6 +12,7 @@ from django.utils import timezone
 from orchestrator.engine import attempt_ends, execution, reaper, retries, runs
 from orchestrator.models import Attempt, Event, ProviderLimit, TaskRun
 from orchestrator.providers.base import Usage
+from orchestrator.readmodels.records import PartialOutputRecord
 from tests.conftest import fast_latency, run_attempt
 from tests.orchestrator.engine.test_execution import queued_attempt
 
@@ -171,7 +172,17 @@ def test_an_attempt_that_ends_after_its_run_was_cancelled_ends_cancelled_not_lat
     assert attempt.output_tokens == 12  # what it used still counts
     assert not Event.objects.filter(run=run, type="attempt.late_result_discarded").exists()
     assert not Event.objects.filter(run=run, message__contains="lease expired").exists()
-    assert TaskRun.objects.get(pk=claim.task.pk).output != "too late"
+    # Its text is kept as the cancelled attempt's partial output, never as the task's result.
+    task = TaskRun.objects.get(pk=claim.task.pk)
+    assert task.state == TaskRun.State.CANCELLED
+    partial = PartialOutputRecord.of(task, attempt)
+    if end == "result":
+        assert partial is not None and (partial.heading, partial.text) == (
+            "Partial output of attempt 1 (cancelled)",
+            "too late",
+        )
+    else:
+        assert partial is None
 
 
 def test_the_tasks_a_success_claims_for_its_host_are_asked_with_the_upstream_outputs(make_agent, make_plan):

@@ -21,7 +21,9 @@ from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, 
 from orchestrator.providers.fake_anthropic import Reply
 from orchestrator.providers.fake_anthropic.ratelimits import RateLimits
 from orchestrator.readmodels import steps
-from tests.conftest import NoHost, run_attempt, run_here, stand_still, wait_until
+from orchestrator.readmodels.records import PartialOutputRecord
+from orchestrator.readmodels.run_export import run_export, run_markdown
+from tests.conftest import NoHost, Stopping, run_attempt, run_here, stand_still, wait_until
 from tests.orchestrator.tools.conftest import TEST_SERVER, process_gone
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -478,3 +480,111 @@ def test_a_lost_attempts_pending_call_is_closed_by_the_reaper(tool_setup, make_a
     checkpoint = Checkpoint.objects.get(pk=checkpoint_id)
     assert checkpoint.status == Checkpoint.Status.CLOSED and "lost" in checkpoint.comment
     assert agent.name in tool_approvals.describe(checkpoint)
+
+
+# --- What an attempt wrote, however it ends without success --------------------------------------
+# The host saves an attempt's text every second or two, and only while its task is still the
+# attempt's: an end that did not keep the text itself lost all it wrote since the last save (all of
+# it before the first). These attempts run with no host at all, so only the end can keep it.
+
+SPANS = "Spans recorded today: cart, pricing and payment; tax and inventory are not traced."
+
+
+def awaiting_approval(server, make_agent, make_plan, tracker=None):
+    """coder, granted testsrv:echo with approval, says SPANS and asks to call echo; the call waits
+    for a person: (run, thread, its outcome when it ended)."""
+    claude_agent(make_agent, "coder", "testsrv:echo", approval=True)
+    server.enqueue(Reply.tool_calls(("echo", {"text": "trace"}), text=SPANS))
+    run = launch(make_plan, {"a": ("coder", [])})
+    attempt_id = queued(run).pk
+    out: dict = {}
+
+    def work() -> None:
+        out["outcome"], _ = db_threads.run_sync(
+            lambda: agent_runner.run_attempt(tracker or NoHost(), attempt_id, execution.worker_name())
+        )
+
+    thread = threading.Thread(target=work, daemon=True)
+    thread.start()
+    wait_for_checkpoint(run)
+    return run, thread, out
+
+
+def test_a_cancelled_tool_attempt_keeps_what_it_wrote_as_the_tasks_partial_output(
+    tool_setup, make_agent, make_plan, personas
+):
+    """The reviewer's run: the task counted its tokens and cost, the downloads said "No output: run
+    cancelled" with no partial output, where a plain task beside it showed its text."""
+    run, thread, out = awaiting_approval(tool_setup, make_agent, make_plan)
+    runs.cancel(run, user=personas["launcher"])
+    thread.join(timeout=60)
+    assert out["outcome"] == "cancelled"
+    (task,) = run_export(run)["tasks"]
+    assert task["partial_output"] == {
+        "attempt": 1,
+        "attempt_state": "cancelled",
+        "heading": "Partial output of attempt 1 (cancelled)",
+        "text": SPANS,
+    }
+    assert "_Partial output of attempt 1 (cancelled): the text it wrote" in run_markdown(run)
+    assert SPANS in run_markdown(run)
+
+
+def test_a_tool_attempt_handed_back_on_shutdown_keeps_what_it_wrote(tool_setup, make_agent, make_plan):
+    stopping = Stopping()
+    run, thread, out = awaiting_approval(tool_setup, make_agent, make_plan, stopping)
+    stopping.stop(agent_runner.SHUTDOWN)
+    thread.join(timeout=60)
+    assert out["outcome"] == "handed back"
+    task = run.tasks.get()
+    assert task.state == TaskRun.State.READY
+    partial = PartialOutputRecord.of(task, task.attempts.get())
+    assert partial is not None and (partial.heading, partial.text) == (
+        "Partial output of attempt 1 (handed back)",
+        SPANS,
+    )
+
+
+def test_a_lost_tool_attempt_keeps_what_it_wrote_on_its_own_row(tool_setup, make_agent, make_plan):
+    """The task is no longer the attempt's (the reaper may have given it to another): the text is
+    kept with the attempt, never applied to the task."""
+    run, thread, out = awaiting_approval(tool_setup, make_agent, make_plan)
+    TaskRun.objects.filter(run=run).update(lease_owner="another-worker:1")
+    thread.join(timeout=60)
+    assert out["outcome"] == "discarded"
+    attempt = Attempt.objects.get(task_run__run=run)
+    assert (attempt.state, attempt.output, attempt.late_result_discarded) == (Attempt.State.LOST, SPANS, True)
+    assert run.tasks.get().output == ""
+
+
+def test_a_failed_tool_attempt_keeps_every_turns_text_the_cut_one_too(tool_setup, make_agent, make_plan):
+    claude_agent(make_agent, "coder", "testsrv:echo")
+    cut = "Tax calls take 180 ms at p95 because every line is priced on its own and"
+    tool_setup.enqueue(
+        Reply.tool_calls(("echo", {"text": "trace"}), text=SPANS),
+        Reply.stream_error("invalid_request_error", "the request was refused", after_words=6, text=cut),
+    )
+    run = launch(make_plan, {"a": ("coder", [])})
+    run_attempt(queued(run).pk)
+    task = run.tasks.get()
+    attempt = task.attempts.get()
+    assert attempt.state == Attempt.State.FAILED
+    partial = PartialOutputRecord.of(task, attempt)
+    assert partial is not None and partial.heading == "Partial output of attempt 1 (failed)"
+    assert partial.text == f"{SPANS}\n\n{' '.join(cut.split()[:6])} "
+
+
+def test_a_timed_out_tool_attempt_keeps_the_text_of_the_turn_the_deadline_cut(tool_setup, make_agent, make_plan):
+    """The loop's outcome holds whole turns only: the text the cut turn had streamed was dropped."""
+    claude_agent(make_agent, "coder", "testsrv:echo", timeout_s=5)
+    cut = "Tax calls take 180 ms at p95 because every line is priced on its own and the rest follows"
+    tool_setup.enqueue(
+        Reply.tool_calls(("echo", {"text": "trace"}), text=SPANS),
+        Reply.text_answer(cut, chunk_delay_s=0.8),  # 5.6 s whole: the deadline cuts it
+    )
+    run = launch(make_plan, {"a": ("coder", [])})
+    run_attempt(queued(run).pk)
+    task = run.tasks.get()
+    attempt = task.attempts.get()
+    assert attempt.state == Attempt.State.TIMED_OUT
+    assert task.output.startswith(f"{SPANS}\n\nTax calls take") and cut not in task.output
