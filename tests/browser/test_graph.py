@@ -116,7 +116,11 @@ def test_group_boxes_keep_their_size_and_never_overlap_as_their_counts_change(
     assert "6 × researcher · step 1\n2 queued · 1 held back · 3 others" in labels
     assert sizes_of(page.evaluate(GROUP_BOXES)) == sizes_of(before)
     for level in ("zoom-mid", "zoom-far"):
-        page.evaluate("level => { window.glassboxRun.cy.nodes().addClass(level); }", level)
+        # (Its style read at once: Cytoscape measured a label whose class had just changed at the
+        # previous level's sizes, and this looked at the label of another level.)
+        page.evaluate(
+            "level => { window.glassboxRun.cy.nodes().addClass(level).forEach(n => n.pstyle('label')); }", level
+        )
         assert crowded_group_labels(page) == [], level
         page.evaluate("level => { window.glassboxRun.cy.nodes().removeClass(level); }", level)
 
@@ -230,4 +234,165 @@ def test_the_canvas_follows_the_windows_height_and_keeps_a_view_the_reader_zoome
     assert page.evaluate(VIEW) == [pytest.approx(zoom), pytest.approx(x, abs=1), pytest.approx(y, abs=1)]
     expect(page.locator("#dag-minimap")).to_be_visible()
     graph_shot(page, request, "every-task-zoomed-700")
+    assert not page.js_problems
+
+
+# Each visible node as the graph canvas shows it: its label's text measured at its font (the
+# widest line, in the canvas's pixels), the box Cytoscape keeps for that label (what the label is
+# drawn into), and the columns of the node's inside where the node layer has ink (the label's dark
+# text), read from the canvas itself.
+DRAWN_LABELS = """() => {
+    const cy = window.glassboxRun.cy, ratio = window.devicePixelRatio || 1, zoom = cy.zoom();
+    const layer = document.querySelector('#dag canvas[data-id="layer2-node"]').getContext('2d');
+    const measure = document.createElement('canvas').getContext('2d');
+    return cy.nodes(':visible').map(n => {
+        const text = n.pstyle('label').strValue;
+        measure.font = `${n.pstyle('font-style').strValue} ${n.pstyle('font-weight').strValue} `
+            + `${n.pstyle('font-size').pfValue}px ${n.pstyle('font-family').strValue}`;
+        // Its lines as Cytoscape wraps them: at its line breaks, then a line wider than its
+        // text-max-width after the words that fit (each with the space after it).
+        const max = n.pstyle('text-max-width').pfValue, lines = [];
+        const width = line => measure.measureText(line).width;
+        text.split('\\n').forEach(line => {
+            if (n.pstyle('text-wrap').value !== 'wrap' || width(line) <= max) {
+                lines.push(line);
+                return;
+            }
+            let current = '', from = 0;
+            for (const space of line.matchAll(/[\\s\\u200b]+|$/g)) {
+                const word = line.substring(from, space.index);
+                from = space.index + space[0].length;
+                if (width(current ? current + word + space[0] : word) <= max) {
+                    current += word + space[0];
+                } else {
+                    if (current) lines.push(current);
+                    current = word + space[0];
+                }
+            }
+            if (!/^[\\s\\u200b]*$/.test(current)) lines.push(current);
+        });
+        const textWidth = Math.max(...lines.map(line => Math.ceil(width(line))));
+        const labelBox = n.boundingBox({includeNodes: false, includeEdges: false, includeLabels: true,
+                                        includeOverlays: false});
+        const body = n.renderedBoundingBox({includeLabels: false, includeOverlays: false});
+        if (body.x1 < 0 || body.y1 < 0 || body.x2 > cy.width() || body.y2 > cy.height()) {
+            return null;  // partly out of view
+        }
+        // Cytoscape leaves out a label too small on screen (min-zoomed-font-size), with the zoom
+        // rounded up to a power of two.
+        const scale = Math.pow(2, Math.ceil(Math.log2(zoom * ratio)));
+        const shown = n.pstyle('font-size').pfValue * scale >= n.pstyle('min-zoomed-font-size').pfValue;
+        const inset = n.pstyle('border-width').pfValue * zoom + 2;
+        const x = Math.round((body.x1 + inset) * ratio), y = Math.round((body.y1 + inset) * ratio);
+        const w = Math.round((body.w - 2 * inset) * ratio), h = Math.round((body.h - 2 * inset) * ratio);
+        let first = null, last = null;
+        if (w > 0 && h > 0) {
+            const px = layer.getImageData(x, y, w, h).data;
+            for (let col = 0; col < w; col++) {
+                for (let row = 0; row < h; row++) {
+                    const i = 4 * (row * w + col);
+                    if (px[i + 3] > 0 && px[i] + px[i + 1] + px[i + 2] < 3 * 140) {
+                        first = first === null ? col : first;
+                        last = col;
+                        break;
+                    }
+                }
+            }
+        }
+        return {name: n.data('name') || n.data('key'), group: n.hasClass('group'), shown: shown,
+                fontPx: n.pstyle('font-size').pfValue * zoom * ratio,
+                textWidth: textWidth * zoom * ratio, boxWidth: (labelBox.w - 4) * zoom * ratio,
+                ink: first === null ? 0 : last - first + 1};
+    }).filter(Boolean);
+}"""
+
+
+def misdrawn_labels(page) -> list[str]:
+    """The visible nodes whose label is not drawn whole: kept in a box of another size than its
+    text (a label measured at another zoom level's font, drawn clipped into it), or whose ink
+    spans less than its text (clipped) or more (drawn twice, side by side), or is missing (a label
+    too small on screen to be drawn has none)."""
+    wrong = []
+    for node in page.evaluate(DRAWN_LABELS):
+        width = node["textWidth"]
+        if abs(node["boxWidth"] - width) > max(3, 0.05 * width):
+            wrong.append(f"{node['name']}: label box {node['boxWidth']:.0f} px for a text of {width:.0f} px")
+        elif node["shown"] and node["fontPx"] >= 6 and not node["ink"]:
+            wrong.append(f"{node['name']}: no label drawn")
+        elif node["shown"] and node["fontPx"] >= 10 and not 0.8 * width - 3 <= node["ink"] <= 1.1 * width + 3:
+            # (Smaller text is too faint at its edges to be measured by its ink, and below 6 px
+            # too faint to be told from the fill.)
+            wrong.append(f"{node['name']}: ink over {node['ink']} px for a text of {width:.0f} px")
+        elif not node["shown"] and node["ink"]:
+            wrong.append(f"{node['name']}: ink over {node['ink']} px for a label too small to draw")
+    return wrong
+
+
+def labels_drawn_whole(page) -> bool:
+    # Cytoscape draws labels in the frames after a change (from textures it builds over a few).
+    page.wait_for_timeout(300)
+    return misdrawn_labels(page) == []
+
+
+def layered_plan() -> dict:
+    """A large run's shape: a first task, steps of 40, 60, 40 and 8 tasks (of the demo team's
+    agents in turn, each after one or two of the step before), and a last task after the 8."""
+    team = ("architect", "researcher", "coder", "tester", "reviewer", "writer")
+    tasks = {"scope": ("researcher", [])}
+    previous = ["scope"]
+    for step, size in enumerate((40, 60, 40, 8), start=1):
+        keys = [f"s{step}_{n:02}" for n in range(size)]
+        for n, key in enumerate(keys):
+            ups = {previous[n % len(previous)], previous[(3 * n + 1) % len(previous)]}
+            tasks[key] = (team[(n + step) % len(team)], sorted(ups))
+        previous = keys
+    tasks["brief"] = ("writer", previous)
+    return tasks
+
+
+def test_labels_are_drawn_whole_in_every_grouping_and_at_every_zoom(
+    logged_in_page, demo_agents, priced_limit, make_plan, request
+):
+    """Switching a large run's graph to "Group by step" after a view zoomed out: the first task's
+    label read "e the big Fr" over "rcefceded suc", the same text drawn twice at two sizes and
+    clipped, and step 2's name was tiny and doubled. The labels of a zoom level (a task's key at
+    20 or 30 px, its title and state at 11) were switched during the layout's fit, which measured
+    the nodes at once: Cytoscape kept the previous level's label sizes and drew the new label into
+    them. And grouped by fan-out at "Fit", the group boxes had no name while the smaller task
+    boxes beside them showed their keys: a group's name was drawn at 24 px against a key's 30, and
+    Cytoscape leaves out labels too small on screen. Now every label is measured at its own font,
+    and a group's name is left out only where the tasks' keys are too."""
+    page = logged_in_page
+    plan = make_plan(layered_plan(), goal="Five steps of 1, 40, 60, 40, 8 tasks and a brief")
+    run = runs.launch(plan, cap=20, budget_usd="10")  # no cluster: the tasks stay where they start
+    open_run(page, run)
+    poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length > 0", what="the graph")
+    # Each mode from the one before, at "Fit": zoomed out (the keys) and near (titles, counts).
+    levels = set()
+    for mode in ("agent", "step", "fanout", "none", "step"):
+        page.locator("#dag-mode").select_option(mode)
+        poll(page, "m => window.glassboxRun.mode === m", mode, what=f"the {mode} mode")
+        level = page.evaluate("() => window.glassboxRun.cy.nodes(':visible').first().classes().join(' ')")
+        levels.add(level.split()[-1] if "zoom-" in level else "near")
+        whole = labels_drawn_whole(page)
+        graph_shot(page, request, f"{mode}-fit")
+        assert whole, (mode, misdrawn_labels(page))
+        # Zoomed in and out from there, the labels of each level are drawn whole too.
+        for button in ("Zoom in", "Zoom in", "Fit", "Zoom out", "Zoom out", "Zoom out", "Fit"):
+            page.get_by_role("button", name=button).click()
+            assert labels_drawn_whole(page), (mode, button, misdrawn_labels(page))
+    assert levels >= {"near", "zoom-mid", "zoom-far"}, levels
+    # Fan-outs, zoomed out to where the tasks' keys are still drawn (7.5 px on screen): the group
+    # box beside them is named too, not left empty.
+    page.locator("#dag-mode").select_option("fanout")
+    page.evaluate(
+        "() => { const cy = window.glassboxRun.cy; cy.zoom({level: 0.2, renderedPosition: {x: cy.width() / 2, y: cy.height() / 2}}); }"
+    )
+    whole = labels_drawn_whole(page)
+    graph_shot(page, request, "fanout-far")
+    assert whole, misdrawn_labels(page)
+    nodes = page.evaluate(DRAWN_LABELS)
+    assert any(node["shown"] for node in nodes if not node["group"])
+    groups = [node for node in nodes if node["group"]]
+    assert groups and all(node["shown"] and node["ink"] for node in groups), groups
     assert not page.js_problems

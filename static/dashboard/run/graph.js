@@ -37,6 +37,9 @@ var FAR_ZOOM = 0.4;
 var ROTATE_GAIN = 1.2;
 // Labels smaller than this on screen are not drawn (px).
 var MIN_LABEL_PX = 7;
+// A task's key, farther out: its font at zoom-mid and at zoom-far (px).
+var KEY_MID_FONT = 20;
+var KEY_FAR_FONT = 30;
 // The minimap shows when the graph has more visible nodes than this.
 var MINIMAP_MIN_NODES = 12;
 var MODES = ["fanout", "agent", "step", "none"];
@@ -56,7 +59,10 @@ var GROUP_STRIP_ORDER = ["succeeded", "failed", "skipped", "cancelled", "running
 // the longest label it can ever show needs at the largest of its fonts (GROUP_FONTS: near,
 // zoom-mid, zoom-far) with GROUP_PAD above and below (groupHeight). The box's size is fixed when
 // the graph is drawn: its counts change during a run without a new layout, and a box that grew
-// with them would cover its neighbours.
+// with them would cover its neighbours. At zoom-far a group's name is as large as a task's key:
+// Cytoscape leaves a label out by its font's size on screen (min-zoomed-font-size, the zoom
+// rounded up to a power of two), and a smaller font went first (at "Fit", a fan-out's boxes had
+// no name while the keys of the tasks beside them showed).
 var LABEL_FONT = "DejaVu Sans, Arial, sans-serif";
 var GROUP_WIDTH = 300;
 var GROUP_TEXT_WIDTH = 268;
@@ -66,7 +72,7 @@ var GROUP_BORDER = 3;
 var GROUP_FONTS = [
   { size: 11, lineHeight: 1.35, text: "label" },
   { size: 18, lineHeight: 1.1, text: "label" },
-  { size: 24, lineHeight: 1.1, text: "name" },
+  { size: KEY_FAR_FONT, lineHeight: 1.1, text: "name" },
 ];
 
 var cy = null;
@@ -396,8 +402,8 @@ function stylesheet() {
       },
     },
     // Farther out: the key alone (a group: its name), larger, so that what is shown can be read.
-    { selector: "node.task.zoom-mid", style: { label: "data(key)", "font-size": 20, "text-wrap": "ellipsis" } },
-    { selector: "node.task.zoom-far", style: { label: "data(key)", "font-size": 30, "text-wrap": "ellipsis" } },
+    { selector: "node.task.zoom-mid", style: { label: "data(key)", "font-size": KEY_MID_FONT, "text-wrap": "ellipsis" } },
+    { selector: "node.task.zoom-far", style: { label: "data(key)", "font-size": KEY_FAR_FONT, "text-wrap": "ellipsis" } },
     { selector: "node.group.zoom-mid", style: { "font-size": GROUP_FONTS[1].size, "line-height": GROUP_FONTS[1].lineHeight } },
     {
       selector: "node.group.zoom-far",
@@ -714,6 +720,15 @@ function zoomLabels() {
     if (level) {
       cy.nodes().addClass(level);
     }
+  });
+  // The new label styles applied now, before anything measures the nodes. This runs within a
+  // fit or a layout (on their zoom event), which then read the nodes' bounding boxes: Cytoscape
+  // measured the labels of a node whose class had just changed with the previous level's label
+  // sizes (the key at 20 px for a title at 11), kept those bounds, and drew the new label into
+  // them: clipped, and from textures of both sizes ("e the big Fr" on the first task, grouped by
+  // step). Reading a style property applies the node's style and invalidates its cached bounds.
+  cy.nodes().forEach(function (node) {
+    node.pstyle("label");
   });
 }
 
