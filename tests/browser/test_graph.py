@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from bench import dags
 from orchestrator import plans
-from orchestrator.engine import runs
+from orchestrator.engine import plan_edits, runs
 from orchestrator.models import Checkpoint, Plan
 from tests.browser.test_large_run import graph_shot, open_large_run
 from tests.browser.test_run_layout import crowded_group_labels
@@ -395,4 +395,37 @@ def test_labels_are_drawn_whole_in_every_grouping_and_at_every_zoom(
     assert any(node["shown"] for node in nodes if not node["group"])
     groups = [node for node in nodes if node["group"]]
     assert groups and all(node["shown"] and node["ink"] for node in groups), groups
+    assert not page.js_problems
+
+
+ZOOM_CLASSES = """() => window.glassboxRun.cy.nodes(':visible').map(n => n.id() + ' ' +
+    (n.hasClass('zoom-far') ? 'far' : n.hasClass('zoom-mid') ? 'mid' : 'near')).sort()"""
+
+
+def test_a_graph_rebuilt_by_a_plan_edit_shows_the_labels_of_its_zoom(
+    logged_in_page, demo_agents, priced_limit, make_plan, request
+):
+    """A plan edit before the approval rebuilds the graph; fitted at the zoom level the old graph
+    had, its nodes were left without that level's labels (the level was remembered across the
+    rebuild, so nothing applied it): titles too small to draw where a reload shows the keys."""
+    page = logged_in_page
+    plan = make_plan(layered_plan(), goal="Five steps of 1, 40, 60, 40, 8 tasks and a brief")
+    run = runs.launch(plan, cap=20, budget_usd="10", require_plan_approval=True)
+    open_run(page, run)
+    poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length > 0", what="the graph")
+    page.locator("#dag-mode").select_option("none")
+    poll(page, "() => window.glassboxRun.mode === 'none'", what="every task shown")
+    before = page.evaluate(ZOOM_CLASSES)
+    assert before and all(entry.endswith((" far", " mid")) for entry in before), before[:5]
+    plan_edits.remove_subtask(Checkpoint.objects.get(run=run, kind=Checkpoint.Kind.PLAN), "s4_07")
+    poll(page, "() => window.glassboxRun.cy.nodes('.task').length === 149", what="the rebuilt graph")
+    page.locator("#dag-mode").select_option("none")
+    rebuilt = page.evaluate(ZOOM_CLASSES)
+    graph_shot(page, request, "rebuilt")
+    page.reload()
+    poll(page, "() => !!window.glassboxRun && window.glassboxRun.cy.nodes().length > 0", what="the graph")
+    page.locator("#dag-mode").select_option("none")
+    poll(page, "() => window.glassboxRun.mode === 'none'", what="every task shown")
+    assert rebuilt == page.evaluate(ZOOM_CLASSES)
+    assert labels_drawn_whole(page), misdrawn_labels(page)
     assert not page.js_problems

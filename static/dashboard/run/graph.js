@@ -668,6 +668,7 @@ function buildGraph() {
   if (cy) {
     cy.destroy();
   }
+  zoomLevel = ""; // the new graph's nodes carry no zoom class yet: its first fit gives them theirs
   cy = window.cytoscape({
     container: container,
     elements: elementsOf(graph),
