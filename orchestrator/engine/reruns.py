@@ -137,12 +137,12 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
 
 
 def keep_outputs(tasks: list[TaskRun]) -> None:
-    """Copy each task's current output onto the attempt that produced it (its latest succeeded one)."""
+    """Copy each task's current output onto the attempt that produced it, its latest: a succeeded
+    one's answer, or the partial text a failed, timed-out or cancelled one wrote (which the task
+    shows until the re-run resets it)."""
     for task in tasks:
         if not task.output:
             continue
-        attempt = (
-            Attempt.objects.filter(task_run=task, state=Attempt.State.SUCCEEDED, output="").order_by("-number").first()
-        )
-        if attempt is not None:
+        attempt = Attempt.objects.filter(task_run=task).order_by("-number").first()
+        if attempt is not None and not attempt.output:
             Attempt.objects.filter(pk=attempt.pk).update(output=task.output)

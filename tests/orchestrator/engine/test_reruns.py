@@ -73,6 +73,19 @@ def test_rerun_from_a_task_resets_it_and_its_downstream_and_keeps_what_is_above(
     assert chain.tasks.get(subtask__key="scope").summary in second.request["prompt"]
 
 
+def test_a_failed_tasks_partial_text_is_kept_on_its_attempt_when_it_is_re_run(chain, personas):
+    """A failed task shows what its last attempt wrote before it failed; re-run, it starts over
+    and that text was dropped (only a succeeded attempt's answer was kept)."""
+    draft = chain.tasks.get(subtask__key="draft")
+    Attempt.objects.filter(task_run=draft).update(state=Attempt.State.FAILED, output="")
+    TaskRun.objects.filter(pk=draft.pk).update(state=State.FAILED, output="The first half of a draft")
+    reruns.rerun_from(draft, user=personas["launcher"])
+    draft.refresh_from_db()
+    assert draft.output == ""
+    kept = Attempt.objects.get(task_run=draft, number=1)
+    assert (kept.state, kept.output) == (Attempt.State.FAILED, "The first half of a draft")
+
+
 def test_rerun_refuses_busy_downstream_cancelled_runs_and_unfinished_tasks(chain, make_agent, make_plan):
     draft = chain.tasks.get(subtask__key="draft")
     TaskRun.objects.filter(run=chain, subtask__key="review").update(state=State.RUNNING)
