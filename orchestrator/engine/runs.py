@@ -494,6 +494,9 @@ class RunProgress(RunTotals):
     status: str
     summary: str
     pending_checkpoints: list[Checkpoint] = Field(default_factory=list)
+    # `waiting` told apart, in the run page's words: at a gate, and done but in review.
+    needs_approval: int = 0
+    in_review: int = 0
 
 
 def progress(run: Run) -> RunProgress:
@@ -522,6 +525,8 @@ def _progress(run: Run) -> RunProgress:
         ready=counts.get(State.READY, 0),
         throttled=counts.get(State.THROTTLED, 0),
         waiting=counts.get(State.WAITING_GATE, 0) + counts.get(State.AWAITING_REVIEW, 0),
+        needs_approval=counts.get(State.WAITING_GATE, 0),
+        in_review=counts.get(State.AWAITING_REVIEW, 0),
         pending=counts.get(State.PENDING, 0),
         done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),
         elapsed_s=(end - run.started_at).total_seconds() if run.started_at else 0.0,

@@ -155,7 +155,16 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
     return f"Checkpoint {checkpoint.pk} waits — {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
 
 
-UNDER_WAY = ("running", "queued", "ready", "throttled", "waiting", "pending")
+# The counts of tasks under way, in the run page's words (its STATE_LABELS).
+UNDER_WAY = (
+    ("running", "running"),
+    ("queued", "queued"),
+    ("ready", "ready"),
+    ("throttled", "throttled"),
+    ("needs_approval", "needs approval"),
+    ("in_review", "in review"),
+    ("pending", "pending"),
+)
 
 
 def progress_counts(progress) -> str:
@@ -168,7 +177,7 @@ def progress_counts(progress) -> str:
         TaskRun.State.CANCELLED: progress.cancelled,
         TaskRun.State.SKIPPED: progress.skipped,
     }
-    under_way = [f"{getattr(progress, label)} {label}" for label in UNDER_WAY if getattr(progress, label)]
+    under_way = [f"{getattr(progress, name)} {words}" for name, words in UNDER_WAY if getattr(progress, name)]
     return " · ".join([outcome_text(ended, progress.total), *([", ".join(under_way)] if under_way else [])])
 
 

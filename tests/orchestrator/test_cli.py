@@ -508,7 +508,7 @@ def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
     run, checkpoint = gated_run
     out, _ = run_command("run_status", str(run.pk))
     assert f"Run {run.pk}: running" in out
-    assert "Progress: 0 of 2 succeeded · 1 waiting, 1 pending" in out
+    assert "Progress: 0 of 2 succeeded · 1 needs approval, 1 pending" in out  # as the run page says it
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("design ", "build "))}
     assert rows["design"][1:4] == ["architect", "waiting_gate", "0"]
     assert rows["build"][1:4] == ["coder", "pending", "0"]
