@@ -165,9 +165,11 @@ def time_left(
     cap_shared: bool = False,
 ) -> float:
     """Seconds until the last of `tasks` ends: running (and queued) tasks hold their agent's slots
-    for their estimate less what they ran (at least a tenth of it: streamed progress is no guide,
-    answers rarely reach max_tokens), then the rest start in rank order under `cap` and each
-    agent's `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
+    for their estimate less what they ran (streamed progress is no guide, answers rarely reach
+    max_tokens; a task past its estimate counts as ending now: a floor under it, a tenth of its
+    estimate, kept the countdown from ever running out while it overran, each progress save
+    setting it afresh), then the rest start in rank order under `cap` and each agent's
+    `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
     person to approve a tool call (`asked_at`: task id -> when it asked) ran until it asked: the
     wait does not work its estimate off. The slots other runs hold of the agents (`elsewhere`)
     are busy until their tasks are expected to end (at the same pace), and so are those they hold
@@ -179,7 +181,7 @@ def time_left(
         if task.state in TaskRun.ACTIVE:
             until = max(task.started_at, asked_at[task.pk]) if task.started_at and task.pk in asked_at else now
             ran = (until - task.started_at).total_seconds() if task.started_at else 0.0
-            running[task.key] = max(expected[task.key] - ran, 0.1 * expected[task.key])
+            running[task.key] = max(expected[task.key] - ran, 0.0)
     work = makespan.Work(plan.graph, {t.key: agents[t.agent_id].name for t in tasks if t.agent_id in agents}, expected)
     held: dict[str, list[float]] = {}
     for slot in elsewhere.slots:
@@ -376,6 +378,12 @@ class Totals:
         if self.paused:
             return "paused"
         return wording.EM_DASH
+
+    @property
+    def eta_run_out(self) -> bool:
+        """Has the countdown run out already? The card then says `eta_overdue` from the start, as
+        the ticking page says it once its countdown ends (static/dashboard/run/clocks.js)."""
+        return self.counts_down and self.eta_s is not None and self.eta_s <= 0.5
 
     @property
     def counts_down(self) -> bool:

@@ -332,3 +332,19 @@ def test_the_elapsed_note_says_how_much_of_it_nothing_could_start():
         "4 min 10 s paused before that",
         "2 h 10 min of it ended, until it was reopened",
     ]
+
+
+def test_a_task_that_runs_past_its_estimate_lets_the_countdown_run_out(launched):
+    """One task left, running far past its estimate: the ETA said a tenth of its estimate for as
+    long as it ran (each frame set it afresh), and never "past the estimate"."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    start(run.tasks.get(subtask__key="a"), ago_s=0.1)  # within its 0.2 s estimate (fast_latency)
+    within = totals(run)
+    assert within.eta_s == pytest.approx(0.1 + 0.2, abs=0.05)
+    start(run.tasks.get(subtask__key="a"), ago_s=60)  # far past it: counted as ending now, b left
+    assert totals(run).eta_s == pytest.approx(0.2, abs=0.02)
+    succeed(run.tasks.get(subtask__key="a"), took_s=0.2)
+    start(run.tasks.get(subtask__key="b"), ago_s=60)
+    overrun = totals(run)
+    assert overrun.eta_s == 0 and overrun.counts_down and overrun.eta_run_out
+    assert overrun.eta_overdue == "past the estimate"
