@@ -198,15 +198,14 @@ def _parse_yaml(text: str) -> ParsedDocument:
 
 
 def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
-    """Where and what, in PyYAML's words; with where the construct it was reading began when that
-    is elsewhere: an unclosed quote is found only at the end of the file, and the line to fix is
-    the quote's ("line 9, column 1: found unexpected end of stream, while scanning a quoted scalar
-    that starts at line 5, column 12")."""
+    """Where and what, in PyYAML's words; led by where the construct it was reading began when that
+    is elsewhere: an unclosed quote is found only at the end of the file (a line past the last),
+    and the line to fix is the quote's ("line 5, column 12: while scanning a quoted scalar, found
+    unexpected end of stream at line 9, column 1")."""
     mark = exc.problem_mark or exc.context_mark
     problem = exc.problem or exc.context or "invalid YAML"
     if mark is None:
         return problem
-    text = f"{_where(mark)}: {problem}"
     context = exc.context_mark
     if (
         exc.problem
@@ -214,8 +213,8 @@ def _describe_yaml_error(exc: yaml.MarkedYAMLError) -> str:
         and context is not None
         and (context.line, context.column) != (mark.line, mark.column)
     ):
-        text += f", {exc.context} that starts at {_where(context)}"
-    return text
+        return f"{_where(context)}: {exc.context}, {problem} at {_where(mark)}"
+    return f"{_where(mark)}: {problem}"
 
 
 def _where(mark: yaml.Mark) -> str:

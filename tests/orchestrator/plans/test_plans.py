@@ -401,8 +401,8 @@ def test_an_unclosed_quote_is_placed_where_it_opens_not_only_at_the_end_of_the_f
     text = 'goal: "g"\nsubtasks:\n  - key: a\n    agent: researcher\n    title: "A\n    instructions: hi\n'
 
     assert parse_problem(text) == (
-        "YAML syntax: line 7, column 1: found unexpected end of stream,"
-        " while scanning a quoted scalar that starts at line 5, column 12"
+        "YAML syntax: line 5, column 12: while scanning a quoted scalar,"
+        " found unexpected end of stream at line 7, column 1"
     )
 
 
@@ -410,8 +410,8 @@ def test_an_unclosed_bracket_names_where_it_opens():
     text = "goal: g\nsubtasks: [\n  {key: a}\nmore: 1\n"
 
     problem = parse_problem(text)
-    assert problem.startswith("YAML syntax: line 4, column 1: ")
-    assert problem.endswith("while parsing a flow sequence that starts at line 2, column 11")
+    assert problem.startswith("YAML syntax: line 2, column 11: while parsing a flow sequence, ")
+    assert problem.endswith(" at line 4, column 1")
 
 
 def test_yaml_field_given_twice_is_an_error():
