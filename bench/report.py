@@ -914,6 +914,25 @@ storm and live view. The ten goals missed are all "ours faster than Prefect", by
   the goal on the machine of the entry above (218–262 ms): there the fan-out's frame took 80 ms
   of CPU to render, here ~32 ms of wall time. The goal is met on a quiet machine like this one,
   and the margin (~30 %) is smaller than the spread between the machines these runs have had.
+- **Re-measured 2026-11-28 ~01:20–02:15** (a 2-core AMD EPYC; targeted runs, not written to
+  bench/results.json or bench/results-live.json):
+  - *Prefect side by side* (production chain at cap 8, 2 repeats): 12.67 / 12.66 s against
+    Prefect's 12.56 / 12.54 s (1.009), as in the full run above. Traced (the benchmark's hooks,
+    cProfile): a success's transaction is BEGIN, 12 statements and COMMIT, 7.9 ms of wall time
+    and 4.5 ms of CPU (median, 106 of them); the statements each wait 0.2–0.8 ms on the server's
+    turn (the run's lock and the events' insert the longest), and psycopg's wait for results is
+    most of the transaction's wall time. *Not tried*: libpq's pipeline mode (psycopg's
+    `Connection.pipeline()`) for the statements whose results the transaction does not need
+    before the next (the attempt's settlement, the run's totals, the three admission reads, the
+    events' insert with the COMMIT): ~6 of the 14 round trips, ~1.5 ms a link at the ~0.25 ms a
+    round trip the folding of statements saved before — still short of the ~2.4 ms a link that
+    separates the chain from Prefect's here.
+  - *Live view on Redis* (`bench.live_load --profile production`, load 0.7–1.3 at the starts):
+    p95 135.9 / 169.2 ms with this session's code, 153.0 ms with the code of the entry above
+    (0e4ae79) — the goal (100 ms) missed on this machine by both alike; the fan-out's frame
+    (task.ready and task.waiting, 40 % of the samples) p95 136 ms. In-process on PostgreSQL the
+    fan-out's frame renders in ~41 ms of wall time (33 ms of CPU; its 199 task views as Django
+    model instances 20 ms of it, the log's page 16 ms).
 """
 
 
