@@ -921,7 +921,7 @@ storm and live view. The ten goals missed are all "ours faster than Prefect", by
     cProfile): a success's transaction is BEGIN, 12 statements and COMMIT, 7.9 ms of wall time
     and 4.5 ms of CPU (median, 106 of them); the statements each wait 0.2–0.8 ms on the server's
     turn (the run's lock and the events' insert the longest), and psycopg's wait for results is
-    most of the transaction's wall time. *Not tried*: libpq's pipeline mode (psycopg's
+    about half of the transaction's wall time. *Not tried*: libpq's pipeline mode (psycopg's
     `Connection.pipeline()`) for the statements whose results the transaction does not need
     before the next (the attempt's settlement, the run's totals, the three admission reads, the
     events' insert with the COMMIT): ~6 of the 14 round trips, ~1.5 ms a link at the ~0.25 ms a
