@@ -497,6 +497,13 @@ class RunProgress(RunTotals):
     # `waiting` told apart, in the run page's words: at a gate, and done but in review.
     needs_approval: int = 0
     in_review: int = 0
+    # Of the `ready` tasks, those a cap, a pause or a retry delay holds back (the page's "held back").
+    held_back: int = 0
+
+    @property
+    def ready_now(self) -> int:
+        """The ready tasks nothing holds back: `ready` less `held_back`."""
+        return self.ready - self.held_back
 
 
 def progress(run: Run) -> RunProgress:
@@ -507,9 +514,14 @@ def progress(run: Run) -> RunProgress:
         return _progress(run)
 
 
+# A ready task with a wait reason: what the run page shows "held back" (readmodels/tasks.display_state).
+HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="")
+
+
 def _progress(run: Run) -> RunProgress:
     run.refresh_from_db()
-    counts = dict(run.tasks.order_by().values_list("state").annotate(n=Count("pk")))
+    rows = list(run.tasks.order_by().values_list("state").annotate(n=Count("pk"), held=Count("pk", filter=HELD_BACK)))
+    counts = {state: n for state, n, _ in rows}
     end = run.finished_at or timezone.now()
     return RunProgress(
         run_id=run.pk,
@@ -527,6 +539,7 @@ def _progress(run: Run) -> RunProgress:
         waiting=counts.get(State.WAITING_GATE, 0) + counts.get(State.AWAITING_REVIEW, 0),
         needs_approval=counts.get(State.WAITING_GATE, 0),
         in_review=counts.get(State.AWAITING_REVIEW, 0),
+        held_back=sum(held for *_, held in rows),
         pending=counts.get(State.PENDING, 0),
         done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),
         elapsed_s=(end - run.started_at).total_seconds() if run.started_at else 0.0,

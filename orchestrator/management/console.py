@@ -87,6 +87,12 @@ def budget(amount: Decimal | float | int | None) -> str:
     return wording.budget(amount)
 
 
+def status_text(status: str) -> str:
+    """A run's status as the run page words it, in lower case: "awaiting approval", "over budget"
+    (the `--json` outputs keep the engine's name: "awaiting_approval")."""
+    return Run.Status(status).label.lower()
+
+
 def not_started(run: Run) -> str:
     """What a run that has not started says instead of its elapsed time, as the run page says it:
     "not started (waits for the plan's approval)", "never started" (ended before it started);
@@ -159,7 +165,8 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
 UNDER_WAY = (
     ("running", "running"),
     ("queued", "queued"),
-    ("ready", "ready"),
+    ("ready_now", "ready"),
+    ("held_back", "held back"),
     ("throttled", "throttled"),
     ("needs_approval", "needs approval"),
     ("in_review", "in review"),

@@ -152,7 +152,8 @@ def display_state(state: str, wait_reason: str = "") -> str:
 class TaskView(TaskRecord):
     """A task as the run page shows it: its record plus display state and live token burn.
 
-    `progress` is 100 for a succeeded task whatever its last streamed value was.
+    `progress` is 100 for a succeeded task whatever its last streamed value was; `progress_text`
+    is how the task panel and `run_status` give it.
     """
 
     agent_id: int
@@ -189,6 +190,18 @@ class TaskView(TaskRecord):
     @property
     def state_label(self) -> str:
         return STATE_LABELS.get(self.display_state, self.display_state)
+
+    @property
+    def progress_percent(self) -> int | None:
+        """Its progress as a person reads it: `progress` while under way, 100 once succeeded, and
+        None for a task that ended otherwise (failed, cancelled, skipped): how far its last attempt
+        got is not how much of it is done (a rejected review read "100%", a skipped task "5%")."""
+        return None if self.state in ENDED_OTHERWISE else self.progress
+
+    @property
+    def progress_text(self) -> str:
+        """`progress_percent` as the task panel and `run_status` give it: "40%", or "—"."""
+        return "—" if self.progress_percent is None else f"{self.progress_percent}%"
 
     @property
     def tokens(self) -> int:

@@ -743,3 +743,39 @@ def test_tasks_that_wait_again_in_a_running_run_stop_saying_skipped_on_the_live_
     why = "b retried" if action == "retry" else "b skipped by a person"
     said = dict(Event.objects.filter(run=run, seq__gt=seen, task_run=d).values_list("type", "message"))
     assert said.get("task.reset") == f"waits again: {why}", said
+
+
+def panel_progress(client, run: Run, task: TaskRun) -> tuple[str, str | None]:
+    """The task panel head's Progress figure, and its bar's value (None without a bar)."""
+    html = client.get(f"/runs/{run.pk}/tasks/{task.pk}/", HTTP_HX_REQUEST="true").text
+    head = re.search(rf'<header id="task-head-{task.pk}".*?</header>', html, re.S)
+    assert head, f"no panel head for task {task.pk}"
+    figure = re.search(r"<dd data-progress-text>(.*?)</dd>", head.group(0))
+    bar = re.search(r'<progress [^>]*value="(\d+)"', head.group(0))
+    assert figure
+    return html_module.unescape(figure.group(1)), bar.group(1) if bar else None
+
+
+def test_the_task_panel_gives_no_percentage_to_a_task_that_ended_without_success(viewer, make_agent, make_plan):
+    """A skipped task's panel said "PROGRESS 5%", a rejected (failed) one "100%" beside a full bar,
+    as if done: a task that ended otherwise shows "—" and no bar (run_status says the same); a
+    succeeded one 100%, whatever its last streamed value was."""
+    make_agent("writer")
+    keys = ("ok", "failed", "skipped", "cancelled", "runs")
+    run = runs.launch(make_plan({key: ("writer", []) for key in keys}))
+    for key, state, progress in [
+        ("ok", State.SUCCEEDED, 90),
+        ("failed", State.FAILED, 100),
+        ("skipped", State.SKIPPED, 5),
+        ("cancelled", State.CANCELLED, 40),
+        ("runs", State.RUNNING, 40),
+    ]:
+        run.tasks.filter(subtask__key=key).update(state=state, progress=progress, wait_code="", wait_reason="")
+    shown = {key: panel_progress(viewer, run, run.tasks.get(subtask__key=key)) for key in keys}
+    assert shown == {
+        "ok": ("100%", "100"),
+        "failed": ("—", None),
+        "skipped": ("—", None),
+        "cancelled": ("—", None),
+        "runs": ("40%", "40"),
+    }

@@ -509,12 +509,79 @@ def test_run_status_shows_every_task_and_pending_checkpoints(gated_run):
     out, _ = run_command("run_status", str(run.pk))
     assert f"Run {run.pk}: running" in out
     assert "Progress: 0 of 2 succeeded · 1 needs approval, 1 pending" in out  # as the run page says it
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith(("design ", "build "))}
-    assert rows["design"][1:4] == ["architect", "waiting_gate", "0"]
+    rows = task_rows(out)
+    assert rows["design"][1:4] == ["architect", "needs approval", "0"]  # as the run page says it
     assert rows["build"][1:4] == ["coder", "pending", "0"]
     assert "Pending checkpoints:" in out
     assert f'Checkpoint {checkpoint.pk} waits — Gate: may “Design” start? (task "design")' in out
     assert f"python manage.py approve {checkpoint.pk}" in out
+
+
+def task_rows(out: str) -> dict[str, list[str]]:
+    """run_status's task table as cells by task key (the rows under the table's rule)."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("task ")) + 2
+    end = lines.index("", start)
+    return {row[0]: row for row in map(columns, lines[start:end])}
+
+
+@pytest.mark.django_db
+def test_run_status_words_each_task_state_as_the_run_page_does(demo_agents, make_plan):
+    """The task table printed the engine's names ("waiting_gate", "awaiting_review", "ready" for a
+    task a cap held back) where the run page says "needs approval", "in review", "held back"; and
+    the progress line counted a paused run's held-back tasks as "3 ready"."""
+    keys = ("gate", "t0", "review", "t1", "t2", "t3")
+    plan = make_plan({key: ("writer", [], {"gate": "before"} if key == "gate" else {}) for key in keys})
+    run = runs.launch(plan, cap=1)  # t0 is queued; the cap holds back the others
+    run.tasks.filter(subtask__key="review").update(state=TaskRun.State.AWAITING_REVIEW, wait_code="", wait_reason="")
+    run.tasks.filter(subtask__key="t3").update(wait_code="", wait_reason="")  # ready, held by nothing
+    out, _ = run_command("run_status", str(run.pk))
+    states = {key: row[2] for key, row in task_rows(out).items()}
+    assert states == {
+        "gate": "needs approval",
+        "review": "in review",
+        "t0": "queued",
+        "t1": "held back",
+        "t2": "held back",
+        "t3": "ready",
+    }
+    assert "Progress: 0 of 6 succeeded · 1 queued, 1 ready, 2 held back, 1 needs approval, 1 in review\n" in out
+
+    runs.pause(run)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "Progress: 0 of 6 succeeded · 1 queued, 3 held back, 1 needs approval, 1 in review\n" in out
+    assert [row[2] for row in task_rows(out).values()].count("held back") == 3
+
+
+@pytest.mark.django_db
+def test_run_status_and_runs_word_a_run_s_status_as_the_run_page_does(demo_agents, make_plan):
+    """They printed "awaiting_approval" and "over_budget" where the run page says "Awaiting
+    approval" and "Over budget"."""
+    run = runs.launch(make_plan({"only": ("writer", [])}), require_plan_approval=True)
+    out, _ = run_command("run_status", str(run.pk))
+    assert out.startswith(f"Run {run.pk}: awaiting approval\n")
+    assert columns(run_command("runs")[0].splitlines()[2])[:2] == [str(run.pk), "awaiting approval"]
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.OVER_BUDGET)
+    assert run_command("run_status", str(run.pk))[0].startswith(f"Run {run.pk}: over budget\n")
+    assert columns(run_command("runs")[0].splitlines()[2])[:2] == [str(run.pk), "over budget"]
+
+
+@pytest.mark.django_db
+def test_run_status_gives_no_percentage_to_a_task_that_ended_without_success(demo_agents, make_plan):
+    """A skipped task read "5%" and a rejected (failed) one "100%", as if done: a task that ended
+    otherwise has no progress to give ("—"); a succeeded one is done (100%)."""
+    run = runs.launch(make_plan({key: ("writer", []) for key in ("ok", "failed", "skipped", "cancelled", "runs")}))
+    for key, state, progress in [
+        ("ok", TaskRun.State.SUCCEEDED, 90),
+        ("failed", TaskRun.State.FAILED, 100),
+        ("skipped", TaskRun.State.SKIPPED, 5),
+        ("cancelled", TaskRun.State.CANCELLED, 40),
+        ("runs", TaskRun.State.RUNNING, 40),
+    ]:
+        run.tasks.filter(subtask__key=key).update(state=state, progress=progress, wait_code="", wait_reason="")
+    out, _ = run_command("run_status", str(run.pk))
+    progress = {key: row[4] for key, row in task_rows(out).items()}
+    assert progress == {"ok": "100%", "failed": "—", "skipped": "—", "cancelled": "—", "runs": "40%"}
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
+from orchestrator.readmodels.tasks import TaskView, task_views
 from orchestrator.readmodels.totals import stopping_text
 
 NOTE_WIDTH = 70
 
 
-def task_note(task) -> str:
+def task_note(task: TaskView) -> str:
     """Why a task is where it is: its error, or what it waits for, or its summary."""
     if task.error:
         return task.error
@@ -30,7 +31,7 @@ class Command(BaseCommand):
         run = console.get_run(run)
         progress = runs.progress(run)
         write = self.stdout.write
-        write(f"Run {run.pk}: {progress.status}")
+        write(f"Run {run.pk}: {console.status_text(progress.status)}")
         write(f"Goal:     {console.shorten(run.plan.goal, 200)}")
         write(f"Progress: {console.progress_counts(progress)}")
         write(
@@ -41,18 +42,18 @@ class Command(BaseCommand):
         )
         if progress.summary:
             write(f"Summary:  {progress.summary}")
-        tasks = run.tasks.select_related("subtask", "agent").order_by("subtask__position")
+        # Each task as the run page shows it: its state in the page's words, its progress as the panel gives it.
         rows = [
             (
-                task.subtask.key,
-                task.agent.name,
-                task.state,
+                task.key,
+                task.agent,
+                task.state_label,
                 task.attempt_count,
-                f"{task.progress}%",
+                task.progress_text,
                 console.usd(task.cost_usd),
                 console.shorten(task_note(task), NOTE_WIDTH),
             )
-            for task in tasks
+            for task in task_views(run)
         ]
         write("")
         write(console.table(("task", "agent", "state", "attempts", "progress", "cost", "note"), rows))

@@ -35,7 +35,7 @@ class Command(BaseCommand):
         rows = [
             (
                 run.pk,
-                run.status,
+                console.status_text(run.status),
                 # As the run page's Tasks card words it: a cancelled or skipped task is not "done".
                 outcome_text(counts.get(run.pk, {}), run.total_tasks),
                 console.usd(run.cost_usd),
