@@ -14,7 +14,16 @@ from django.utils import timezone
 from pydantic import ConfigDict, Field
 
 from orchestrator import events, plans, sql, wording
-from orchestrator.engine import approvers, cost_estimates, scheduler, tool_approvals, transitions, undecided, waits
+from orchestrator.engine import (
+    approvers,
+    cost_estimates,
+    run_shape,
+    scheduler,
+    tool_approvals,
+    transitions,
+    undecided,
+    waits,
+)
 from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.governance.audit import record_denial
 from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
@@ -299,8 +308,26 @@ def wait_again(run: Run, which: Q, *, user, why: str) -> None:
     """Send the run's tasks matching `which` (skipped or cancelled because of a task a person now
     retried or skipped) back to pending, each with its own `task.reset` event saying why ("waits
     again: b retried"), as a re-run's reset tasks have theirs: the event log says what happened
-    to them, and the live view redraws the rows of the tasks its events name (dashboard/frames.py)."""
-    moved = list(run.tasks.filter(which).order_by("subtask__position").select_related("subtask"))
+    to them, and the live view redraws the rows of the tasks its events name (dashboard/frames.py).
+
+    Only those the ready rule would not skip again at once: a task below another upstream still
+    failed (or cancelled, or skipped below a failure) stays skipped. Sent back, it was skipped again
+    by the next step, and the log said "waits again: s skipped by a person" then "upstream c did
+    not succeed" in the same second. Decided in dependency order, each on its upstreams as they
+    will be (those sent back count as waiting, those kept as they are)."""
+    which_ids = dict(run.tasks.filter(which).values_list("subtask_id", "pk"))
+    if not which_ids:
+        return
+    rows = scheduler.read_tasks(run)
+    shape = run_shape.of(run, {row.pk for row in rows.values()})
+    edges = [(up, sid) for sid, sub in shape.subtasks.items() for up in sub.upstreams]
+    back = []
+    for layer in dag.layers(list(shape.subtasks), edges):
+        for sid in layer:
+            if sid in which_ids and not scheduler.ready_rule(rows, shape.subtasks[sid].upstreams)[0]:
+                rows[sid].state, rows[sid].skip_cascades = State.PENDING, False
+                back.append(which_ids[sid])
+    moved = list(TaskRun.objects.filter(pk__in=back).order_by("subtask__position").select_related("subtask"))
     if not moved:
         return
     transitions.move_where(

@@ -695,6 +695,20 @@ def test_a_failed_runs_summary_counts_the_tasks_a_person_skipped(
     assert skipped and int(skipped.group(1)) == said  # the header accounts for every skipped task
 
 
+def run_below_a_failure(make_agent, make_plan, below: dict) -> Run:
+    """A run still running (g waits at its gate) in which b failed: a -> b -> c, and the tasks
+    `below` (make_plan's form; the agent "breaker" fails). Its breaker works again from now on."""
+    from orchestrator.models import Agent
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    plan = {"a": ("researcher", []), "b": ("breaker", ["a"]), "c": ("researcher", ["b"]), **below}
+    run = run_here(runs.launch(make_plan({**plan, "g": ("researcher", [], {"gate": "before"})})))
+    assert run.status == Run.Status.RUNNING  # g waits at its gate
+    Agent.objects.filter(name="breaker").update(provider_options=fast_latency(0.01))
+    return run
+
+
 @pytest.mark.parametrize("action", ["retry", "skip"])
 def test_tasks_that_wait_again_in_a_running_run_stop_saying_skipped_on_the_live_page(
     personas, make_agent, make_plan, action
@@ -705,26 +719,11 @@ def test_tasks_that_wait_again_in_a_running_run_stop_saying_skipped_on_the_live_
     "skipped · upstream c did not succeed" until a reload, beside lanes saying "1 pending"."""
     from dashboard import fragments, frames
     from orchestrator import events
-    from orchestrator.models import Agent, Event
+    from orchestrator.models import Event
 
-    make_agent("researcher", provider_options=fast_latency(0.01))
-    make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
-    run = runs.launch(
-        make_plan(
-            {
-                "a": ("researcher", []),
-                "b": ("breaker", ["a"]),
-                "c": ("researcher", ["b"]),
-                "d": ("researcher", ["c"]),
-                "g": ("researcher", [], {"gate": "before"}),
-            }
-        )
-    )
-    run = run_here(run)
+    run = run_below_a_failure(make_agent, make_plan, {"d": ("researcher", ["c"])})
     b, c, d = (run.tasks.get(subtask__key=key) for key in "bcd")
-    assert run.status == Run.Status.RUNNING  # g waits at its gate
     assert [t.state for t in (b, c, d)] == [State.FAILED, State.SKIPPED, State.SKIPPED]
-    Agent.objects.filter(name="breaker").update(provider_options=fast_latency(0.01))
     seen = events.latest_seq(run.pk)
     if action == "retry":
         runs.retry_task(b, user=personas["approver"])
@@ -779,3 +778,50 @@ def test_the_task_panel_gives_no_percentage_to_a_task_that_ended_without_success
         "cancelled": ("—", None),
         "runs": ("40%", "40"),
     }
+
+
+@pytest.mark.parametrize(("action", "key"), [("retry", "x"), ("skip", "x"), ("skip", "s")])
+def test_a_task_below_another_failure_stays_skipped_when_a_person_retries_or_skips_one_upstream(
+    personas, make_agent, make_plan, action, key
+):
+    """d is below two branches: b failed (so c, d and e were skipped) and x (or s, waiting at its
+    gate). A retry or skip of x, or a skip of s, leaves d below a branch that still failed: d (and
+    e below it) stays skipped, and the log says nothing about it. It said "waits again: s skipped
+    by a person" then "upstream c did not succeed" in the same second, and d's row flipped. y, below
+    x alone, does wait again."""
+    from orchestrator import events
+    from orchestrator.models import Event
+
+    run = run_below_a_failure(
+        make_agent,
+        make_plan,
+        {
+            "x": ("breaker", []),
+            "s": ("researcher", [], {"gate": "before"}),
+            "d": ("researcher", ["c", "x", "s"]),
+            "e": ("researcher", ["d"]),
+            "y": ("researcher", ["x"]),
+        },
+    )
+    tasks = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    assert {k: tasks[k].state for k in "bxcdey"} == {
+        "b": State.FAILED,
+        "x": State.FAILED,
+        **dict.fromkeys("cdey", State.SKIPPED),
+    }
+    seen = events.latest_seq(run.pk)
+    if action == "retry":
+        runs.retry_task(tasks[key], user=personas["approver"])
+    else:
+        runs.skip_task(tasks[key], user=personas["approver"])
+
+    for below in "de":
+        task = run.tasks.get(pk=tasks[below].pk)
+        assert task.state == State.SKIPPED and "did not succeed" in task.error, (below, task.state, task.error)
+        said = list(Event.objects.filter(run=run, seq__gt=seen, task_run=task).values_list("type", "message"))
+        assert said == [], (below, said)
+    if key == "x":
+        assert run.tasks.get(pk=tasks["y"].pk).state not in (State.SKIPPED, State.FAILED)
+        why = "x retried" if action == "retry" else "x skipped by a person"
+        said = dict(Event.objects.filter(run=run, seq__gt=seen, task_run=tasks["y"]).values_list("type", "message"))
+        assert said.get("task.reset") == f"waits again: {why}", said
