@@ -303,8 +303,10 @@ class PartialOutputRecord(Record):
     """What a task's output is when it is not its result: the partial text (`text`) of the attempt
     that wrote it (`attempt`, its number; `attempt_state`, how it ended: failed, timed_out, cancelled,
     lost, handed_back), headed as the run page heads it ("Partial output of attempt 3 (failed)").
-    The API and the downloads give it here and never as the task's `output`, so that nobody takes
-    a failed task's text for its result."""
+    Or the whole text of an attempt that succeeded (`attempt_state` "succeeded") but whose review
+    did not approve it: "Output of attempt 1, rejected in review" (it was headed "Partial output of
+    attempt 1 (succeeded)": neither partial nor a result). The API and the downloads give it here
+    and never as the task's `output`, so that nobody takes a failed task's text for its result."""
 
     attempt: int | None
     attempt_state: str | None
@@ -319,13 +321,19 @@ class PartialOutputRecord(Record):
             return None
         if last_attempt is None:
             return cls(attempt=None, attempt_state=None, heading="Partial output (not a result)", text=task.output)
-        ended = last_attempt.get_state_display().lower()
-        return cls(
-            attempt=last_attempt.number,
-            attempt_state=last_attempt.state,
-            heading=f"Partial output of attempt {last_attempt.number} ({ended})",
-            text=task.output,
-        )
+        if last_attempt.state == Attempt.State.SUCCEEDED:
+            heading = f"Output of attempt {last_attempt.number}, {review_outcome(task)}"
+        else:
+            heading = f"Partial output of attempt {last_attempt.number} ({last_attempt.get_state_display().lower()})"
+        return cls(attempt=last_attempt.number, attempt_state=last_attempt.state, heading=heading, text=task.output)
+
+
+def review_outcome(task: TaskRun) -> str:
+    """Why a succeeded attempt's output is not the task's result, in the words of the task's error
+    ("output rejected in review: …"): its review rejected it, or the task was skipped or cancelled
+    while the review was open (one query, for such a task alone)."""
+    review = task.checkpoints.filter(kind=Checkpoint.Kind.AFTER).order_by("-pk").values_list("status", flat=True)
+    return "rejected in review" if review.first() == Checkpoint.Status.REJECTED else "not approved in review"
 
 
 class TaskRecord(Record):
@@ -386,7 +394,8 @@ class TaskRunRecord(TaskRecord):
 
     attempts: list[AttemptRecord]
     # Set when the task's text is not its result but the partial text of an attempt that ended
-    # without one (failed, timed out, cancelled…); null when it is the result or there is none.
+    # without one (failed, timed out, cancelled…), or an output its review rejected; null when it
+    # is the result or there is none.
     partial_output: PartialOutputRecord | None
 
     @classmethod

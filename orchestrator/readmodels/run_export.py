@@ -5,8 +5,8 @@ has the same fields and formats as the JSON API, plus the path of every agent th
 (`paths`: its steps as the glass box shows them, orchestrator/readmodels/steps.py). `run_markdown`
 writes the same content as a document: the final output first, then every task's, each with its
 path. A task's text that is not its result (the partial text of a failed, timed-out or
-cancelled attempt) is labelled as such in both, as the run page heads it: in the JSON it is
-`partial_output.text`, and the task's `output` is null.
+cancelled attempt, or an output its review rejected) is labelled as such in both, as the run page
+heads it: in the JSON it is `partial_output.text`, and the task's `output` is null.
 """
 
 from __future__ import annotations
@@ -220,7 +220,12 @@ def run_markdown(run: Run) -> str:
         lines.append(f"{level} {_one_line(task['title'])} (`{task['key']}`, {task['agent']}, {task['state']})")
         lines.append("")
         if partial := task["partial_output"]:  # as the page heads it, so that it is not read as the result
-            lines += [f"_{partial['heading']}: the text it wrote before it ended, not a result._", ""]
+            what = (
+                "not a result"
+                if partial["attempt_state"] == "succeeded"
+                else "the text it wrote before it ended, not a result"
+            )
+            lines += [f"_{partial['heading']}: {what}._", ""]
             lines += [partial["text"].rstrip(), ""]
         elif task["output"]:
             lines += [task["output"].rstrip(), ""]

@@ -825,3 +825,47 @@ def test_a_task_below_another_failure_stays_skipped_when_a_person_retries_or_ski
         why = "x retried" if action == "retry" else "x skipped by a person"
         said = dict(Event.objects.filter(run=run, seq__gt=seen, task_run=tasks["y"]).values_list("type", "message"))
         assert said.get("task.reset") == f"waits again: {why}", said
+
+
+@pytest.mark.parametrize(
+    ("decision", "heading"),
+    [("reject", "Output of attempt 1, rejected in review"), ("skip", "Output of attempt 1, not approved in review")],
+)
+def test_an_output_its_review_did_not_approve_is_headed_as_such_not_as_a_partial_one(
+    viewer, personas, make_agent, make_plan, decision, heading
+):
+    """A design whose review was rejected (then skipped), or skipped while in review: its output
+    is whole but not a result. The panel and the downloads headed it "Partial output of attempt 1
+    (succeeded)": neither partial nor a result."""
+    from orchestrator.readmodels.run_export import run_export, run_markdown
+
+    make_agent("researcher", provider_options=fast_latency(0.01))
+    run = runs.launch(
+        make_plan(
+            {
+                "spec": ("researcher", []),
+                "design": ("researcher", ["spec"], {"gate": "after"}),
+                "build": ("researcher", ["design"]),
+            }
+        )
+    )
+    run_here(run)
+    design = run.tasks.get(subtask__key="design")
+    assert design.state == State.AWAITING_REVIEW
+    if decision == "reject":
+        runs.decide(design.checkpoints.get(), approve=False, user=personas["approver"], comment="too vague")
+    runs.skip_task(design, user=personas["approver"])
+    design.refresh_from_db()
+    assert design.state == State.SKIPPED and design.output
+
+    panel = text_of(viewer.get(f"/runs/{run.pk}/tasks/{design.pk}/", HTTP_HX_REQUEST="true").text)
+    assert heading in panel and "Partial output" not in panel
+    task = next(t for t in run_export(run)["tasks"] if t["key"] == "design")
+    assert task["output"] is None
+    assert task["partial_output"] == {
+        "attempt": 1,
+        "attempt_state": "succeeded",
+        "heading": heading,
+        "text": design.output,
+    }
+    assert f"_{heading}: not a result._\n\n{design.output.rstrip()}\n" in run_markdown(run)
