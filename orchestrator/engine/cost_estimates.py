@@ -60,6 +60,11 @@ class UsageBasis:
         )
 
     @property
+    def history(self) -> str:
+        """How much history a worst-case basis has, in words ("only 2 answers so far")."""
+        return f"only {wording.counted(self.samples, 'answer')} so far" if self.samples else "no history yet"
+
+    @property
     def text(self) -> str:
         return self.text_for(())
 
@@ -80,8 +85,7 @@ class UsageBasis:
                 f"(its prompt and what its upstreams send){'' if min(inputs) == most else ' where'} "
                 f"above the median of {median:,}"
             )
-        have = f"only {wording.counted(self.samples, 'answer')} so far" if self.samples else "no history yet"
-        return f"{have}: assumes its maximum of {self.max_output_tokens:,} output tokens per task"
+        return f"{self.history}: assumes its maximum of {self.max_output_tokens:,} output tokens per task"
 
 
 def usage_basis(agent: Agent) -> UsageBasis:
@@ -137,16 +141,21 @@ class PlanEstimate:
     def basis_text(self) -> str:
         """One line for people: what the whole estimate rests on."""
         learned = [a.agent.name for a in self.agents if a.basis.learned]
-        worst = [a.agent.name for a in self.agents if not a.basis.learned]
+        worst = [a for a in self.agents if not a.basis.learned]
         larger = " (the plan's input estimate where larger)" if any(a.above_median for a in self.agents) else ""
         if not worst:
             return f"from each agent's median recorded usage{larger}"
-        if not learned:
+        if not learned and not any(a.basis.samples for a in worst):
             return "worst case: no agent has history yet, so every task writes its agent's maximum output"
-        return (
-            f"median recorded usage of {', '.join(learned)}{larger}; worst case (maximum output) for "
-            f"{', '.join(worst)}, which {'has' if len(worst) == 1 else 'have'} no history yet"
-        )
+        histories = {a.basis.history for a in worst}
+        if len(histories) == 1:  # "flaky, which has only 2 answers so far"
+            which = f"{'has' if len(worst) == 1 else 'have'} {histories.pop()}"
+            agents = f"{', '.join(a.agent.name for a in worst)}, which {which}"
+        else:  # "flaky (only 2 answers so far), writer (no history yet)"
+            agents = ", ".join(f"{a.agent.name} ({a.basis.history})" for a in worst)
+        if not learned:
+            return f"worst case (maximum output) for {agents}"
+        return f"median recorded usage of {', '.join(learned)}{larger}; worst case (maximum output) for {agents}"
 
 
 def estimate(

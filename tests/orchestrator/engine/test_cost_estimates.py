@@ -80,6 +80,20 @@ def test_history_needs_a_few_answers_and_the_agents_current_model(plan):
     assert cost_estimates.usage_basis(researcher).learned
 
 
+def test_the_plan_line_counts_the_answers_of_an_agent_with_too_few(plan):
+    """The plan page said "worst case (maximum output) for flaky, which has no history yet" of an
+    agent with 2 succeeded answers."""
+    researcher, writer = plan.subtasks.get(key="a").agent, plan.subtasks.get(key="w").agent
+    record_history(writer, [(400, 150), (500, 210)])
+    assert cost_estimates.plan_estimate(plan).basis_text == (
+        "worst case (maximum output) for researcher (no history yet), writer (only 2 answers so far)"
+    )
+    record_history(researcher, [(300, 100)] * 3)
+    assert cost_estimates.plan_estimate(plan).basis_text == (
+        "median recorded usage of researcher; worst case (maximum output) for writer, which has only 2 answers so far"
+    )
+
+
 def test_the_median_never_passes_the_agents_maximum(plan):
     writer = plan.subtasks.get(key="w").agent
     record_history(writer, [(100, 5000)] * 3)
