@@ -24,7 +24,7 @@ from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.graph import graph
 from orchestrator.readmodels.log import PAGE_LOG_ROWS, event_log, older_than
-from orchestrator.readmodels.records import is_partial_output
+from orchestrator.readmodels.records import AttemptOutput, is_partial_output
 from orchestrator.readmodels.run_export import run_export, run_markdown
 from orchestrator.readmodels.snapshot import read_snapshot
 from orchestrator.readmodels.steps import attempt_path
@@ -145,13 +145,15 @@ def run_task_redirect(request, run_id: int, task_id: int):
 @require_GET
 @permission_required(VIEW_RUN)
 def run_attempt(request, run_id: int, task_id: int, number: int):
-    """One attempt's page: its request, its path and every tool result whole."""
+    """One attempt's page: what it wrote, its request, its path and every tool result whole."""
     run = _run(run_id)
     task = _task(run, task_id)
     path = attempt_path(task, number, whole_results=True)
     if path.attempt is None and not path.rows:
         raise Http404(f"{task.subtask.key} has no attempt {number}")
-    ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": path.attempt}
+    a = path.attempt
+    output = AttemptOutput.of(task, a, task.attempts.order_by("-number").first()) if a else None
+    ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": a, "output": output}
     return render(request, "dashboard/attempt_detail.html", ctx)
 
 

@@ -323,9 +323,19 @@ class PartialOutputRecord(Record):
             return cls(attempt=None, attempt_state=None, heading="Partial output (not a result)", text=task.output)
         if last_attempt.state == Attempt.State.SUCCEEDED:
             heading = f"Output of attempt {last_attempt.number}, {review_outcome(task)}"
-        else:
-            heading = f"Partial output of attempt {last_attempt.number} ({last_attempt.get_state_display().lower()})"
-        return cls(attempt=last_attempt.number, attempt_state=last_attempt.state, heading=heading, text=task.output)
+            return cls(attempt=last_attempt.number, attempt_state=last_attempt.state, heading=heading, text=task.output)
+        return cls.written_by(last_attempt, task.output)
+
+    @classmethod
+    def written_by(cls, attempt: Attempt, text: str) -> Self:
+        """`text` as the partial output of `attempt`, which ended without a result."""
+        ended = attempt.get_state_display().lower()
+        return cls(
+            attempt=attempt.number,
+            attempt_state=attempt.state,
+            heading=f"Partial output of attempt {attempt.number} ({ended})",
+            text=text,
+        )
 
 
 def review_outcome(task: TaskRun) -> str:
@@ -334,6 +344,38 @@ def review_outcome(task: TaskRun) -> str:
     while the review was open (one query, for such a task alone)."""
     review = task.checkpoints.filter(kind=Checkpoint.Kind.AFTER).order_by("-pk").values_list("status", flat=True)
     return "rejected in review" if review.first() == Checkpoint.Status.REJECTED else "not approved in review"
+
+
+class AttemptOutput(Record):
+    """What one attempt wrote, headed for its own page (`note`: why it is kept there, if it is)."""
+
+    heading: str
+    note: str = ""
+    text: str
+
+    @classmethod
+    def of(cls, task: TaskRun, attempt: Attempt, last_attempt: Attempt | None) -> Self | None:
+        """The text kept on `attempt` (a lost attempt's, or an earlier answer or partial text kept
+        when its task was re-run); else, for the task's latest attempt (`last_attempt`), the task's
+        output: its partial text as `PartialOutputRecord` heads it, or its result (or what the
+        running attempt has streamed so far). None: nothing of this attempt's is kept."""
+        if attempt.output:
+            if attempt.late_result_discarded:
+                return cls(
+                    heading="What this attempt wrote",
+                    note="kept, not applied: it had lost its lease",
+                    text=attempt.output,
+                )
+            succeeded = attempt.state == Attempt.State.SUCCEEDED
+            heading = "Output" if succeeded else PartialOutputRecord.written_by(attempt, attempt.output).heading
+            return cls(heading=heading, note="kept when its task was re-run", text=attempt.output)
+        if last_attempt is None or last_attempt.pk != attempt.pk or not task.output:
+            return None
+        partial = PartialOutputRecord.of(task, attempt)
+        if partial is not None:
+            return cls(heading=partial.heading, text=partial.text)
+        streaming = task.state in (TaskRun.State.RUNNING, TaskRun.State.QUEUED)
+        return cls(heading="Output so far" if streaming else "Output", text=task.output)
 
 
 class TaskRecord(Record):

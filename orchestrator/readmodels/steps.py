@@ -93,6 +93,7 @@ class PathRow:
     wait: str = ""  # what held a model call back: its wait's code (engine/waits.py)
     wait_cut: bool = False  # a wait its attempt's end cut off (no end of its own)
     call_cut: bool = False  # a call its attempt's end cut off (cancelled, lost: no result recorded)
+    cut_by: str = ""  # a model call its attempt's end cut off: how the attempt ended ("cancelled")
     whole: str | None = None  # the whole result, read for the attempt's detail (with_whole_results)
     seqs: list[int] = field(default_factory=list)
 
@@ -189,6 +190,17 @@ class AttemptPath:
     @property
     def model_calls(self) -> int:
         return sum(1 for row in self.rows if row.kind == "model")
+
+    @property
+    def counts_text(self) -> str:
+        """The path's calls in words, for the attempt's page: "1 model call, cut off when the
+        attempt ended (cancelled) · 0 tool calls"."""
+        cut = next((row.cut_by for row in self.rows if row.kind == "model" and row.cut_by), "")
+        model = wording.counted(self.model_calls, "model call")
+        if cut:
+            model += f", {'the last ' if self.model_calls > 1 else ''}cut off when the attempt ended ({cut})"
+        whole = " · every tool result whole" if self.calls else ""
+        return f"{model} · {wording.counted(self.calls, 'tool call')}{whole}"
 
     @property
     def ended(self) -> bool:
@@ -324,11 +336,42 @@ def attempt_path(task: TaskRun, number: int, *, whole_results: bool = False) -> 
     path = AttemptPath(
         number, attempt, task_path(task, attempt=number, ended=ended_numbers([attempt] if attempt else []))
     )
+    unrecorded = unrecorded_call(path)
+    if unrecorded is not None:
+        path.rows.append(unrecorded)
     if whole_results:
         for row in path.rows:
             if row.kind == "call" and row.done:
                 row.whole = whole_result(task, row) if row.result_cut else row.result
     return path
+
+
+def unrecorded_call(path: AttemptPath) -> PathRow | None:
+    """The model call an ended attempt paid for without a step of it: an agent without tools
+    answers in one call and records no step, and a call cut off by its attempt's end (cancelled,
+    timed out, failed, lost) records none either, though its tokens are counted. Its tokens are the
+    attempt's less those of its recorded calls (the page's header counts them all: without it, the
+    path said "0 model calls" under "361 in / 69 out"). None while the attempt runs, or when its
+    recorded calls account for every token."""
+    attempt = path.attempt
+    if attempt is None or not path.ended:
+        return None
+    calls = [row for row in path.rows if row.kind == "model"]
+    tokens_in = attempt.input_tokens - sum(row.input_tokens or 0 for row in calls)
+    tokens_out = attempt.output_tokens - sum(row.output_tokens or 0 for row in calls)
+    if tokens_in <= 0 and tokens_out <= 0:
+        return None
+    cut = attempt.state != Attempt.State.SUCCEEDED
+    return PathRow(
+        step=max((row.step for row in calls), default=0) + 1,
+        kind="model",
+        attempt=path.number,
+        input_tokens=max(tokens_in, 0),
+        output_tokens=max(tokens_out, 0),
+        call_cut=cut,
+        is_error=cut,
+        cut_by=attempt.get_state_display().lower() if cut else "",
+    )
 
 
 def whole_result(task: TaskRun, row: PathRow) -> str | None:

@@ -185,3 +185,33 @@ def test_a_tasks_path_appears_live_and_its_artifact_downloads(
     expect(page.locator(f"#task-path-{task.pk}")).to_contain_text("WAL mode lets readers")
     assert overflow(page) == []
     element_shot(page.locator(f"#task-path-{task.pk}"), screenshot(page, "path-phone").with_name("panel-phone.png"))
+
+
+def test_an_ended_attempts_page_reads_in_lines_not_a_word_a_line(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """The attempt page's "No step recorded for this attempt." stood in the path's 1.6rem column
+    of step numbers, one word a line; a cancelled agent without tools shows its text there."""
+    page = logged_in_page
+    run = runs.launch(make_plan({"look": ("researcher", []), "write": ("writer", ["look"])}), budget_usd="1")
+    look, write = run.tasks.get(subtask__key="look"), run.tasks.get(subtask__key="write")
+    Attempt.objects.filter(task_run=look).update(
+        state=Attempt.State.CANCELLED, input_tokens=361, output_tokens=69, cost_usd="0.0021"
+    )
+    TaskRun.objects.filter(pk=look.pk).update(
+        state=TaskRun.State.CANCELLED, output="SQLite's WAL mode lets readers go on while one writer writes."
+    )
+    Attempt.objects.create(task_run=write, number=1, state=Attempt.State.FAILED, error="simulated failure")
+    TaskRun.objects.filter(pk=write.pk).update(state=TaskRun.State.FAILED, attempt_count=1)
+    page.goto(f"/runs/{run.pk}/?task={look.pk}")
+    expect(page.locator(f"#task-output-{look.pk}")).to_contain_text("Partial output of attempt 1 (cancelled)")
+    screenshot(page, "run-page-panel")
+    page.goto(f"/runs/{run.pk}/tasks/{look.pk}/attempts/1/")
+    expect(page.locator(".attempt-output")).to_contain_text("Partial output of attempt 1 (cancelled)")
+    expect(page.locator(".attempt-output")).to_contain_text("WAL mode lets readers")
+    screenshot(page, "cancelled-attempt")
+    page.goto(f"/runs/{run.pk}/tasks/{write.pk}/attempts/1/")
+    none = page.locator(".path-none")
+    expect(none).to_have_text("No step recorded for this attempt.")
+    screenshot(page, "failed-attempt")
+    assert none.bounding_box()["height"] < 2 * float(none.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))

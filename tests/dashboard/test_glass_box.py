@@ -211,6 +211,56 @@ def test_the_attempts_page_is_for_viewers_of_the_run_only(client, personas, run)
     assert folder.status_code == 302 and folder["Location"].endswith(f"?task={task.pk}")
 
 
+def attempt_page(client, run, task, number: int) -> str:
+    response = client.get(reverse("run_attempt", args=[run.pk, task.pk, number]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_a_cancelled_plain_agents_attempt_page_shows_its_text_and_its_cut_off_call(viewer, run):
+    """An agent without tools answers in one model call and records no step: its cancelled
+    attempt's page said "0 model calls" and "No step recorded for this attempt." under a header of
+    "361 in / 69 out · $0.0021", and showed none of the text the run page showed for it."""
+    task = look(run)
+    end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "Streamed until the cancel", "run cancelled")
+    Attempt.objects.filter(task_run=task).update(input_tokens=361, output_tokens=69, cost_usd="0.0021")
+    text = words(attempt_page(viewer, run, task, 1))
+    assert "361 in / 69 out · $0.0021" in text
+    assert "Partial output of attempt 1 (cancelled) Streamed until the cancel" in text  # as the panel heads it
+    assert "Path 1 model call, cut off when the attempt ended (cancelled) · 0 tool calls" in text
+    assert "Model call · 361 in / 69 out · cut off when the attempt ended (cancelled)" in text
+    assert "0 model calls" not in text and "No step recorded" not in text
+
+
+def test_an_attempts_page_shows_the_text_kept_on_it_and_the_latest_its_tasks_output(viewer, run):
+    task = look(run)
+    end_task(task, TaskRun.State.SUCCEEDED, 2, Attempt.State.SUCCEEDED, "The second answer")
+    Attempt.objects.filter(task_run=task, number=1).update(state=Attempt.State.FAILED, output="Half of a first")
+    Attempt.objects.filter(task_run=task, number=2).update(input_tokens=300, output_tokens=40)
+    first = words(attempt_page(viewer, run, task, 1))
+    assert "Partial output of attempt 1 (failed) kept when its task was re-run Half of a first" in first
+    assert "The second answer" not in first
+    assert "No step recorded for this attempt." in first and "0 model calls · 0 tool calls" in first  # no tokens
+    second = words(attempt_page(viewer, run, task, 2))
+    assert "Output The second answer" in second and "Half of a first" not in second
+    assert "Path 1 model call · 0 tool calls" in second and "cut off" not in second  # its one call, answered
+
+
+def test_a_tool_agents_call_cut_off_by_the_cancel_is_counted_on_its_attempts_page(viewer, run):
+    task = look(run)
+    provider = ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("Found it."))
+    record_loop(task, provider, FakeTools(lookup=(lookup, False)))
+    recorded = [event.payload for event in Event.objects.filter(task_run=task, type="agent.model_call")]
+    end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "", "run cancelled")
+    Attempt.objects.filter(task_run=task).update(  # and a third call, cut off by the cancel
+        input_tokens=sum(call["input_tokens"] for call in recorded) + 500,
+        output_tokens=sum(call["output_tokens"] for call in recorded) + 12,
+    )
+    text = words(attempt_page(viewer, run, task, 1))
+    assert "3 model calls, the last cut off when the attempt ended (cancelled) · 1 tool call" in text
+    assert "Model call · 500 in / 12 out · cut off when the attempt ended (cancelled)" in text
+
+
 # --- Live: rows, not the whole panel ------------------------------------------------------------
 
 
