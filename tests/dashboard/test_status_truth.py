@@ -778,6 +778,19 @@ def test_the_task_panel_gives_no_percentage_to_a_task_that_ended_without_success
         "cancelled": ("—", None),
         "runs": ("40%", "40"),
     }
+    # The table's rows say the same: a bar (and a progress for the DAG's fill) only while under way;
+    # the rejected (failed) task's row drew a full red bar beside a panel saying "—".
+    page = run_page(viewer, run)
+    rows = {key: task_row_whole(page, run.tasks.get(subtask__key=key)) for key in keys}
+    bars = {key: re.search(r'<progress [^>]*value="(\d+)"', row) for key, row in rows.items()}
+    assert {key: bar.group(1) if bar else None for key, bar in bars.items()} == {
+        "ok": None,
+        "failed": None,
+        "skipped": None,
+        "cancelled": None,
+        "runs": "40",
+    }
+    assert [key for key, row in rows.items() if "data-progress=" in row] == ["runs"]
 
 
 @pytest.mark.parametrize(("action", "key"), [("retry", "x"), ("skip", "x"), ("skip", "s")])
