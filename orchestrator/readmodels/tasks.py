@@ -2,7 +2,7 @@
 
 `TaskView` is the task's record (orchestrator/readmodels/records.py: `TaskRecord`, the shape
 the API and the JSON download give) plus what the page shows besides: the display state, the
-tokens streaming now, the agent's id for the lanes, the gate, and what a running agent is doing now
+tokens its running attempt has used so far, the agent's id for the lanes, the gate, and what a running agent is doing now
 (its activity, from its step events: orchestrator/readmodels/steps.py). The task rows, the lanes, the
 task panel and the websocket frames all render it, so a task is described once.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Self
+from typing import NamedTuple, Self
 
 from django.db.models import Count, OuterRef, Subquery
 
@@ -149,6 +149,16 @@ def display_state(state: str, wait_reason: str = "") -> str:
     return WAITING if state == State.READY and wait_reason else state
 
 
+class LiveTokens(NamedTuple):
+    """What a running attempt has used so far, as its host last saved it on the attempt."""
+
+    input: int
+    output: int
+
+
+NO_LIVE_TOKENS = LiveTokens(0, 0)
+
+
 class TaskView(TaskRecord):
     """A task as the run page shows it: its record plus display state and live token burn.
 
@@ -158,7 +168,10 @@ class TaskView(TaskRecord):
 
     agent_id: int
     display_state: str
-    live_output_tokens: int  # streamed so far by the attempt running now (not yet settled)
+    # What the attempt running now has used so far (not yet settled into the task's totals): its
+    # input, known once its request was sent, and the output it has streamed.
+    live_input_tokens: int
+    live_output_tokens: int
     gate: str
     activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
     # What its attempts before its last re-run spent (engine/reruns.py): part of its record's
@@ -168,14 +181,15 @@ class TaskView(TaskRecord):
     earlier_cost_usd: Decimal
 
     @classmethod
-    def of(cls, task: TaskRun, live_output_tokens: int = 0, activity: str = "") -> Self:
+    def of(cls, task: TaskRun, live: LiveTokens = NO_LIVE_TOKENS, activity: str = "") -> Self:
         """The view of a TaskRun with subtask and agent selected."""
         return cls.build(
             task,
             progress=100 if task.state == State.SUCCEEDED else task.progress,
             agent_id=task.agent_id,
             display_state=display_state(task.state, task.wait_reason),
-            live_output_tokens=live_output_tokens,
+            live_input_tokens=live.input,
+            live_output_tokens=live.output,
             gate=task.subtask.gate,
             activity=activity if task.state == State.RUNNING else "",
             earlier_attempts=task.earlier_attempts,
@@ -204,10 +218,15 @@ class TaskView(TaskRecord):
         return "—" if self.progress_percent is None else f"{self.progress_percent}%"
 
     @property
+    def input_tokens_so_far(self) -> int:
+        """Its input tokens with those of the attempt running now (the panel's Tokens title)."""
+        return self.input_tokens + self.live_input_tokens
+
+    @property
     def tokens(self) -> int:
-        """The token burn of this start of the task: settled input + output tokens plus what is
-        streaming now, less what was spent before its last re-run."""
-        return self.input_tokens + self.output_tokens + self.live_output_tokens - self.earlier_tokens
+        """The token burn of this start of the task: settled input + output tokens plus what the
+        attempt running now has used, less what was spent before its last re-run."""
+        return self.input_tokens_so_far + self.output_tokens + self.live_output_tokens - self.earlier_tokens
 
     @property
     def cost_now_usd(self) -> Decimal:
@@ -231,17 +250,23 @@ def tasks_query(run_id: int):
     return TaskRun.objects.filter(run_id=run_id).select_related("subtask", "agent").order_by("subtask__position", "pk")
 
 
-def live_output_tokens(tasks: Iterable[TaskRun | TaskState]) -> dict[int, int]:
-    """Output tokens streamed so far by each running task's current attempt, as its host last
-    saved them on the attempt (every GLASSBOX_PROGRESS_SAVE_S; settled into the task's totals
-    when the attempt ends). One query."""
+def live_tokens(tasks: Iterable[TaskRun | TaskState]) -> dict[int, LiveTokens]:
+    """The tokens each running task's current attempt has used so far, as its host last saved them
+    on the attempt (every GLASSBOX_PROGRESS_SAVE_S): its input, known from the stream's start
+    (the Attempts table shows it at once), and the output streamed so far. Both are settled into
+    the task's totals when the attempt ends, in the transaction that ends it, so a read sees
+    them here or there, never in both. One query."""
     running = {task.pk: task.attempt_count for task in tasks if task.state == State.RUNNING}
     if not running:
         return {}
     rows = Attempt.objects.filter(task_run_id__in=list(running), state=Attempt.State.RUNNING).values_list(
-        "task_run_id", "number", "output_tokens"
+        "task_run_id", "number", "input_tokens", "output_tokens"
     )
-    return {task_id: tokens for task_id, number, tokens in rows if running[task_id] == number and tokens}
+    return {
+        task_id: LiveTokens(input_tokens, output_tokens)
+        for task_id, number, input_tokens, output_tokens in rows
+        if running[task_id] == number and (input_tokens or output_tokens)
+    }
 
 
 # What a TaskView reads of a task, its subtask and its agent: the live view builds every task's
@@ -265,9 +290,9 @@ def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[Ta
     if task_ids is not None:
         query = query.filter(pk__in=list(task_ids))
     tasks = list(query)
-    live = live_output_tokens(tasks)
+    live = live_tokens(tasks)
     doing = activities(tasks)
-    return [TaskView.of(t, live.get(t.pk, 0), doing.get(t.pk, "")) for t in tasks]
+    return [TaskView.of(t, live.get(t.pk, NO_LIVE_TOKENS), doing.get(t.pk, "")) for t in tasks]
 
 
 @dataclass(frozen=True)
@@ -297,6 +322,7 @@ class TaskState:
     # the wait for the reviewer (its `finished_at` is when the review was approved). The pace of
     # the run's ETA measures the work (totals.py).
     worked_until: datetime | None
+    live_input_tokens: int = 0
     live_output_tokens: int = 0
 
     @property
@@ -309,8 +335,9 @@ class TaskState:
 
     @property
     def spent_tokens(self) -> int:
-        """Every token the task has used, before its last re-run too, and what is streaming now."""
-        return self.input_tokens + self.output_tokens + self.live_output_tokens
+        """Every token the task has used, before its last re-run too, and what its running attempt
+        has used so far."""
+        return self.input_tokens + self.output_tokens + self.live_input_tokens + self.live_output_tokens
 
     @property
     def tokens(self) -> int:
@@ -321,13 +348,13 @@ class TaskState:
 STATE_FIELDS = tuple(
     name
     for name in TaskState.__dataclass_fields__
-    if name not in ("pk", "key", "title", "worked_until", "live_output_tokens")
+    if name not in ("pk", "key", "title", "worked_until", "live_input_tokens", "live_output_tokens")
 )
 
 
 def task_states(run: Run | int) -> list[TaskState]:
     """Every task of the run in plan order, as TaskState (two statements: the tasks with when
-    their last attempts ended, and the tokens streaming now)."""
+    their last attempts ended, and the tokens their running attempts have used so far)."""
     run_id = run.pk if isinstance(run, Run) else run
     last_attempt = Attempt.objects.filter(task_run_id=OuterRef("pk"), number=OuterRef("attempt_count"))
     rows = (
@@ -337,8 +364,13 @@ def task_states(run: Run | int) -> list[TaskState]:
         .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until")
     )
     states = [TaskState(*row) for row in rows]
-    live = live_output_tokens(states)
-    return [replace(state, live_output_tokens=live[state.pk]) if state.pk in live else state for state in states]
+    live = live_tokens(states)
+    return [
+        replace(state, live_input_tokens=live[state.pk].input, live_output_tokens=live[state.pk].output)
+        if state.pk in live
+        else state
+        for state in states
+    ]
 
 
 def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
@@ -349,4 +381,4 @@ def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
 
 def task_view(task: TaskRun) -> TaskView:
     task = tasks_query(task.run_id).get(pk=task.pk)
-    return TaskView.of(task, live_output_tokens([task]).get(task.pk, 0), activities([task]).get(task.pk, ""))
+    return TaskView.of(task, live_tokens([task]).get(task.pk, NO_LIVE_TOKENS), activities([task]).get(task.pk, ""))

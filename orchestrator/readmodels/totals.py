@@ -295,14 +295,21 @@ class Totals:
     # Slots that other runs hold now of the agents with work left (and of their providers' in-flight
     # limit when that caps the run): the ETA waits for them to free.
     slots_elsewhere: int = 0
-    # Output tokens the running attempts have streamed so far, as their hosts last saved them: not
-    # settled into the run's tokens until each attempt ends, but shown by the rows and the lanes.
+    # What the running attempts have used so far, as their hosts last saved it: their input (sent
+    # with each request) and the output they have streamed. Not settled into the run's tokens
+    # until each attempt ends, but shown by the rows, the lanes and the Attempts table.
+    running_input_tokens: int = 0
     streaming_tokens: int = 0
 
     @property
+    def input_tokens_so_far(self) -> int:
+        """The input tokens of the run, the running attempts' included (the Tokens card's "in")."""
+        return self.input_tokens + self.running_input_tokens
+
+    @property
     def tokens(self) -> int:
-        """Every token the run has used, what is streaming now included (the Tokens card)."""
-        return self.input_tokens + self.output_tokens + self.streaming_tokens
+        """Every token the run has used, the running attempts' so far included (the Tokens card)."""
+        return self.input_tokens_so_far + self.output_tokens + self.streaming_tokens
 
     @property
     def never_started(self) -> bool:
@@ -567,6 +574,7 @@ def totals(
         paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
         paused_s=run.paused_s,
         ended_s=run.ended_s,
+        running_input_tokens=sum(v.live_input_tokens for v in tasks),
         streaming_tokens=sum(v.live_output_tokens for v in tasks),
         slots_elsewhere=0
         if run.is_finished

@@ -466,18 +466,19 @@ def test_a_save_brings_the_rows_and_lanes_its_tokens_and_the_open_panels_head_to
         saved = lambda html: f'data-tasks="{task_id}:40"' in html  # noqa: E731
         frames_seen = [await receive_live(comm, saved) for comm in (watcher, reader, other)]
         for html in frames_seen:
-            # The row and the lanes show the 53 tokens streamed so far, as saved with the progress,
-            # before the percentages (applied on top of the row by run/progress.js).
+            # The row and the lanes show the 83 tokens used so far (30 in, known from the stream's
+            # start, and 53 streamed out), as saved with the progress, before the percentages
+            # (applied on top of the row by run/progress.js).
             row = re.search(rf'<div id="task-{task_id}" [^>]*>', html)
-            assert row and 'data-tokens="53"' in row.group(0)
-            assert 'id="agent-lanes"' in html and "53 tok" in html
+            assert row and 'data-tokens="83"' in row.group(0)
+            assert 'id="agent-lanes"' in html and "83 tok" in html
             assert html.index(f'id="task-{task_id}"') < html.index('id="live-progress"')
         watcher_html, reader_html, other_html = frames_seen
         # The panel's head, once per permission class: the launcher's with its Skip form and its own
         # token, the viewer's without controls; none for a viewer without the panel open.
         for html in (watcher_html, reader_html):
             head = html[html.index(f'id="task-head-{task_id}"') :]
-            assert "<dd data-progress-text>40%</dd>" in head and ">53</dd>" in head
+            assert "<dd data-progress-text>40%</dd>" in head and ">83</dd>" in head
             # and its attempts table: the running attempt's tokens as saved (it said 0 / 0)
             attempts = html[html.index(f'id="task-attempts-{task_id}"') :]
             assert re.search(r'<td class="num">30 / 53</td>', attempts), attempts[:2000]

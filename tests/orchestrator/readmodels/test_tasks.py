@@ -67,16 +67,16 @@ def test_task_states_say_what_the_views_say_in_two_statements(launched, django_a
     run = launched({"scope": ("researcher", []), "a": ("writer", ["scope"]), "b": ("researcher", [])}, cap=1)
     scope, b = run.tasks.get(subtask__key="scope"), run.tasks.get(subtask__key="b")
     attempt = start(scope)
-    Attempt.objects.filter(pk=attempt.pk).update(output_tokens=17)
+    Attempt.objects.filter(pk=attempt.pk).update(input_tokens=9, output_tokens=17)
     TaskRun.objects.filter(pk=scope.pk).update(progress=40, input_tokens=5, cost_usd="0.25")
     TaskRun.objects.filter(pk=b.pk).update(state=State.READY, wait_reason="run cap reached (1 running)")
     with django_assert_num_queries(2):
         states = task_states(run)
     shown = ("pk", "key", "title", "agent_id", "state", "display_state", "is_terminal", "progress", "tokens")
-    shown += ("live_output_tokens", "cost_usd", "attempt_count", "started_at", "finished_at")
+    shown += ("live_input_tokens", "live_output_tokens", "cost_usd", "attempt_count", "started_at", "finished_at")
     assert [tuple(getattr(s, f) for f in shown) for s in states] == [
         tuple(getattr(v, f) for f in shown) for v in task_views(run)
     ]
     by_key = {s.key: s for s in states}
-    assert (by_key["scope"].tokens, by_key["scope"].progress) == (5 + 17, 40)
+    assert (by_key["scope"].tokens, by_key["scope"].progress) == (5 + 9 + 17, 40)
     assert by_key["b"].display_state == WAITING

@@ -8,9 +8,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import execution, runs, tool_approvals
+from orchestrator.engine import attempt_ends, execution, runs, tool_approvals
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
-from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState
+from orchestrator.providers.base import Usage
+from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
 
 from .conftest import start, succeed
@@ -46,6 +47,30 @@ def test_the_tokens_count_what_running_attempts_have_streamed_as_their_rows_and_
     run.refresh_from_db()
     result = totals(run)
     assert (result.input_tokens, result.output_tokens, result.streaming_tokens, result.tokens) == (100, 50, 43, 193)
+
+
+def test_a_running_attempts_input_tokens_count_from_its_start_and_once_when_it_ends(launched):
+    """The Attempts table said "27 / 8" while the Tokens card and the task's tokens counted only
+    the 8 streamed: the input of a running attempt is known from its stream's start (saved with
+    the progress) and must count there too, and count once when the attempt settles."""
+    run = launched({"a": ("researcher", [])})
+    attempt = Attempt.objects.get(task_run__run=run, state=Attempt.State.QUEUED)
+    claim = execution.claim_attempt(attempt.pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=27, output_tokens=8)))])
+    run.refresh_from_db()
+    running = totals(run)
+    assert running.tokens == 35
+    assert (running.input_tokens_so_far, running.output_tokens, running.streaming_tokens) == (27, 0, 8)
+    assert [(v.tokens, v.input_tokens_so_far) for v in task_views(run)] == [(35, 27)]
+    assert [s.spent_tokens for s in task_states(run)] == [35]
+
+    attempt_ends.complete(claim, "Hello", Usage(input_tokens=27, output_tokens=40), advance=False)
+    run.refresh_from_db()
+    ended = totals(run)
+    assert (ended.input_tokens_so_far, ended.output_tokens, ended.streaming_tokens, ended.tokens) == (27, 40, 0, 67)
+    assert [(v.tokens, v.input_tokens_so_far) for v in task_views(run)] == [(67, 27)]
+    assert [s.spent_tokens for s in task_states(run)] == [67]
 
 
 def test_no_eta_once_the_run_ended(launched):
