@@ -14,7 +14,7 @@ from django.utils import timezone
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels.launchers import launchers
-from orchestrator.readmodels.tasks import STATE_LABELS, StripSegment, counts_by_run, state_strip
+from orchestrator.readmodels.tasks import StripSegment, count_text, counts_by_run, rejected_at_gate, state_strip
 from orchestrator.readmodels.totals import run_idle_text
 from orchestrator.wording import counted
 
@@ -44,6 +44,7 @@ class RunRow:
     idle: str  # how much of the elapsed time nothing could start ("57 s of it paused"), or ""
     launched_by: str  # as its run.created event recorded: "alice", "root from the command line"
     states: dict[str, int] = field(default_factory=dict)  # tasks by state
+    rejected: list[str] = field(default_factory=list)  # keys of its tasks rejected at their gate
 
     @property
     def succeeded(self) -> int:
@@ -60,7 +61,8 @@ class RunRow:
 
     @property
     def other_states(self) -> list[str]:
-        """The states besides success that people must notice, e.g. ["1 failed", "2 cancelled"]."""
+        """The states besides success that people must notice, e.g. ["1 failed", "2 cancelled"],
+        or ["2 skipped (a rejected at its gate)"] beside a run that failed with no task failed."""
         shown = (
             TaskRun.State.FAILED,
             TaskRun.State.CANCELLED,
@@ -68,7 +70,12 @@ class RunRow:
             TaskRun.State.RUNNING,
             TaskRun.State.AWAITING_REVIEW,
         )
-        return [f"{self.states[s]} {STATE_LABELS[s]}" for s in shown if self.states.get(s)]
+        return [count_text(s, self.states[s], self.rejected) for s in shown if self.states.get(s)]
+
+    @property
+    def went_wrong(self) -> bool:
+        """A task failed or was rejected at its gate: its counts are shown as bad news."""
+        return bool(self.failed or self.rejected)
 
     @property
     def cost_over_budget(self) -> bool:
@@ -87,6 +94,7 @@ def run_rows(runs) -> list[RunRow]:
     now = timezone.now()
     runs = list(runs)
     states = counts_by_run(run.pk for run in runs)
+    rejected = rejected_at_gate(run.pk for run in runs if states.get(run.pk, {}).get(TaskRun.State.SKIPPED))
     launched_by = launchers([run.pk for run in runs])
     rows = []
     for run in runs:
@@ -106,6 +114,7 @@ def run_rows(runs) -> list[RunRow]:
                 idle=run_idle_text(run),
                 launched_by=launched_by[run.pk],
                 states=states.get(run.pk, {}),
+                rejected=rejected.get(run.pk, []),
             )
         )
     return rows

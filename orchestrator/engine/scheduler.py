@@ -37,6 +37,7 @@ from django.utils import timezone
 from orchestrator import events, sql, wording
 from orchestrator.engine import admission, dispatch, run_shape, transitions, undecided, waits
 from orchestrator.models import Attempt, Checkpoint, Run, Subtask, TaskRun
+from orchestrator.readmodels import tasks as run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,7 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
             if parts:
                 said[0] += ": " + "; ".join(parts)
         if rejected:
-            said.append(f"{', '.join(rejected)} rejected at {'its' if len(rejected) == 1 else 'their'} gate")
+            said.append(run_tasks.rejected_text(rejected))
         if by_person:  # "… rejected at its gate; 1 skipped because …" beside a card counting 3 skipped
             said.append(f"{by_person} skipped by a person")
         if cascaded:
@@ -330,17 +331,7 @@ def finish_if_done(run: Run, rows: dict[int, TaskRow] | None = None) -> bool:
 
 def rejected_at_gate(run: Run) -> list[str]:
     """Keys of the run's tasks skipped because a person rejected them at their gate, in plan order."""
-    return list(
-        run.tasks.filter(
-            state=State.SKIPPED,
-            skip_cascades=True,
-            checkpoints__kind=Checkpoint.Kind.BEFORE,
-            checkpoints__status=Checkpoint.Status.REJECTED,
-        )
-        .order_by("subtask__position")
-        .values_list("subtask__key", flat=True)
-        .distinct()
-    )
+    return run_tasks.rejected_at_gate([run.pk]).get(run.pk, [])
 
 
 def end_run(run: Run, status: str, summary: str) -> None:

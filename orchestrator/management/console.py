@@ -23,7 +23,7 @@ from orchestrator import wording
 from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels.tasks import outcome_text
+from orchestrator.readmodels.tasks import outcome_text, rejected_at_gate
 from orchestrator.readmodels.totals import run_idle_text
 
 MANAGE = "python manage.py"
@@ -185,7 +185,9 @@ def progress_counts(progress) -> str:
         TaskRun.State.SKIPPED: progress.skipped,
     }
     under_way = [f"{getattr(progress, name)} {words}" for name, words in UNDER_WAY if getattr(progress, name)]
-    return " · ".join([outcome_text(ended, progress.total), *([", ".join(under_way)] if under_way else [])])
+    rejected = rejected_at_gate([progress.run_id]).get(progress.run_id, []) if progress.skipped else []
+    outcome = outcome_text(ended, progress.total, rejected)
+    return " · ".join([outcome, *([", ".join(under_way)] if under_way else [])])
 
 
 def run_summary(run: Run, progress) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import NamedTuple, Self
 from django.db.models import Count, OuterRef, Subquery
 
 from orchestrator import sql
-from orchestrator.models import Agent, Attempt, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
 from .records import PartialOutputRecord, TaskRecord
 from .steps import activities
@@ -121,17 +121,62 @@ MIN_SEGMENT = 1.5
 ENDED_OTHERWISE = (State.FAILED, State.CANCELLED, State.SKIPPED)
 
 
-def outcome_text(counts: Mapping[str, int], total: int) -> str:
+def outcome_text(counts: Mapping[str, int], total: int, rejected: Sequence[str] = ()) -> str:
     """How many of `total` tasks succeeded, and how many ended otherwise: "7 of 22 succeeded ·
-    15 cancelled". Never "done" for a task that was cancelled, skipped or failed."""
+    15 cancelled". Never "done" for a task that was cancelled, skipped or failed.
+
+    The skipped count names the tasks a person rejected at their gate (`rejected`, their keys):
+    "1 of 3 succeeded · 2 skipped (a rejected at its gate)". Such a rejection fails the run with no
+    task failed, and a "Failed" beside counts that show no failure must say why, as the run's
+    summary does (engine/scheduler.finish_if_done)."""
     text = f"{counts.get(State.SUCCEEDED, 0)} of {total} succeeded"
-    others = [f"{counts[state]} {STATE_LABELS[state]}" for state in ENDED_OTHERWISE if counts.get(state)]
+    others = [count_text(state, counts[state], rejected) for state in ENDED_OTHERWISE if counts.get(state)]
     return text + (" · " + ", ".join(others) if others else "")
 
 
+def count_text(state: str, count: int, rejected: Sequence[str] = ()) -> str:
+    """`count` tasks in `state`, in words: "3 failed"; the skipped ones name those of them rejected
+    at their gate: "2 skipped (a rejected at its gate)"."""
+    text = f"{count} {STATE_LABELS.get(state, state)}"
+    return f"{text} ({rejected_text(rejected)})" if state == State.SKIPPED and rejected else text
+
+
 def outcome_of(tasks: Sequence[TaskRun]) -> str:
-    """outcome_text of these tasks (by engine state): "15 of 16 succeeded · 1 failed"."""
-    return outcome_text(Counter(task.state for task in tasks), len(tasks))
+    """outcome_text of these tasks (by engine state): "15 of 16 succeeded · 1 failed", naming
+    those of them rejected at their gate (one query, when any of them was skipped)."""
+    skipped = {task.run_id for task in tasks if task.state == State.SKIPPED and task.pk}
+    keys = {task.subtask.key for task in tasks} if skipped else set()
+    by_run = rejected_at_gate(skipped) if skipped else {}
+    rejected = [key for keys_of_run in by_run.values() for key in keys_of_run if key in keys]
+    return outcome_text(Counter(task.state for task in tasks), len(tasks), rejected)
+
+
+def rejected_text(keys: Sequence[str]) -> str:
+    """Tasks a person rejected at their gate, as the run's summary and its counts say it:
+    "a rejected at its gate", "a, b rejected at their gate"."""
+    return f"{', '.join(keys)} rejected at {'its' if len(keys) == 1 else 'their'} gate"
+
+
+def rejected_at_gate(run_ids: Iterable[int]) -> dict[int, list[str]]:
+    """Keys of each run's tasks skipped because a person rejected them at their gate, in plan
+    order (one query; runs without one are left out). Such a task is skipped like one below a
+    failure (its branch must not run), but it is a person's decision."""
+    rows = (
+        TaskRun.objects.filter(
+            run_id__in=list(run_ids),
+            state=State.SKIPPED,
+            skip_cascades=True,
+            checkpoints__kind=Checkpoint.Kind.BEFORE,
+            checkpoints__status=Checkpoint.Status.REJECTED,
+        )
+        .order_by("run_id", "subtask__position", "pk")
+        .values_list("run_id", "subtask__key")
+        .distinct()
+    )
+    keys: dict[int, list[str]] = {}
+    for run_id, key in rows:
+        keys.setdefault(run_id, []).append(key)
+    return keys
 
 
 def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:

@@ -38,6 +38,7 @@ from .tasks import (
     TaskState,
     agents_of,
     outcome_text,
+    rejected_at_gate,
     state_strip,
     task_states,
 )
@@ -300,6 +301,8 @@ class Totals:
     # until each attempt ends, but shown by the rows, the lanes and the Attempts table.
     running_input_tokens: int = 0
     streaming_tokens: int = 0
+    # Keys of the tasks a person rejected at their gate: the skipped count names them (`outcome`).
+    rejected_at_gate: tuple[str, ...] = ()
 
     @property
     def input_tokens_so_far(self) -> int:
@@ -472,8 +475,9 @@ class Totals:
 
     @property
     def outcome(self) -> str:
-        """The Tasks card's headline: "3 of 10 succeeded", "7 of 22 succeeded · 15 cancelled"."""
-        return outcome_text({c.state: c.count for c in self.counts}, self.total)
+        """The Tasks card's headline: "3 of 10 succeeded", "7 of 22 succeeded · 15 cancelled",
+        "1 of 3 succeeded · 2 skipped (a rejected at its gate)"."""
+        return outcome_text({c.state: c.count for c in self.counts}, self.total, self.rejected_at_gate)
 
     @property
     def done_percent(self) -> int:
@@ -576,6 +580,7 @@ def totals(
         ended_s=run.ended_s,
         running_input_tokens=sum(v.live_input_tokens for v in tasks),
         streaming_tokens=sum(v.live_output_tokens for v in tasks),
+        rejected_at_gate=tuple(rejected_at_gate([run.pk]).get(run.pk, ())) if counts[State.SKIPPED] else (),
         slots_elsewhere=0
         if run.is_finished
         else len(elsewhere.slots)

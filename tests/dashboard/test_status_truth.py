@@ -621,11 +621,12 @@ def test_a_rerun_task_that_ends_otherwise_says_why_and_what_came_before(viewer, 
 
 
 @pytest.mark.parametrize(
-    ("tasks", "summary"),
+    ("tasks", "summary", "skipped"),
     [
         (  # a rejection alone read "0 of 3 tasks failed; 2 skipped because an upstream task did not succeed"
             {"a": ("researcher", [], {"gate": "before"}), "b": ("researcher", ["a"]), "c": ("researcher", [])},
             "a rejected at its gate; 1 skipped because an upstream task did not succeed",
+            2,
         ),
         (  # beside a failure it read "… 3 skipped because an upstream task did not succeed"
             {
@@ -636,11 +637,12 @@ def test_a_rerun_task_that_ends_otherwise_says_why_and_what_came_before(viewer, 
             },
             r"1 of 4 tasks failed: f — simulated failure .*, after 1 attempt; a rejected at its gate; "
             "2 skipped because an upstream task did not succeed",
+            3,
         ),
     ],
 )
 def test_a_gate_rejected_by_a_person_is_not_called_an_upstream_that_did_not_succeed(
-    viewer, personas, make_agent, make_plan, tasks, summary
+    viewer, personas, make_agent, make_plan, tasks, summary, skipped
 ):
     from orchestrator.models import Checkpoint
 
@@ -651,8 +653,15 @@ def test_a_gate_rejected_by_a_person_is_not_called_an_upstream_that_did_not_succ
     run = run_here(run)
     assert run.status == Run.Status.FAILED
     assert re.fullmatch(summary, run.summary), run.summary
-    header = re.search(r'<p class="run-summary">(.*?)</p>', run_page(viewer, run), re.S)
+    page = run_page(viewer, run)
+    header = re.search(r'<p class="run-summary">(.*?)</p>', page, re.S)
     assert header and re.fullmatch(summary, html_module.unescape(header.group(1)))
+    # Where its tasks are counted, "Failed" beside no failed task says why, in the summary's words:
+    # the Tasks card and the runs list said "2 skipped" alone.
+    assert f"{skipped} skipped (a rejected at its gate)" in tasks_card(page)
+    row = runs_row(viewer, run)
+    assert f"{skipped} skipped (a rejected at its gate)" in text_of(row)
+    assert re.search(r'<span class="over">[^<]*rejected at its gate', row)  # bad news, as a failure is
 
 
 @pytest.mark.parametrize(

@@ -329,6 +329,18 @@ def test_runs_counts_only_succeeded_tasks_and_names_the_other_ends(demo_agents, 
     assert columns(out.splitlines()[2])[:3] == [str(run.pk), "cancelled", "2 of 5 succeeded · 2 cancelled, 1 skipped"]
 
 
+@pytest.mark.django_db
+def test_a_run_a_gates_rejection_failed_says_so_where_its_tasks_are_counted(gated_run):
+    """It said "failed · 0 of 2 succeeded · 2 skipped": nothing in the counts said why the run failed."""
+    run, checkpoint = gated_run
+    run_command("reject", str(checkpoint.pk), "--comment", "design the API first")
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    said = "0 of 2 succeeded · 2 skipped (design rejected at its gate)"
+    assert columns(run_command("runs")[0].splitlines()[2])[:3] == [str(run.pk), "failed", said]
+    assert f"Progress: {said}" in run_command("run_status", str(run.pk))[0]
+
+
 @pytest.fixture
 def cancelled_run(demo_agents, make_plan):
     """A cancelled run of 22 tasks of which 5 succeeded (the other 17 cancelled)."""

@@ -6,9 +6,9 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count
 
 from orchestrator.management import console
-from orchestrator.models import Run
+from orchestrator.models import Run, TaskRun
 from orchestrator.readmodels.launchers import launchers
-from orchestrator.readmodels.tasks import counts_by_run, outcome_text
+from orchestrator.readmodels.tasks import counts_by_run, outcome_text, rejected_at_gate
 
 GOAL_WIDTH = 60
 
@@ -31,13 +31,14 @@ class Command(BaseCommand):
             self.stdout.write(f"No runs yet. Start one with `{console.MANAGE} launch examples/research_brief.yaml`.")
             return
         counts = counts_by_run(run.pk for run in runs)
+        rejected = rejected_at_gate(run.pk for run in runs if counts.get(run.pk, {}).get(TaskRun.State.SKIPPED))
         launched_by = launchers(run.pk for run in runs)
         rows = [
             (
                 run.pk,
                 console.status_text(run.status),
                 # As the run page's Tasks card words it: a cancelled or skipped task is not "done".
-                outcome_text(counts.get(run.pk, {}), run.total_tasks),
+                outcome_text(counts.get(run.pk, {}), run.total_tasks, rejected.get(run.pk, ())),
                 console.usd(run.cost_usd),
                 console.timestamp(run.started_at),
                 launched_by[run.pk],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from orchestrator.models import Attempt, TaskRun
-from orchestrator.readmodels.tasks import WAITING, display_state, outcome_of, task_states, task_views
+from orchestrator.readmodels.tasks import WAITING, display_state, outcome_of, outcome_text, task_states, task_views
 
 from .conftest import start
 
@@ -22,6 +22,14 @@ def test_outcome_of_tasks_counts_the_successes_and_names_every_other_end():
     tasks = [TaskRun(state=state) for state in (State.SUCCEEDED, State.FAILED, State.RUNNING, State.SKIPPED)]
     assert outcome_of(tasks) == "1 of 4 succeeded · 1 failed, 1 skipped"
     assert outcome_of([]) == "0 of 0 succeeded"
+
+
+def test_the_outcome_names_the_tasks_a_person_rejected_at_their_gate():
+    """A run a gate's rejection failed counted "2 skipped" beside its "Failed", no task failed."""
+    counts = {State.SUCCEEDED: 1, State.SKIPPED: 2}
+    assert outcome_text(counts, 3, ["a"]) == "1 of 3 succeeded · 2 skipped (a rejected at its gate)"
+    assert outcome_text(counts, 3, ["a", "b"]) == "1 of 3 succeeded · 2 skipped (a, b rejected at their gate)"
+    assert outcome_text(counts, 3) == "1 of 3 succeeded · 2 skipped"
 
 
 def test_task_views_carry_display_state_and_live_token_burn(launched):
