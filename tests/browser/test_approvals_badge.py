@@ -48,18 +48,22 @@ def test_a_tool_call_waiting_for_a_decision_is_counted_in_the_header_without_a_r
     page.goto(f"/runs/{run.pk}/")
     expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
     badge = page.locator("#approvals-count")
-    expect(badge).to_have_text("0")
+    expect(badge).to_be_attached()
+    expect(badge).to_be_hidden()  # nothing waits: no badge (it was a grey "0")
+    expect(badge).to_have_text("")
     page.evaluate("window.__notReloaded = true")
     page.route("**/approvals/count/", lambda route: None)  # the poll goes unanswered from now on
 
     checkpoint = open_tool_checkpoint(run, task)
     expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_be_visible()
     expect(badge).to_have_text("1", timeout=3_000)
+    expect(badge).to_be_visible()
     screenshot(page, f"badge-{width}")
 
     runs.decide(checkpoint, approve=True, user=browser_user)
     expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
-    expect(badge).to_have_text("0", timeout=3_000)
+    expect(badge).to_be_hidden(timeout=3_000)
+    expect(badge).to_have_text("")
     assert page.evaluate("window.__notReloaded === true"), "the page was reloaded"
 
 

@@ -193,7 +193,11 @@ def test_the_count_counts_pending_checkpoints_of_unfinished_runs(client, persona
 def test_an_empty_inbox_says_so(client, personas):
     client.force_login(personas["approver"])
     assert "Nothing is waiting for a decision." in client.get("/approvals/").text
-    assert client.get("/approvals/count/").context["count"] == 0
+    response = client.get("/approvals/count/")
+    assert response.context["count"] == 0
+    # No badge at all (an empty count is hidden), not a grey "0" beside "Approvals".
+    assert re.search(r'<span id="approvals-count" class="count"[^>]*></span>', response.text), response.text
+    assert "title=" not in response.text
 
 
 # --- Deciding --------------------------------------------------------------------------------------
@@ -219,7 +223,8 @@ def test_approve_with_htmx_answers_the_fragment_and_the_new_count(client, person
     html = response.text
     assert f'<article class="approval approval-done" id="checkpoint-{gate.pk}"' in html
     assert "Approved" in html and "“Go ahead”" in html
-    assert 'id="approvals-count"' in html and 'hx-swap-oob="true"' in html and ">0</span>" in html
+    # Nothing waits now: the badge is emptied (and so hidden), not a grey "0".
+    assert re.search(r'<span id="approvals-count"[^>]*hx-swap-oob="true"[^>]*></span>', html)
     gate.refresh_from_db()
     assert (gate.status, gate.comment) == ("approved", "Go ahead")
 
@@ -231,7 +236,7 @@ def test_a_decision_on_the_run_page_also_brings_the_headers_count(client, person
     response = client.post(url, {"decision": "approve"}, **HTMX)
     assert response.status_code == 200 and "was approved" in response.text
     count = response.text[response.text.index('<span id="approvals-count"') :]
-    assert 'hx-swap-oob="true"' in count.split(">", 1)[0] and count.split(">", 1)[1].startswith("0</span>")
+    assert 'hx-swap-oob="true"' in count.split(">", 1)[0] and count.split(">", 1)[1].startswith("</span>")
 
 
 def test_reject_needs_a_comment(client, personas, gated_run):
