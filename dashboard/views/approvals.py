@@ -1,4 +1,4 @@
-"""The approvals inbox: every pending checkpoint across runs, oldest first, decided in place.
+"""The approvals inbox: every pending checkpoint across runs, the longest waiting first, decided in place.
 
 Deciding goes through runs.decide (which checks the state and writes the event); these views
 check the permission (DECIDE_CHECKPOINT, audited when denied) and show ActionError messages.
@@ -31,7 +31,7 @@ EXCERPT_CHARS = 6000
 
 
 def pending_checkpoints():
-    """Checkpoints waiting for a person, on runs that have not ended, oldest first."""
+    """Checkpoints waiting for a person, on runs that have not ended, the longest waiting first."""
     return run_checkpoints.awaiting_decision().select_related("run__plan", "task_run__subtask", "task_run__agent")
 
 

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from orchestrator.engine import runs
+from orchestrator.engine import reruns, runs
 from orchestrator.governance import tokens
 from orchestrator.models import Agent, Checkpoint, Event, Plan, Run
 from orchestrator.readmodels.records import RunRecord
@@ -283,6 +283,25 @@ def test_list_pending_checkpoints(api, two_runs):
     assert body["items"][0]["run"] == second.pk and body["items"][0]["kind"] == "plan"
     assert api["viewer"].get("/checkpoints", status="approved").json()["count"] == 0
     assert api["viewer"].get("/checkpoints", run=second.pk + 1000).json()["count"] == 0
+
+
+def test_checkpoints_are_listed_the_longest_waiting_first_as_the_docs_say(api, personas, make_plan):
+    """The docs said "oldest first", but a checkpoint asked again (its task retried) waits from its
+    new opening and is listed after those opened before it: the docs say the order it has."""
+    first = runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"})}))
+    second = runs.launch(make_plan({"b": ("researcher", [], {"gate": "before"})}))
+    asked_again = first.checkpoints.get()
+    runs.decide(asked_again, approve=False, comment="not yet", user=personas["approver"])
+    reruns.rerun_from(first.tasks.get())  # its gate opens again, now
+    listed = api["viewer"].get("/checkpoints").json()["items"]
+    assert [item["id"] for item in listed] == [second.checkpoints.get().pk, asked_again.pk]
+    client = Client()
+    client.force_login(personas["viewer"])
+    said = client.get("/api/openapi.json").json()["paths"]["/api/checkpoints"]["get"]["description"]
+    assert "the longest waiting first" in said and "oldest" not in said
+    client.force_login(personas["approver"])
+    inbox = client.get("/approvals/").text
+    assert "the longest waiting first" in inbox and "oldest" not in inbox
 
 
 def test_approve_a_plan_launched_by_someone_else(api, personas, make_plan):
