@@ -10,7 +10,7 @@ progress and output are not events: `saved_progress` reads them for the broadcas
 from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator import events, sql
@@ -229,6 +229,8 @@ class SavedProgress:
     progress: dict[int, int]  # task id -> percent, for tasks whose saved progress changed
     outputs: dict[int, str]  # task id -> saved output, for the changed tasks among those asked for
     latest: datetime | None  # the newest save seen (the next poll's `since`)
+    # task id -> the number of the attempt that saved it (a percentage is of one attempt)
+    attempts: dict[int, int] = field(default_factory=dict)
 
 
 def saved_progress(
@@ -238,8 +240,10 @@ def saved_progress(
     the output of those in `with_output`, and of those in `seed` (just watched) whatever their
     time."""
     after = {"progress_at__isnull": False} if since is None else {"progress_at__gt": since}
-    found = sql.select(TaskRun, ("pk", "progress", "progress_at"), run_id=run_id, state=TaskRun.State.RUNNING, **after)
-    changed = {pk for pk, _, _ in found}
+    found = sql.select(
+        TaskRun, ("pk", "progress", "progress_at", "attempt_count"), run_id=run_id, state=TaskRun.State.RUNNING, **after
+    )
+    changed = {pk for pk, *_ in found}
     wanted = (changed & with_output) | set(seed)
     outputs = (
         dict(
@@ -250,9 +254,14 @@ def saved_progress(
         if wanted
         else {}
     )
-    times: list[datetime] = [at for _, _, at in found if at is not None]
+    times: list[datetime] = [at for _, _, at, _ in found if at is not None]
     latest = max(times) if times else since
-    return SavedProgress({pk: progress for pk, progress, _ in found}, outputs, latest)
+    return SavedProgress(
+        {pk: progress for pk, progress, _, _ in found},
+        outputs,
+        latest,
+        {pk: attempt for pk, _, _, attempt in found},
+    )
 
 
 def render_saved_rows(run_id: int, task_ids: AbstractSet[int]) -> str:

@@ -82,6 +82,11 @@ class AttemptRun:
     def run_id(self) -> int:
         return self.claim.task.run_id
 
+    @property
+    def number(self) -> int:
+        """The attempt's number (1 for a task's first)."""
+        return self.claim.attempt.number
+
     def add_text(self, delta: TextDelta) -> None:
         if delta.text:
             self.progress.output += delta.text

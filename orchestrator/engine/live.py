@@ -16,7 +16,9 @@ beat at most, carrying the last event number.
 
 Messages, to the group of the run:
 
-* ``{"type": "run.live", "tasks": [[task id, progress %, offset, text], ...]}``: progress and output.
+* ``{"type": "run.live", "tasks": [[task id, progress %, offset, text, attempt number], ...]}``:
+  progress and output (the attempt's number: a viewer never shows an attempt's progress going
+  back, and a new attempt's starting again).
 
 An agent loop's steps (engine/tool_attempt.py) are not sent here: each is an Event of its task,
 written in small batches, and viewers read it after the doorbell like any other event.
@@ -103,6 +105,7 @@ def changes(attempts: list[AttemptRun]) -> dict[int, list[list]]:
         if len(output) == attempt.published_length and progress == attempt.published_progress:
             continue
         offset = attempt.published_length if len(output) >= attempt.published_length else 0
-        by_run.setdefault(attempt.run_id, []).append([attempt.task_id, progress, offset, output[offset:]])
+        piece = [attempt.task_id, progress, offset, output[offset:], attempt.number]
+        by_run.setdefault(attempt.run_id, []).append(piece)
         attempt.published_length, attempt.published_progress = len(output), progress
     return by_run

@@ -516,6 +516,54 @@ def test_live_pieces_from_a_host_reach_viewers_without_the_database(run, persona
     async_to_sync(scenario)()
 
 
+def test_a_save_older_than_what_viewers_were_sent_never_takes_the_bar_back(run, personas):
+    """On the production profile the host publishes its progress every 0.25 s and saves it every
+    few seconds: a save's frame re-rendered the task's row with the saved percentage and put that
+    on top of it, so the bar stepped back (60% → 40%) until the next live message."""
+    from channels.layers import get_channel_layer
+
+    from orchestrator.engine import execution
+    from orchestrator.engine.live import LIVE_MESSAGE_TYPE
+    from orchestrator.providers.base import Usage
+
+    claim = running_task(run)
+    task_id, number = claim.task.pk, claim.attempt.number
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watcher = await connect_and_resume(cookie, run.pk, seen)
+        assert await watcher.receive_nothing(timeout=0.5)
+        group = events.run_group_name(run.pk)
+        pieces = [[task_id, 60, 0, "Sixty per cent", number]]
+        await get_channel_layer().group_send(group, {"type": LIVE_MESSAGE_TYPE, "tasks": pieces})
+        await receive_live(watcher, lambda html: f'data-tasks="{task_id}:60"' in html)
+        # The host's save of a moment before: 40%, with the tokens streamed by then.
+        await database_sync_to_async(execution.save_progress)([(claim, execution.Progress("Forty", 40, Usage(9, 21)))])
+        frame = await receive_live(watcher, lambda html: f'id="task-{task_id}"' in html)
+        assert 'data-tokens="30"' in frame  # the save's tokens reach the row …
+        # … and the percentage put on top of the row is still the newest the viewer had.
+        assert f'data-tasks="{task_id}:60"' in frame and f'data-tasks="{task_id}:40"' not in frame
+        await watcher.disconnect()
+
+    async_to_sync(scenario)()
+
+
+def test_a_percentage_goes_back_only_for_a_new_attempt():
+    live = broadcast.LiveOutputs()
+    now = timezone.now()
+    live.add_pieces([[1, 60, 0, "abc", 1]], watched=set())
+    assert live.take(set()) == ({1: 60}, {})
+    live.add_saved(frames.SavedProgress({1: 40}, {}, now, {1: 1}))  # saved before the last piece
+    assert live.take(set()) == ({1: 60}, {})  # its row is redrawn: 60% goes on top again
+    live.add_saved(frames.SavedProgress({1: 5}, {}, now, {1: 2}))  # the retry's first save
+    assert live.take(set()) == ({1: 5}, {})
+    live.add_pieces([[1, 70, 3, "def", 1]], watched=set())  # the first attempt's, arriving late
+    assert live.take(set()) == ({}, {})
+    live.add_pieces([[1, 8, 0, "ghi", 2]], watched=set())
+    assert live.take(set()) == ({1: 8}, {})
+
+
 def test_live_outputs_place_pieces_at_their_offsets_and_catch_up_from_the_saved_output():
     live = broadcast.LiveOutputs()
     live.add_pieces([[1, 10, 0, "abc"], [2, 5, 0, "not watched"]], watched={1})

@@ -9,8 +9,8 @@ from orchestrator.engine.agent_runner import AttemptRun
 from orchestrator.providers.base import TextDelta
 
 
-def attempt(task_id: int, run_id: int) -> AttemptRun:
-    claim = SimpleNamespace(task=SimpleNamespace(pk=task_id, run_id=run_id))
+def attempt(task_id: int, run_id: int, number: int = 1) -> AttemptRun:
+    claim = SimpleNamespace(task=SimpleNamespace(pk=task_id, run_id=run_id), attempt=SimpleNamespace(number=number))
     return AttemptRun(claim, max_tokens=100)  # type: ignore[arg-type]
 
 
@@ -18,9 +18,12 @@ def test_each_message_carries_the_new_text_at_its_offset_and_only_what_changed()
     first, second, other_run = attempt(1, 7), attempt(2, 7), attempt(3, 8)
     first.add_text(TextDelta("Hello ", output_tokens=10))
     other_run.add_text(TextDelta("Elsewhere", output_tokens=5))
-    assert live.changes([first, second, other_run]) == {7: [[1, 10, 0, "Hello "]], 8: [[3, 5, 0, "Elsewhere"]]}
+    assert live.changes([first, second, other_run]) == {7: [[1, 10, 0, "Hello ", 1]], 8: [[3, 5, 0, "Elsewhere", 1]]}
     first.add_text(TextDelta("world", output_tokens=20))
-    assert live.changes([first, second, other_run]) == {7: [[1, 20, 6, "world"]]}
+    assert live.changes([first, second, other_run]) == {7: [[1, 20, 6, "world", 1]]}
     assert live.changes([first, second, other_run]) == {}  # nothing new
     second.add_text(TextDelta("", output_tokens=50))  # progress without text
-    assert live.changes([first, second]) == {7: [[2, 50, 0, ""]]}
+    assert live.changes([first, second]) == {7: [[2, 50, 0, "", 1]]}
+    third = attempt(1, 7, number=2)  # a retry: its pieces say which attempt they are of
+    third.add_text(TextDelta("Again", output_tokens=3))
+    assert live.changes([third]) == {7: [[1, 3, 0, "Again", 2]]}
