@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.safestring import mark_safe
 
 from orchestrator import events
-from orchestrator.engine import approvers
+from orchestrator.engine import approvers, checkpoint_questions
 from orchestrator.engine import context as agent_context
 from orchestrator.engine import runs as engine_runs
 from orchestrator.models import Checkpoint, Run, TaskRun
@@ -154,6 +154,8 @@ def checkpoints_context(run: Run) -> dict:
     for checkpoint in pending:
         checkpoint.who_may_approve = approvers.who_may_approve(checkpoint, run)  # type: ignore[attr-defined]
         checkpoint.launcher_may_not_approve = approvers.launcher_may_not_approve(checkpoint, run)  # type: ignore[attr-defined]
+        if checkpoint.kind == Checkpoint.Kind.TOOL:
+            checkpoint.holds_up = checkpoint_questions.tool_call_holds_up(checkpoint)  # type: ignore[attr-defined]
     plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
     ctx: dict[str, Any] = {
         "pending": pending,

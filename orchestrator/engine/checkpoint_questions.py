@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.engine import tool_approvals
-from orchestrator.models import Checkpoint
+from orchestrator.engine.runs import downstream_closure
+from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.wording import counted
 
 
 @dataclass(frozen=True)
@@ -41,3 +43,24 @@ def question(checkpoint: Checkpoint) -> Question:
     if checkpoint.kind == Checkpoint.Kind.BEFORE:
         return Question("Gate: may ", task.subtask.title, " start?")
     return Question("Review the output of ", task.subtask.title)
+
+
+def tool_call_holds_up(checkpoint: Checkpoint) -> str:
+    """What else waits while a tool call waits for its decision, for "task X waits; …".
+
+    Only the calling task waits for the person; whether the rest of the run goes on meanwhile is
+    the run's state: nothing new starts in a paused run, and the tasks below the waiting one wait
+    for it whatever is decided. The page said "the rest of the run goes on" in every case.
+    """
+    run, task = checkpoint.run, checkpoint.task_run
+    if run.status == Run.Status.PAUSED:
+        return "the run is paused: nothing new starts until it is resumed"
+    if task is None:
+        return "the rest of the run goes on"
+    unfinished = TaskRun.objects.filter(run=run).exclude(pk=task.pk).exclude(state__in=TaskRun.TERMINAL)
+    below = unfinished.filter(subtask_id__in=downstream_closure(task)).count()
+    if unfinished.count() > below:
+        return "the rest of the run goes on"
+    if below:
+        return f"{counted(below, 'task')} after it {'waits' if below == 1 else 'wait'} for it"
+    return "no other task of the run is left"

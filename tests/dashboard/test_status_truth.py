@@ -891,3 +891,44 @@ def test_an_output_its_review_did_not_approve_is_headed_as_such_not_as_a_partial
         "text": design.output,
     }
     assert f"_{heading}: not a result._\n\n{design.output.rstrip()}\n" in run_markdown(run)
+
+
+# --- What a tool call's wait holds up ------------------------------------------------------------
+
+
+def tool_call_waiting(run: Run, key: str):
+    """`key`'s running attempt asks to call workspace:write_file (as engine/tool_approvals opens it)."""
+    from orchestrator.engine import execution, tool_approvals
+
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run, task_run__subtask__key=key).pk, "host:1")
+    asked = tool_approvals.Asked("c1", "write_file", "workspace", "write_file", {"path": "notes.md"})
+    return run.checkpoints.get(pk=tool_approvals.open_checkpoint(claim, asked))
+
+
+def tool_wait_note(html: str) -> str:
+    found = re.search(r"\(task (.*?) waits; (.*?)\)", text_of(html))
+    assert found, "no tool call waiting on the page"
+    return found.group(2)
+
+
+def test_a_tool_call_waiting_says_the_rest_of_the_run_goes_on_only_while_it_does(viewer, demo_agents, make_plan):
+    """The card said "the rest of the run goes on" in a paused run, where nothing new starts."""
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", [])}))
+    tool_call_waiting(run, "a")
+    assert tool_wait_note(run_page(viewer, run)) == "the rest of the run goes on"
+    runs.pause(run)
+    assert tool_wait_note(run_page(viewer, run)) == "the run is paused: nothing new starts until it is resumed"
+    runs.resume(run)
+    assert tool_wait_note(run_page(viewer, run)) == "the rest of the run goes on"
+
+
+def test_a_tool_call_that_everything_left_depends_on_says_what_waits_for_it(viewer, demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["b"])}))
+    tool_call_waiting(run, "a")
+    assert tool_wait_note(run_page(viewer, run)) == "2 tasks after it wait for it"
+
+
+def test_the_last_task_s_tool_call_says_nothing_else_is_left(viewer, demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    tool_call_waiting(run, "a")
+    assert tool_wait_note(run_page(viewer, run)) == "no other task of the run is left"
