@@ -186,6 +186,8 @@ def path_line(step: dict[str, Any]) -> str:
             else ""
         )
         line += f" → {outcome}{more}: `{_short(step['result'])}`"
+    elif step["cut_off"] and step["approval_required"] and step["approved"] is None:
+        line += ", not run: the attempt ended first"
     elif step["cut_off"]:
         line += ", cut off: the attempt ended with no result"
     return line + _seconds(step["duration_s"])

@@ -142,6 +142,15 @@ class PathRow:
         return self.wait_cut or self.call_cut
 
     @property
+    def cut_words(self) -> str:
+        """What a call its attempt's end cut off came to. One that still waited for a person was
+        never run, which matters for a tool that acts (a write, a deploy): "cut off" read as if it
+        had started."""
+        if self.approval_required and self.approved is None:
+            return "not run: the attempt ended before anyone decided"
+        return "cut off: the attempt ended"
+
+    @property
     def calling(self) -> bool:
         """A call still under way: no result yet and its attempt has not ended."""
         return self.kind == "call" and not self.done and not self.call_cut

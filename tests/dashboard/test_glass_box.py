@@ -365,11 +365,12 @@ def test_a_call_its_attempts_end_cut_off_is_not_said_to_be_calling(viewer, run, 
     TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.READY)
     html = panel(viewer, run, task)
     assert "calling…" not in html and "waiting for approval" not in html and "is-open" not in html
-    assert html.count("cut off: the attempt ended") == 2
+    assert html.count("cut off: the attempt ended") == 1  # lookup ran: what it did is unknown
+    assert html.count("not run: the attempt ended before anyone decided") == 1  # deploy never ran
     markdown = run_export.run_markdown(run)
     assert '- Step 1, called `lookup` `{"text": "wal"}`, cut off: the attempt ended with no result' in markdown
     assert "awaiting approval" not in markdown
-    assert 'called `deploy` `{"text": "wal"}`, not decided, cut off: the attempt ended with no result' in markdown
+    assert 'called `deploy` `{"text": "wal"}`, not decided, not run: the attempt ended first' in markdown
     exported = run_export.run_export(run)["paths"]["look"]
     assert [(step["tool"], step["cut_off"]) for step in exported] == [("lookup", True), ("deploy", True)]
 
