@@ -69,10 +69,12 @@ def parse_pairs(
     name_pattern: re.Pattern[str],
     lines: bool = False,
     value_problem: Callable[[str, str], str] | None = None,
+    form: str = "NAME=VALUE",
 ) -> dict[str, str]:
     """``NAME=VALUE`` strings → {NAME: VALUE}. Every malformed or repeated one (or one whose value
     `value_problem` refuses) is named in one error, not only the first. ``lines``: `pairs` are the
-    lines of a text box, blank ones skipped and each problem given its line number."""
+    lines of a text box, blank ones skipped and each problem given its line number. ``form``: how
+    a pair is written, as the refusal says it (a header is HEADER=ENVVAR, not NAME=VALUE)."""
     parsed: dict[str, str] = {}
     problems: list[str] = []
     for number, pair in enumerate(pairs, 1):
@@ -83,7 +85,7 @@ def parse_pairs(
         where = f"line {number}: " if lines else ""
         name, sep, value = pair.partition("=")
         if not sep or not name_pattern.match(name):
-            problems.append(f"{where}{what} {name or pair!r} is not NAME=VALUE with a valid name")
+            problems.append(f"{where}{what} {name or pair!r} is not {form} with a valid name")
         elif name in parsed:
             problems.append(f"{where}{what} {name} is given twice")
         else:
@@ -125,7 +127,12 @@ def _header_variable_problem(header: str, variable: str) -> str:
 def parse_headers(pairs: Iterable[str], *, lines: bool = False) -> dict[str, str]:
     """``HEADER=ENVVAR`` → {HEADER: ENVVAR}: the header's value is read from that variable."""
     return parse_pairs(
-        pairs, what="header", name_pattern=HEADER_NAME, lines=lines, value_problem=_header_variable_problem
+        pairs,
+        what="header",
+        name_pattern=HEADER_NAME,
+        lines=lines,
+        value_problem=_header_variable_problem,
+        form="HEADER=ENVVAR",
     )
 
 

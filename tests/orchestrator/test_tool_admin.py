@@ -96,7 +96,7 @@ def test_every_bad_environment_and_header_line_is_named_with_its_line_number(cli
             "line 3: environment variable '1BAD' is not NAME=VALUE with a valid name; "
             "line 5: environment variable OK is given twice"
         ],
-        "header_lines": ["Line 2: header 'bad header' is not NAME=VALUE with a valid name"],
+        "header_lines": ["Line 2: header 'bad header' is not HEADER=ENVVAR with a valid name"],
     }
     assert SECRET not in response.content.decode() and not ToolServer.objects.exists()
 

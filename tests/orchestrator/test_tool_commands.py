@@ -78,6 +78,10 @@ def test_remove_drops_the_server_and_its_grants(registered, make_agent):
         (["tool_server", "add", "bad", "--stdio", "/nonexistent/server"], "command not found"),
         (["tool_server", "add", "bad", "--stdio", f'"{sys.executable}" -c "print(1)"'], "does not speak MCP"),
         (["tool_server", "add", "bad", "--stdio", STDIO, "--env", "NOEQUALS"], "is not NAME=VALUE"),
+        (  # what --header takes, as the README and the admin write it, not an environment's NAME=VALUE
+            ["tool_server", "add", "bad", "--url", "http://127.0.0.1:1/mcp", "--header", "X-Key"],
+            "^Header 'X-Key' is not HEADER=ENVVAR with a valid name$",
+        ),
         (
             ["tool_server", "add", "bad", "--url", "http://127.0.0.1:1/mcp", "--header", "X-Key=literal-value"],
             "must name the environment variable",

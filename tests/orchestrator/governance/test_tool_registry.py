@@ -92,7 +92,7 @@ def test_every_bad_header_line_is_named_with_its_line_number():
         tool_registry.parse_headers(["X-Key=literal-value", "bad header=TOKEN", "X-Ok=TOKEN"], lines=True)
     assert str(refused.value) == (
         "line 1: header X-Key must name the environment variable that holds its value (HEADER=ENVVAR), "
-        "not the value itself; line 2: header 'bad header' is not NAME=VALUE with a valid name"
+        "not the value itself; line 2: header 'bad header' is not HEADER=ENVVAR with a valid name"
     )
 
 
