@@ -31,7 +31,7 @@ import json
 from collections import defaultdict
 from collections.abc import Container, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from orchestrator import wording
 from orchestrator.models import Attempt, Event, TaskRun
@@ -421,7 +421,19 @@ def activity_of(rows: list[PathRow]) -> str:
     return f"step {last.step} · writing" if last.kind == "text" else f"step {last.step} · thinking"
 
 
-def activities(tasks: Iterable[TaskRun]) -> dict[int, str]:
+class Attempted(Protocol):
+    """What `activities` (and tasks.live_output_tokens) read of a task: a TaskRun, or a view of it
+    read as plain values (tasks.TaskView, tasks.TaskState)."""
+
+    @property
+    def pk(self) -> int: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def attempt_count(self) -> int: ...
+
+
+def activities(tasks: Iterable[Attempted]) -> dict[int, str]:
     """What each running task's agent is doing now (one query for all); others are left out."""
     running = {t.pk: t.attempt_count for t in tasks if t.state == TaskRun.State.RUNNING}
     if not running:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 from django.db.models import Count, OuterRef, Subquery
 
@@ -22,7 +22,7 @@ from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
 from .records import PartialOutputRecord, TaskRecord
-from .steps import activities
+from .steps import Attempted, activities
 
 State = TaskRun.State
 
@@ -204,6 +204,17 @@ class LiveTokens(NamedTuple):
 NO_LIVE_TOKENS = LiveTokens(0, 0)
 
 
+def shown(state: str, progress: int, wait_reason: str, activity: str = "") -> dict[str, Any]:
+    """What a TaskView shows otherwise than its task's columns say: a succeeded task's progress is
+    100 whatever its last streamed value was, a ready task held back is `waiting`, and only a
+    running task has an activity."""
+    return {
+        "progress": 100 if state == State.SUCCEEDED else progress,
+        "display_state": display_state(state, wait_reason),
+        "activity": activity if state == State.RUNNING else "",
+    }
+
+
 class TaskView(TaskRecord):
     """A task as the run page shows it: its record plus display state and live token burn.
 
@@ -230,16 +241,26 @@ class TaskView(TaskRecord):
         """The view of a TaskRun with subtask and agent selected."""
         return cls.build(
             task,
-            progress=100 if task.state == State.SUCCEEDED else task.progress,
             agent_id=task.agent_id,
-            display_state=display_state(task.state, task.wait_reason),
             live_input_tokens=live.input,
             live_output_tokens=live.output,
             gate=task.subtask.gate,
-            activity=activity if task.state == State.RUNNING else "",
             earlier_attempts=task.earlier_attempts,
             earlier_tokens=task.earlier_tokens,
             earlier_cost_usd=task.earlier_cost_usd,
+            **shown(task.state, task.progress, task.wait_reason, activity),
+        )
+
+    @classmethod
+    def of_values(cls, values: dict[str, Any]) -> Self:
+        """The view of a task read as plain values: VIEW_COLUMNS by their field names (`task_views`)."""
+        return cls(
+            **{
+                **values,
+                "live_input_tokens": 0,
+                "live_output_tokens": 0,
+                **shown(values["state"], values["progress"], values["wait_reason"]),
+            }
         )
 
     @property
@@ -295,7 +316,7 @@ def tasks_query(run_id: int):
     return TaskRun.objects.filter(run_id=run_id).select_related("subtask", "agent").order_by("subtask__position", "pk")
 
 
-def live_tokens(tasks: Iterable[TaskRun | TaskState]) -> dict[int, LiveTokens]:
+def live_tokens(tasks: Iterable[Attempted]) -> dict[int, LiveTokens]:
     """The tokens each running task's current attempt has used so far, as its host last saved them
     on the attempt (every GLASSBOX_PROGRESS_SAVE_S): its input, known from the stream's start
     (the Attempts table shows it at once), and the output streamed so far. Both are settled into
@@ -314,30 +335,41 @@ def live_tokens(tasks: Iterable[TaskRun | TaskState]) -> dict[int, LiveTokens]:
     }
 
 
-# What a TaskView reads of a task, its subtask and its agent: the live view builds every task's
-# view each round of a large run, and the rest (the agent's JSON settings and prompt, the
-# subtask's instructions) was read and decoded for nothing, hundreds of times a second.
-VIEW_FIELDS = (
-    *(field.name for field in TaskRun._meta.concrete_fields if field.name not in ("run", "subtask", "agent")),
-    "run_id",
-    "subtask__key",
-    "subtask__title",
-    "subtask__gate",
-    "subtask__position",
-    "agent__name",
-)
+# What a TaskView reads of a task, its subtask and its agent, as plain values: its field -> the
+# column. The live view builds the view of every task a frame touches (all but one of a 200-task
+# run's at its fan-out); reading them as model instances (three per task: the task, its subtask
+# and its agent) took half the time of building that frame.
+VIEW_COLUMNS = {
+    name: {"id": "pk", "key": "subtask__key", "title": "subtask__title", "agent": "agent__name"}.get(name, name)
+    for name in TaskView.model_fields
+    if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity")
+} | {"gate": "subtask__gate"}
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
     """Every task of the run in plan order (or only `task_ids`), with live token burn."""
     run_id = run.pk if isinstance(run, Run) else run
-    query = tasks_query(run_id).only(*VIEW_FIELDS)
+    query = TaskRun.objects.filter(run_id=run_id).order_by("subtask__position", "pk")
     if task_ids is not None:
         query = query.filter(pk__in=list(task_ids))
-    tasks = list(query)
-    live = live_tokens(tasks)
-    doing = activities(tasks)
-    return [TaskView.of(t, live.get(t.pk, NO_LIVE_TOKENS), doing.get(t.pk, "")) for t in tasks]
+    names = tuple(VIEW_COLUMNS)
+    views = [
+        TaskView.of_values(dict(zip(names, row, strict=True))) for row in query.values_list(*VIEW_COLUMNS.values())
+    ]
+    live = live_tokens(views)
+    doing = activities(views)
+    return [
+        view.model_copy(
+            update={
+                "live_input_tokens": live.get(view.pk, NO_LIVE_TOKENS).input,
+                "live_output_tokens": live.get(view.pk, NO_LIVE_TOKENS).output,
+                "activity": doing.get(view.pk, ""),
+            }
+        )
+        if view.pk in live or view.pk in doing
+        else view
+        for view in views
+    ]
 
 
 @dataclass(frozen=True)
@@ -425,5 +457,5 @@ def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
 
 
 def task_view(task: TaskRun) -> TaskView:
-    task = tasks_query(task.run_id).get(pk=task.pk)
-    return TaskView.of(task, live_tokens([task]).get(task.pk, NO_LIVE_TOKENS), activities([task]).get(task.pk, ""))
+    (view,) = task_views(task.run_id, [task.pk])
+    return view

@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
+from django.db.models import Model
+
 from orchestrator.models import Attempt, TaskRun
-from orchestrator.readmodels.tasks import WAITING, display_state, outcome_of, outcome_text, task_states, task_views
+from orchestrator.readmodels.tasks import (
+    NO_LIVE_TOKENS,
+    WAITING,
+    TaskView,
+    display_state,
+    live_tokens,
+    outcome_of,
+    outcome_text,
+    task_states,
+    task_view,
+    task_views,
+)
 
 from .conftest import start
 
@@ -88,3 +103,49 @@ def test_task_states_say_what_the_views_say_in_two_statements(launched, django_a
     by_key = {s.key: s for s in states}
     assert (by_key["scope"].tokens, by_key["scope"].progress) == (5 + 9 + 17, 40)
     assert by_key["b"].display_state == WAITING
+
+
+def test_task_views_are_read_as_plain_values_and_say_what_each_task_row_says(launched, monkeypatch):
+    """A fan-out's frame builds the view of ~200 tasks: they are read as plain values, never as
+    model instances (three per task, half of that frame's time), and say what the view of each
+    TaskRun says, in every kind of state."""
+    tasks = {key: ("researcher", []) for key in ("done", "running", "held", "failed", "rerun")}
+    tasks["gated"] = ("writer", [], {"gate": "before", "title": 'Say "hi" & <b>bye</b>'})
+    run = launched(tasks, cap=1)
+    by_key = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    attempt = start(by_key["running"])
+    Attempt.objects.filter(pk=attempt.pk).update(output_tokens=9)
+    changes = {
+        "done": {"state": State.SUCCEEDED, "progress": 60, "output": "the answer", "cost_usd": Decimal("0.0123")},
+        "running": {"progress": 40, "input_tokens": 300},
+        "held": {"state": State.READY, "wait_reason": "run cap reached (1 running)"},
+        "failed": {"state": State.FAILED, "error": "boom", "progress": 5, "attempt_count": 3},
+        "rerun": {
+            "earlier_attempts": 2,
+            "earlier_tokens": 70,
+            "earlier_cost_usd": Decimal("0.002"),
+            "input_tokens": 90,
+        },
+    }
+    for key, fields in changes.items():
+        TaskRun.objects.filter(pk=by_key[key].pk).update(**fields)
+    tasks_now = list(run.tasks.select_related("subtask", "agent").order_by("subtask__position", "pk"))
+    live = live_tokens(tasks_now)
+    expected = [TaskView.of(task, live.get(task.pk, NO_LIVE_TOKENS), "") for task in tasks_now]
+
+    def no_instances(cls, *args, **kwargs):
+        raise AssertionError(f"task_views built a {cls.__name__} instance")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Model, "from_db", classmethod(no_instances))
+        views = task_views(run)
+        one = task_views(run, [by_key["held"].pk])
+    running = next(v for v in views if v.key == "running")
+    assert running.activity == "step 1 · thinking" and running.tokens == 300 + 9
+    assert [v.model_copy(update={"activity": ""}) for v in views] == expected
+    assert one == [v for v in views if v.key == "held"]
+    assert task_view(by_key["done"]).progress == 100
+    assert [(v.display_state, v.progress_text) for v in views if v.key in ("held", "failed")] == [
+        (WAITING, "0%"),
+        (State.FAILED, "—"),
+    ]
