@@ -19,7 +19,6 @@ from orchestrator.readmodels import graph as run_graph
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
-from orchestrator.readmodels.records import event_rows
 
 from .fragments import (
     Viewer,
@@ -171,8 +170,8 @@ def render_run_batch(
     if log_page:
         html.append(render_log_page(run, ctx, upto=latest))
     else:
-        events = list(
-            event_rows(Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest)).order_by("-seq")
+        events = run_log.log_rows(
+            Event.objects.filter(run_id=run_id, seq__gt=after_seq, seq__lte=latest).order_by("-seq")
         )
         html.append(render("event_rows", {**ctx, "events": events, "replace": False}))
     beyond_progress = frozenset(tid for _, t, tid in meta if tid and t != "task.progress")

@@ -9,6 +9,7 @@ from django import template
 
 from ..formatting import (
     format_budget,
+    format_clock,
     format_duration,
     format_earlier_spend,
     format_tokens,
@@ -23,6 +24,12 @@ register = template.Library()
 def duration(seconds) -> str:
     """0.4 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown."""
     return format_duration(None if seconds in (None, "") else float(seconds))
+
+
+@register.filter(expects_localtime=True)
+def clock(moment) -> str:
+    """A time of day in the current time zone, "14:05:09" (as `time:"H:i:s"`); "" when unset."""
+    return "" if moment in (None, "") else format_clock(moment)
 
 
 @register.filter

@@ -3,10 +3,12 @@ template filters (glassbox_format) that wrap it."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
 from django.template import Context, Template
+from django.utils import timezone as django_timezone
 
 from dashboard.formatting import format_duration, format_tokens, format_usd, wrap_between_words
 
@@ -84,6 +86,22 @@ def test_the_template_filters_render_the_same_text():
     )
     text = template.render(Context({"s": 3 * 86400 + 7200, "n": 12_345, "usd": Decimal("0.0042"), "none": ""}))
     assert text == "3 d 2 h · 12.3k · $0.0042 · —"
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata"])
+def test_clock_gives_the_time_of_day_as_the_time_filter_does(zone):
+    """The event log's times (`clock`) are what `time:"H:i:s"` gives, in the current time zone."""
+    moments = [
+        datetime(2026, 11, 28, 4, 5, 9, 999_999, tzinfo=UTC),
+        datetime(2026, 11, 28, 23, 59, 59, tzinfo=UTC),
+        datetime(2026, 1, 1, 0, 0, tzinfo=timezone(timedelta(hours=-5))),
+    ]
+    ours = Template("{% load glassbox_format %}{% for m in moments %}{{ m|clock }} {% endfor %}{{ none|clock }}")
+    django = Template('{% for m in moments %}{{ m|time:"H:i:s" }} {% endfor %}{{ none|time:"H:i:s" }}')
+    with django_timezone.override(zone):
+        text = ours.render(Context({"moments": moments, "none": None}))
+        assert text == django.render(Context({"moments": moments, "none": None}))
+    assert text.startswith("04:05:09 23:59:59 05:00:00" if zone == "UTC" else "09:35:09 05:29:59 10:30:00")
 
 
 def test_an_identifier_wraps_only_between_its_words():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from orchestrator import events
-from orchestrator.readmodels.log import describe_event, event_log, event_types, matches_type_filter
+from orchestrator.readmodels.log import LogRow, describe_event, event_log, event_types, matches_type_filter
 
 
 def test_matches_type_filter_agrees_with_the_query(transactional_db, run_with_events):
@@ -37,14 +37,21 @@ def test_log_rows_read_one_statement_without_the_tasks_output_or_the_agents_prom
     run_with_events, django_assert_num_queries
 ):
     """A row shows its task's key: the task's output, its subtask's instructions and its agent's
-    prompt (large in a real agent's run) are not read for it, and nothing is read row by row."""
+    prompt (large in a real agent's run) are not read for it, and nothing is read row by row. The
+    rows are plain values, not model instances (a fan-out's frame carries a page of them)."""
     run = run_with_events
     run.tasks.update(output="x" * 50_000)
     rows = event_log(run, type_filter="all")
     with django_assert_num_queries(0):
-        keys = {e.task_run.subtask.key for e in rows if e.task_run_id}
+        keys = {e.task_key for e in rows if e.task_run_id}
         texts = [describe_event(e) for e in rows]
     assert "scope" in keys and len(texts) == len(rows)
+    assert all(isinstance(e, LogRow) for e in rows) and not any(e.task_key for e in rows if not e.task_run_id)
+    progress = next(e for e in rows if e.type == "task.progress")
+    assert (progress.payload, describe_event(progress)) == (
+        {"progress": 10, "output_tokens": 5},
+        "10% · output tokens 5",
+    )
     with django_assert_num_queries(1) as captured:
         event_log(run)
     statement = captured.captured_queries[0]["sql"]
