@@ -58,6 +58,7 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -138,6 +139,9 @@ class Round:
     # (start, permission class, task) -> that task's panel parts
     panels: dict[tuple[Start, fragments.Viewer, int], str] = field(default_factory=dict)
     renders: int = 0
+    # Running tasks, among those asked for, as of the round's snapshot: task id -> (attempt, saved
+    # percent). Their rows are drawn with the saved percent (LiveOutputs.over_saved says why).
+    running: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def frame_for(self, viewer: fragments.Viewer, start: Start, watched: int | None) -> tuple[str, int] | None:
         """(HTML, last event) for a viewer at `start` watching `watched` (None: nothing)."""
@@ -239,6 +243,19 @@ class LiveOutputs:
             if len(output) > len(self.text.get(task_id) or ""):
                 self.text[task_id] = output
                 self.changed.add(task_id)
+
+    def over_saved(self, running: dict[int, tuple[int, int]]) -> dict[int, int]:
+        """The percentages to put on top of rows an event frame redraws from the saved progress
+        (`running`: task id -> (attempt, saved percent), every task of `shown` still running):
+        those viewers were sent of the same attempt that are ahead of the saved ones (an agent's
+        step events redraw its row often). The tasks no longer running are forgotten from `shown`,
+        so that it, and the read of `running`, stay the size of what runs."""
+        self.shown = {task_id: percent for task_id, percent in self.shown.items() if task_id in running}
+        return {
+            task_id: self.shown[task_id]
+            for task_id, (attempt, saved) in running.items()
+            if self.shown.get(task_id, 0) > saved and self.attempt.get(task_id, attempt) == attempt
+        }
 
     def take(self, watched: set[int]) -> tuple[dict[int, int], dict[int, str]]:
         """The progress and the watched outputs to send now (and forget unwatched text)."""
@@ -444,11 +461,14 @@ class RunBroadcaster:
             catch_up,
             self.run_id,
             [(cursor, s.viewer.shared(), watched, in_step) for s, (cursor, in_step, watched) in viewers.items()],
+            tasks=set(self.live.shown),
         )
         self._check_stop()
         if found is None:
             return False
         latest, result = found
+        # The rows this round redraws show the saved percentages: put back what viewers were sent.
+        ahead = frames.render_live_progress(self.live.over_saved(result.running))
         behind = {s: v for s, v in viewers.items() if v[0] < latest}
         sent = False
         for subscriber, (cursor, in_step, watched) in behind.items():
@@ -459,7 +479,7 @@ class RunBroadcaster:
                 continue
             html, to_seq = frame
             try:
-                await subscriber.send_frame(html)
+                await subscriber.send_frame(html + ahead)
             except Exception:  # one closed socket must not stop the others' frames
                 log.debug("run %s: could not send a frame to a viewer", self.run_id, exc_info=True)
                 continue
@@ -544,11 +564,14 @@ class RunBroadcaster:
         return sent
 
 
-def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None, bool]]) -> tuple[int, Round] | None:
+def catch_up(
+    run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None, bool]], *, tasks: AbstractSet[int] = frozenset()
+) -> tuple[int, Round] | None:
     """One round's database work: the run's latest event and the frames of the viewers (their
-    cursors, permission classes, watched tasks and whether they are in step) that are behind it;
-    None when nobody is. Its reads share one snapshot (readmodels.snapshot): every part of a frame,
-    and the event number it ends at, show the same moment of the run."""
+    cursors, permission classes, watched tasks and whether they are in step) that are behind it,
+    with the attempt and saved percent of those of `tasks` still running (`Round.running`);
+    None when nobody is behind. Its reads share one snapshot (readmodels.snapshot): every part
+    of a frame, and the event number it ends at, show the same moment of the run."""
     with read_snapshot():
         latest = frames.latest_seq(run_id)
         if latest is None:
@@ -559,7 +582,9 @@ def catch_up(run_id: int, viewers: list[tuple[int, fragments.Viewer, int | None,
                 wanted[start_of(cursor, in_step, latest)].add((shared, watched))
         if not wanted:
             return None
-        return latest, render_round(run_id, latest, dict(wanted))
+        result = render_round(run_id, latest, dict(wanted))
+        result.running = frames.running_progress(run_id, tasks) if tasks else {}
+        return latest, result
 
 
 class LiveDatabase:

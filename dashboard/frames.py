@@ -263,6 +263,14 @@ def saved_progress(
     )
 
 
+def running_progress(run_id: int, task_ids: AbstractSet[int]) -> dict[int, tuple[int, int]]:
+    """Those of these tasks still running: task id -> (attempt number, saved percent). One query."""
+    rows = sql.select(
+        TaskRun, ("pk", "attempt_count", "progress"), run_id=run_id, state=TaskRun.State.RUNNING, pk__in=list(task_ids)
+    )
+    return {pk: (attempt, progress) for pk, attempt, progress in rows}
+
+
 def render_saved_rows(run_id: int, task_ids: AbstractSet[int]) -> str:
     """The rows of running tasks whose host saved progress, the agent lanes and the totals: the
     tokens they streamed so far are saved with it (on the attempt), not sent as events, so without

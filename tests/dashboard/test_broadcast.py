@@ -549,6 +549,41 @@ def test_a_save_older_than_what_viewers_were_sent_never_takes_the_bar_back(run, 
     async_to_sync(scenario)()
 
 
+def test_an_event_frame_that_redraws_a_running_row_keeps_the_percentage_viewers_had(run, personas):
+    """An agent's step events redraw its row from the saved progress (40%), which is behind what the
+    live messages brought (60%): the frame puts the newer percentage back on top of the row."""
+    from channels.layers import get_channel_layer
+
+    from orchestrator.engine.live import LIVE_MESSAGE_TYPE
+
+    claim = running_task(run)
+    task_id, number = claim.task.pk, claim.attempt.number
+    TaskRun.objects.filter(pk=task_id).update(progress=40)
+    cookie = cookies_for(personas["viewer"])
+
+    def step():
+        with events.atomic():
+            events.record("agent.text", run=run, task=claim.task, payload={"attempt": number, "step": 1})
+
+    async def scenario():
+        seen = await database_sync_to_async(last_seq)(run)
+        watcher = await connect_and_resume(cookie, run.pk, seen)
+        assert await watcher.receive_nothing(timeout=0.5)  # (the broadcaster has joined the group)
+        group = events.run_group_name(run.pk)
+        pieces = [[task_id, 60, 0, "Sixty per cent", number]]
+        await get_channel_layer().group_send(group, {"type": LIVE_MESSAGE_TYPE, "tasks": pieces})
+        await receive_live(watcher, lambda html: f'data-tasks="{task_id}:60"' in html)
+        await database_sync_to_async(step)()
+        html = (await receive_until(watcher, seen + 1))[-1]
+        row = re.search(rf'<div id="task-{task_id}" [^>]*>', html)
+        assert row and 'data-progress="40"' in row.group(0)  # drawn as saved …
+        assert f'data-tasks="{task_id}:60"' in html  # … with what the viewer had put on top
+        assert html.index(f'id="task-{task_id}"') < html.index('id="live-progress"')
+        await watcher.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_a_percentage_goes_back_only_for_a_new_attempt():
     live = broadcast.LiveOutputs()
     now = timezone.now()
@@ -562,6 +597,12 @@ def test_a_percentage_goes_back_only_for_a_new_attempt():
     assert live.take(set()) == ({}, {})
     live.add_pieces([[1, 8, 0, "ghi", 2]], watched=set())
     assert live.take(set()) == ({1: 8}, {})
+    # An event frame redraws its row from the saved progress: the higher percentage of the same
+    # attempt goes back on top; a saved one of another attempt is left alone.
+    assert live.over_saved({1: (2, 3)}) == {1: 8}
+    assert live.over_saved({1: (2, 9)}) == {}
+    assert live.over_saved({1: (3, 0)}) == {}
+    assert live.over_saved({}) == {} and live.shown == {}  # it no longer runs: forgotten
 
 
 def test_live_outputs_place_pieces_at_their_offsets_and_catch_up_from_the_saved_output():
