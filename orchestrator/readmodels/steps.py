@@ -61,6 +61,11 @@ STOP_WORDS = {
 }
 
 
+def _kept(preview: str) -> int:
+    """The characters of a cut text that its preview holds: the preview less its closing "…"."""
+    return len(preview) - 1 if preview.endswith("…") else len(preview)
+
+
 @dataclass
 class PathRow:
     """One row of a task's path: a text, a model call, a tool call (with its approval and
@@ -135,6 +140,18 @@ class PathRow:
         if isinstance(self.arguments, dict) and self.arguments.get("_cut"):
             return int(self.arguments.get("_chars") or 0)
         return None
+
+    @property
+    def text_kept(self) -> int | None:
+        """How many characters of the model's text the event kept, when it kept only their start
+        (None: the whole text). The "…" that ends a cut text marks the cut and is not counted:
+        "The first 2,001 of 2,040 characters" was one more than the agent's."""
+        return _kept(self.text) if self.text_chars > len(self.text) else None
+
+    @property
+    def arguments_kept(self) -> int:
+        """How many characters of the arguments' JSON an event that cut them kept (see text_kept)."""
+        return _kept(self.arguments_text)
 
     @property
     def cut_off(self) -> bool:

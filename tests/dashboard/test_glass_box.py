@@ -557,3 +557,20 @@ def test_a_servers_secret_never_reaches_the_page(viewer, run, tmp_path):
         assert secret not in html
     kept = list((workspace.run_directory(run.pk).parent / "tool-results").rglob("*"))
     assert all(secret not in p.read_text() for p in kept if p.is_file())
+
+
+def test_a_long_text_and_long_arguments_say_how_much_of_them_was_kept(viewer, run):
+    """The "…" that marks a cut is not the agent's: "The first 2,001 of 2,040 characters" was one
+    more than the row held of the agent's text, and the arguments' count likewise."""
+    from orchestrator.engine.agent_loop import ARGUMENTS_CHARS, PREVIEW_CHARS, Step
+
+    task = look(run)
+    start(task)
+    said = "x" * (PREVIEW_CHARS + 40)
+    record_step(task, Step(kind="text", step=1, text=said))
+    arguments = {"text": "y" * ARGUMENTS_CHARS}
+    record_step(task, Step(kind="tool_call", step=1, call_id="c1", tool="lookup", arguments=arguments))
+    text = words(panel(viewer, run, task))
+    assert f"The first {PREVIEW_CHARS:,} of {PREVIEW_CHARS + 40:,} characters" in text
+    chars = len(json.dumps(arguments))
+    assert f"(the first {ARGUMENTS_CHARS:,} of {chars:,} characters)" in text
