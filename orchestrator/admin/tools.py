@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 
 from orchestrator.admin.base import AuditedAdmin, ReadOnlyAdmin, ReadOnlyInline, report_action
 from orchestrator.governance import secrets, tool_registry
@@ -222,8 +222,15 @@ class ToolGrantAdmin(AuditedAdmin):
         obj.pk = saved.pk
 
     def delete_model(self, request, obj):
-        tool_registry.revoke(obj.agent, obj.target, user=request.user)
+        self._revoke(request, obj)
 
     def delete_queryset(self, request, queryset):
         for grant in queryset.select_related("agent", "server"):
-            tool_registry.revoke(grant.agent, grant.target, user=request.user)
+            self._revoke(request, grant)
+
+    def _revoke(self, request, grant: ToolGrant) -> None:
+        """Revoke, and say what the agent still holds of it (a tool's own grant, gone, leaves its
+        server's grant deciding: see tool_registry.still_granted)."""
+        agent, target = grant.agent, grant.target
+        if left := tool_registry.still_granted(tool_registry.revoke(agent, target, user=request.user)):
+            self.message_user(request, f"{agent.name} → {target} revoked. {left}", messages.WARNING)

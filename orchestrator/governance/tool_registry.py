@@ -548,8 +548,9 @@ def grant(
     return created
 
 
-def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = "") -> None:
-    """Remove the grant named exactly ``SERVER`` or ``SERVER:TOOL``."""
+def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = "") -> list[ToolGrant]:
+    """Remove the grant named exactly ``SERVER`` or ``SERVER:TOOL``; the agent's grants on that
+    server that still let it use what was revoked (see :func:`still_granted`)."""
     agent = _agent(agent)
     server_name, tool = parse_target(target)
     server = _server(server_name)
@@ -568,3 +569,22 @@ def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = ""
             payload={"agent": agent.name, "target": target, "requires_approval": approval},
             **_actor(user, actor),
         )
+    left = ToolGrant.objects.filter(agent=agent, server=server).select_related("agent", "server")
+    return [g for g in left if not g.tool] if tool else list(left)
+
+
+def still_granted(left: list[ToolGrant]) -> str:
+    """What a revoke left the agent of what it revoked, in words ("" for nothing).
+
+    Revoking a tool's own grant does not take the tool away when the agent holds its whole server:
+    the server's grant decides about it then, so revoking a grant that asked for approval lets the
+    agent call the tool with no approval. "Revoked workspace:calculate" alone read as if it could
+    no longer call it at all.
+    """
+    if not left:
+        return ""
+    how = {True: "each call approved by a person", False: "no approval needed"}
+    if len(left) == 1 and not left[0].tool:
+        return f"It can still call it through its grant of {left[0].target} ({how[left[0].requires_approval]})."
+    held = ", ".join(f"{g.target} ({how[g.requires_approval]})" for g in left)
+    return f"It still holds {held}."

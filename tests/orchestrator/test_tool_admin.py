@@ -148,6 +148,22 @@ def test_grants_in_the_admin_go_through_the_registry(client, superuser, testsrv)
     assert Event.objects.get(type="tool.revoked").actor_user == superuser
 
 
+def test_deleting_a_tools_own_grant_warns_that_the_servers_grant_still_lets_the_agent_call_it(
+    client, superuser, testsrv
+):
+    client.force_login(superuser)
+    agent = Agent.objects.create(name="coder")
+    tool_registry.grant(agent, "testsrv")
+    asked = tool_registry.grant(agent, "testsrv:echo", requires_approval=True)
+    response = client.post(
+        reverse("admin:orchestrator_toolgrant_delete", args=[asked.pk]), {"post": "yes"}, follow=True
+    )
+    shown = [str(m) for m in response.context["messages"]]
+    assert (
+        "coder → testsrv:echo revoked. It can still call it through its grant of testsrv (no approval needed)." in shown
+    )
+
+
 def test_the_refresh_action_and_removal_are_audited(client, superuser, testsrv):
     client.force_login(superuser)
     client.post(

@@ -57,6 +57,21 @@ def test_grant_and_revoke_report_and_record_the_change(registered, make_agent):
     assert {e.actor_name for e in Event.objects.filter(type__startswith="tool.")} == {console.cli_actor()}
 
 
+def test_revoking_a_tools_own_grant_says_the_servers_grant_still_lets_the_agent_call_it(registered, make_agent):
+    """Revoking the grant that asked for approval does not take the tool away from an agent that
+    holds the whole server: it may call it with no approval now, and the command says so."""
+    make_agent("coder")
+    run_command("grant_tool", "coder", "testsrv")
+    run_command("grant_tool", "coder", "testsrv:echo", "--approval")
+    out, _ = run_command("revoke_tool", "coder", "testsrv:echo")
+    assert out.strip() == (
+        "Revoked testsrv:echo from coder. It can still call it through its grant of testsrv (no approval needed)."
+    )
+    run_command("grant_tool", "coder", "testsrv:echo", "--approval")
+    out, _ = run_command("revoke_tool", "coder", "testsrv")
+    assert out.strip() == "Revoked testsrv from coder. It still holds testsrv:echo (each call approved by a person)."
+
+
 def test_refresh_reports_what_changed(registered):
     ToolServer.objects.filter(name="testsrv").update(args=[str(TEST_SERVER), "--extra"])
     out, _ = run_command("tool_server", "refresh", "testsrv")

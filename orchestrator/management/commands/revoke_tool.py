@@ -18,7 +18,9 @@ class Command(BaseCommand):
 
     def handle(self, *args, agent, target, **options):
         try:
-            tool_registry.revoke(agent, target, actor=console.cli_actor())
+            left = tool_registry.revoke(agent, target, actor=console.cli_actor())
         except ToolRegistryError as error:
             raise CommandError(error.sentence) from None
-        self.stdout.write(f"Revoked {target} from {agent}.")
+        self.stdout.write(
+            " ".join(filter(None, [f"Revoked {target} from {agent}.", tool_registry.still_granted(left)]))
+        )
