@@ -455,7 +455,11 @@ def decision_in_words(checkpoint: Checkpoint) -> str:
         Checkpoint.Kind.PLAN: "The plan",
         Checkpoint.Kind.BEFORE: f"The gate before {key}",
         Checkpoint.Kind.AFTER: f"The output of {key}",
-        Checkpoint.Kind.TOOL: f"The call to {tool_approvals.qualified(checkpoint)} by {key}",
+        # The agent makes the call, in its task: "by write" read as if a tool or a person called "write" had.
+        Checkpoint.Kind.TOOL: (
+            f"The call to {tool_approvals.qualified(checkpoint)} by {(checkpoint.details or {}).get('agent', 'the agent')}"
+            f" (task {key})"
+        ),
     }[Checkpoint.Kind(checkpoint.kind)]
     return f"{what} was {checkpoint.get_status_display().lower()}."
 

@@ -418,8 +418,8 @@ def answer_message(response) -> str:
         ("before", "reject", "The gate before write was rejected."),
         ("after", "approve", "The output of write was approved."),
         ("after", "reject", "The output of write was rejected."),
-        ("tool", "approve", "The call to workspace:write_file by write was approved."),
-        ("tool", "reject", "The call to workspace:write_file by write was rejected."),
+        ("tool", "approve", "The call to workspace:write_file by writer (task write) was approved."),
+        ("tool", "reject", "The call to workspace:write_file by writer (task write) was rejected."),
     ],
 )
 def test_a_decision_is_confirmed_in_words(login, personas, brief, awaiting, kind, decision, message):
