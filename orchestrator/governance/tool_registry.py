@@ -548,6 +548,24 @@ def grant(
     return created
 
 
+APPROVAL_WORDS = {True: "each call approved by a person", False: "no approval needed"}
+
+
+def grant_in_words(agent: Agent | str, target: str, *, requires_approval: bool = False, actor: str = "") -> str:
+    """Grant as :func:`grant` does, and say what changed: a grant given again was reported as
+    "Granted" whether it was new, unchanged, or had just lost its approval."""
+    agent = _agent(agent)
+    server_name, tool = parse_target(target)
+    before = ToolGrant.objects.filter(agent=agent, server__name=server_name, tool=tool).first()
+    given = grant(agent, target, requires_approval=requires_approval, actor=actor)
+    how = APPROVAL_WORDS[given.requires_approval]
+    if before is None:
+        return f"Granted {given.target} to {agent.name} ({how})."
+    if before.requires_approval == given.requires_approval:
+        return f"{agent.name} already holds {given.target} ({how}): nothing changed."
+    return f"Changed {agent.name}'s grant of {given.target}: {how} (was: {APPROVAL_WORDS[before.requires_approval]})."
+
+
 def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = "") -> list[ToolGrant]:
     """Remove the grant named exactly ``SERVER`` or ``SERVER:TOOL``; the agent's grants on that
     server that still let it use what was revoked (see :func:`still_granted`)."""
@@ -583,8 +601,9 @@ def still_granted(left: list[ToolGrant]) -> str:
     """
     if not left:
         return ""
-    how = {True: "each call approved by a person", False: "no approval needed"}
     if len(left) == 1 and not left[0].tool:
-        return f"It can still call it through its grant of {left[0].target} ({how[left[0].requires_approval]})."
-    held = ", ".join(f"{g.target} ({how[g.requires_approval]})" for g in left)
+        return (
+            f"It can still call it through its grant of {left[0].target} ({APPROVAL_WORDS[left[0].requires_approval]})."
+        )
+    held = ", ".join(f"{g.target} ({APPROVAL_WORDS[g.requires_approval]})" for g in left)
     return f"It still holds {held}."

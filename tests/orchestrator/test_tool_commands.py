@@ -57,6 +57,20 @@ def test_grant_and_revoke_report_and_record_the_change(registered, make_agent):
     assert {e.actor_name for e in Event.objects.filter(type__startswith="tool.")} == {console.cli_actor()}
 
 
+def test_granting_again_says_whether_anything_changed(registered, make_agent):
+    """It said "Granted" each time, also when the grant was there already or had just lost its approval."""
+    make_agent("coder")
+    out, _ = run_command("grant_tool", "coder", "testsrv", "--approval")
+    assert out.strip() == "Granted testsrv to coder (each call approved by a person)."
+    out, _ = run_command("grant_tool", "coder", "testsrv", "--approval")
+    assert out.strip() == "coder already holds testsrv (each call approved by a person): nothing changed."
+    out, _ = run_command("grant_tool", "coder", "testsrv")
+    assert out.strip() == (
+        "Changed coder's grant of testsrv: no approval needed (was: each call approved by a person)."
+    )
+    assert [e.type for e in Event.objects.filter(type__startswith="tool.")] == ["tool.granted", "tool.grant_changed"]
+
+
 def test_revoking_a_tools_own_grant_says_the_servers_grant_still_lets_the_agent_call_it(registered, make_agent):
     """Revoking the grant that asked for approval does not take the tool away from an agent that
     holds the whole server: it may call it with no approval now, and the command says so."""

@@ -19,8 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, agent, target, approval, **options):
         try:
-            grant = tool_registry.grant(agent, target, requires_approval=approval, actor=console.cli_actor())
+            said = tool_registry.grant_in_words(agent, target, requires_approval=approval, actor=console.cli_actor())
         except ToolRegistryError as error:
             raise CommandError(error.sentence) from None
-        how = "each call approved by a person" if grant.requires_approval else "no approval needed"
-        self.stdout.write(f"Granted {grant.target} to {grant.agent.name} ({how}).")
+        self.stdout.write(said)
