@@ -71,6 +71,13 @@ class Approval:
         return checkpoint_questions.question(self.checkpoint).text()
 
     @property
+    def holds_up(self) -> str:
+        """A tool call's: what else waits while it does (the run page's words; "" for other kinds)."""
+        if self.checkpoint.kind != Checkpoint.Kind.TOOL:
+            return ""
+        return checkpoint_questions.tool_call_holds_up(self.checkpoint)
+
+    @property
     def excerpt_label(self) -> str:
         return {"plan": "Goal", "before": "Instructions", "after": "Output", "tool": "Arguments"}[self.checkpoint.kind]
 

@@ -355,6 +355,17 @@ def test_a_tool_call_is_shown_with_its_tool_and_arguments(client, personas, tool
     assert "waits for a person to approve a call of workspace:write_file" in page  # the task says why
 
 
+def test_a_tool_call_in_the_inbox_says_what_else_waits_as_the_run_page_does(client, personas, tool_checkpoint):
+    """The inbox did not say that the run was paused: approving there looked as if work would go on."""
+    run, _ = tool_checkpoint
+    client.force_login(personas["approver"])
+    inbox = " ".join(re.sub(r"<[^>]+>", " ", client.get("/approvals/").text).split())
+    assert "Task build (coder): it waits; no other task of the run is left" in inbox
+    runs.pause(run)
+    inbox = " ".join(re.sub(r"<[^>]+>", " ", client.get("/approvals/").text).split())
+    assert "Task build (coder): it waits; the run is paused: nothing new starts until it is resumed" in inbox
+
+
 def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_who(client, personas, tool_checkpoint):
     run, checkpoint = tool_checkpoint
     client.force_login(personas["approver"])
