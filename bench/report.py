@@ -933,6 +933,30 @@ storm and live view. The ten goals missed are all "ours faster than Prefect", by
     (task.ready and task.waiting, 40 % of the samples) p95 136 ms. In-process on PostgreSQL the
     fan-out's frame renders in ~41 ms of wall time (33 ms of CPU; its 199 task views as Django
     model instances 20 ms of it, the log's page 16 ms).
+- **2026-11-28 ~05:15–05:25** (a 2-core AMD EPYC that ran slow all session: a 10-million-step
+  Python loop took 1.7 s; targeted runs, not written to bench/results-live.json):
+  - *The fan-out's frame* (in-process, bench-live's 200-task run at its fan-out: 397 events, 199
+    task rows, a 30-row log page, 155 KB; this run's code and the one before, alternated, 6 × 30
+    renders, output byte-identical): CPU median 68 → 50–53 ms on SQLite and PostgreSQL alike. The
+    task views are read as plain values (TaskView built from one `values_list`, no model
+    instances): 19–21 → 10–11 ms of CPU; the log's page likewise (`LogRow`) and its times of day
+    by a `clock` filter (Django's `time` looked its format up for every row): 16.4 → 10 ms.
+  - *Live view* (`bench.live_load`, the code before and after, alternated; load 1.0–2.5): on
+    Redis p95 197 / 271 / 296 / 237 ms after, 284 / 237 / 296 / 249 ms before; the fan-out's
+    frame (task.ready) p95 197 / 217 / 296 / 136 ms after, 285 / 237 / 296 / 249 before. Embedded,
+    one run each: 240 ms after, 186 ms before (goal 250). On this machine every frame takes
+    2–3 times what it took on the quiet one (a one-task frame's p50 130–260 ms, 28 ms there):
+    the goal on Redis (100 ms) is missed here by both alike, and met on the quiet machine
+    (70.1 ms, the entry above).
+  - *Chain link on PostgreSQL* (in-process, one agent host, a 100-link chain of 30 ms calls,
+    every statement timed; the machine loaded by other work at the time): a link's transaction
+    is the run's lock (with BEGIN) 0.7 ms, the attempt's settlement read 0.5, the task's success
+    0.6, the attempt's and the run's totals 0.3 each, the run's tasks 0.6, the agents 0.6, the
+    provider limits 0.3, the agents' running counts 0.5, the next task's start 0.65, its attempt
+    0.5 and the events with their numbers 1.1 ms (medians). No one statement dominates: a link
+    pays for the round trips of one durable transaction, and folding statements saved less than
+    its spread before (above). How Prefect's task runs record their states per link was not
+    traced here.
 """
 
 
