@@ -6,6 +6,7 @@ data, small derived properties and the guards that keep history append-only.
 
 from __future__ import annotations
 
+import shlex
 from datetime import datetime
 from decimal import Decimal
 
@@ -696,10 +697,11 @@ class ToolServer(models.Model):
 
     @property
     def endpoint(self) -> str:
-        """What it runs or where it listens, without secrets: the command line, or the URL."""
+        """What it runs or where it listens, without secrets: the command line (quoted as a shell
+        would read it back: `python -c 'import sys'`), or the URL."""
         if self.transport == self.Transport.HTTP:
             return self.url
-        return " ".join([self.command, *(str(arg) for arg in self.args or [])])
+        return shlex.join([self.command, *(str(arg) for arg in self.args or [])])
 
 
 class Tool(models.Model):

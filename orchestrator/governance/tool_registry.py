@@ -37,7 +37,7 @@ from orchestrator.governance import secrets
 from orchestrator.models import Agent, Tool, ToolGrant, ToolServer
 from orchestrator.tools import sessions
 from orchestrator.tools.servers import GrantedTool, ServerGrant, ServerSpec, ToolInfo, offered_names
-from orchestrator.wording import Refusal
+from orchestrator.wording import Refusal, counted
 
 log = logging.getLogger(__name__)
 
@@ -380,7 +380,7 @@ def save(checked: Candidate, *, user: Any = None, actor: str = "") -> ToolServer
                 _replace_tools(server, tools)
                 events.record(
                     "tool_server.added",
-                    message=f"tool server {server.name} added with {len(tools)} tool(s)",
+                    message=f"tool server {server.name} added with {counted(len(tools), 'tool')}",
                     payload={**_describe(server), "tools": [t.name for t in tools]},
                     **_actor(user, actor),
                 )

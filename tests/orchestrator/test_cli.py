@@ -1078,3 +1078,29 @@ def test_launch_into_head_1_stops_quietly_and_the_run_goes_on(demo_agents, price
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr, stderr
     run = Run.objects.get()
     wait_until(lambda: Run.objects.get(pk=run.pk).status == Run.Status.SUCCEEDED, 120, "the run to go on to its end")
+
+
+@pytest.mark.django_db
+def test_run_status_notes_say_what_a_running_agent_does_and_what_a_task_waits_for(demo_agents, make_plan):
+    """The note of a task mid tool call was empty (the page's row says "step 2 · calling …"), and a
+    tool call's wait read "waiting: waits for a person to approve a call of …"."""
+    from orchestrator import events
+    from tests.orchestrator.readmodels.conftest import start
+
+    run = runs.launch(make_plan({"calc": ("researcher", []), "held": ("writer", [])}))
+    calc, held = (run.tasks.get(subtask__key=key) for key in ("calc", "held"))
+    start(calc)
+    events.record(
+        "tool.call", task=calc, payload={"step": 2, "call_id": "t", "tool": "workspace:calculate", "attempt": 1}
+    )
+    TaskRun.objects.filter(pk=held.pk).update(
+        state=TaskRun.State.READY, wait_reason="waits for a person to approve a call of workspace:calculate"
+    )
+    rows = task_rows(run_command("run_status", str(run.pk))[0])
+    assert rows["calc"][-1] == "step 2 · calling workspace:calculate"
+    assert rows["held"][-1] == "waits for a person to approve a call of workspace:calculate"
+    TaskRun.objects.filter(pk=held.pk).update(wait_reason="run cap reached (1 queued or running)")
+    assert (
+        task_rows(run_command("run_status", str(run.pk))[0])["held"][-1]
+        == "waiting: run cap reached (1 queued or running)"
+    )

@@ -29,6 +29,16 @@ def test_add_lists_the_tools_and_masks_the_environment(registered):
     assert event.actor_name == console.cli_actor() and event.actor_name.startswith("cli:")
 
 
+def test_add_counts_the_tools_in_words_and_echoes_the_command_as_a_shell_reads_it(registered):
+    """It said "3 tool(s)", and dropped the quotes of an argument with a space in it
+    ("python -c import sys" for `python -c "import sys"`)."""
+    out, _ = registered
+    server = ToolServer.objects.get(name="testsrv")
+    assert f"; {server.tools.count()} tools: " in out and "tool(s)" not in out
+    server.args = [*server.args, "--label", "two words"]
+    assert server.endpoint.endswith(" --label 'two words'")
+
+
 def test_list_shows_servers_tools_and_who_holds_them(registered, make_agent):
     make_agent("coder")
     make_agent("writer")

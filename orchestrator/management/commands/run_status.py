@@ -13,12 +13,13 @@ NOTE_WIDTH = 70
 
 
 def task_note(task: TaskView) -> str:
-    """Why a task is where it is: its error, or what it waits for, or its summary."""
+    """Why a task is where it is: its error, what it waits for, what its agent is doing now (as the
+    page's row says it: "step 2 · calling workspace:calculate"), or its summary."""
     if task.error:
         return task.error
-    if task.wait_reason:
-        return f"waiting: {task.wait_reason}"
-    return task.summary
+    if task.wait_reason:  # "run cap reached (8 running)"; a reason that says it waits already, as is
+        return task.wait_reason if task.wait_reason.startswith("waits ") else f"waiting: {task.wait_reason}"
+    return task.activity or task.summary
 
 
 class Command(BaseCommand):

@@ -20,6 +20,7 @@ from orchestrator.governance import secrets, tool_registry
 from orchestrator.governance.tool_registry import ToolRegistryError
 from orchestrator.management import console
 from orchestrator.models import ToolServer
+from orchestrator.wording import counted
 
 
 class Command(BaseCommand):
@@ -75,7 +76,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"Added tool server {server.name} ({server.get_transport_display()}: {server.endpoint})"
             + (f", environment {secrets.masked(server.env_names)}" if server.env_names else "")
-            + f"; {len(tools)} tool(s): {', '.join(tools) or 'none'}."
+            + f"; {counted(len(tools), 'tool')}: {', '.join(tools) or 'none'}."
         )
 
     def _list(self, **_):
@@ -114,7 +115,7 @@ class Command(BaseCommand):
             if names
         ]
         self.stdout.write(
-            f"Refreshed tool server {server.name}: {len(refresh.tools)} tool(s)"
+            f"Refreshed tool server {server.name}: {counted(len(refresh.tools), 'tool')}"
             + (f"; {'; '.join(changes)}." if changes else "; no change.")
         )
 
