@@ -10,6 +10,8 @@ from django.db.models import QuerySet
 
 from orchestrator.models import Event, Run
 
+from .template_items import TemplateItems
+
 # The most rows one query of the log returns; also how far behind (in events) a viewer that
 # resumes may be and still get a live batch rather than a full refresh (dashboard/frames.py).
 LOG_LIMIT = 200
@@ -23,14 +25,14 @@ NOISY_TYPES = ("task.progress",)
 
 
 @dataclass(frozen=True, slots=True)
-class LogRow:
+class LogRow(TemplateItems):
     """An event as a row of the log shows it (event_row.html), read as plain values.
 
     The live view sends the log's page in the frame of a fan-out (hundreds of events in one
     transaction), the page and its "Show older events" a page each. Reading each event as four
     model instances (the event, its task, the task's subtask and its agent, for the task's key)
     took twice as long as reading these values (~4 against ~2 ms for a page), and the template's
-    lookups on a model raise and catch an exception each (records.Record.__getitem__ says why).
+    lookups on a model raise and catch an exception each (`TemplateItems` says why).
     """
 
     seq: int
@@ -43,13 +45,6 @@ class LogRow:
     actor_name: str
     message: str
     payload: Any
-
-    def __getitem__(self, name: str) -> Any:
-        """A field by name: the template's lookup tries an item first (records.Record says why)."""
-        try:
-            return getattr(self, name)
-        except AttributeError:
-            raise KeyError(name) from None
 
 
 LOG_ROW_COLUMNS = tuple(
