@@ -28,6 +28,7 @@ from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
 from orchestrator.governance.audit import record_denial
 from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
 from orchestrator.plans import dag
+from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.snapshot import read_snapshot
@@ -545,13 +546,11 @@ def progress(run: Run) -> RunProgress:
         return _progress(run)
 
 
-# A ready task with a wait reason: what the run page shows "held back" (readmodels/tasks.display_state).
-HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="")
-
-
 def _progress(run: Run) -> RunProgress:
     run.refresh_from_db()
-    rows = list(run.tasks.order_by().values_list("state").annotate(n=Count("pk"), held=Count("pk", filter=HELD_BACK)))
+    rows = list(
+        run.tasks.order_by().values_list("state").annotate(n=Count("pk"), held=Count("pk", filter=run_tasks.HELD_BACK))
+    )
     counts = {state: n for state, n, _ in rows}
     end = run.finished_at or timezone.now()
     return RunProgress(

@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple, Self
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 
 from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
@@ -190,8 +190,15 @@ def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
 
 
 def display_state(state: str, wait_reason: str = "") -> str:
-    """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state."""
+    """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state.
+
+    The one rule of "held back": `HELD_BACK` is it as a filter, for counts read in the database
+    (the run's `held_back`, engine/runs.py)."""
     return WAITING if state == State.READY and wait_reason else state
+
+
+# `display_state`'s rule as a filter: the tasks it shows `waiting` ("held back").
+HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="")
 
 
 class LiveTokens(NamedTuple):

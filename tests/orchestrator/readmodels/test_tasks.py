@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django.db.models import Model
 
+from orchestrator.engine import runs
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.readmodels.tasks import (
     NO_LIVE_TOKENS,
@@ -30,6 +31,19 @@ def test_display_state_separates_held_back_from_ready():
     assert display_state(State.READY, "run cap reached (4 running)") == WAITING
     assert display_state(State.THROTTLED, "provider sim limit") == State.THROTTLED
     assert display_state(State.QUEUED, "stale reason") == State.QUEUED
+
+
+def test_the_runs_held_back_count_is_the_rows_it_shows_held_back(launched):
+    """run_status's and the API's "held back" count the tasks the page's rows say "held back"."""
+    run = launched({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", [])})
+    reason = "run cap reached (1 running)"
+    for state in State.values:
+        for a_reason, b_reason in (("", ""), (reason, ""), (reason, reason)):
+            TaskRun.objects.filter(run=run, subtask__key="a").update(state=state, wait_reason=a_reason)
+            TaskRun.objects.filter(run=run, subtask__key="b").update(state=state, wait_reason=b_reason)
+            TaskRun.objects.filter(run=run, subtask__key="c").update(state=State.READY, wait_reason=reason)
+            shown = sum(view.state_label == "held back" for view in task_views(run))
+            assert runs.progress(run).held_back == shown, (state, a_reason, b_reason)
 
 
 def test_outcome_of_tasks_counts_the_successes_and_names_every_other_end():
