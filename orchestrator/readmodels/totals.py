@@ -43,6 +43,11 @@ from .tasks import (
     task_states,
 )
 
+# A countdown with this little left (seconds) has run out: the ETA card then says `eta_overdue`,
+# on a reload as on the ticking page (static/dashboard/run/clocks.js reads it from the card's
+# data-run-out-s).
+ETA_RUN_OUT_S = 0.5
+
 
 @dataclass(frozen=True)
 class EtaPlan:
@@ -393,7 +398,12 @@ class Totals:
     def eta_run_out(self) -> bool:
         """Has the countdown run out already? The card then says `eta_overdue` from the start, as
         the ticking page says it once its countdown ends (static/dashboard/run/clocks.js)."""
-        return self.counts_down and self.eta_s is not None and self.eta_s <= 0.5
+        return self.counts_down and self.eta_s is not None and self.eta_s <= ETA_RUN_OUT_S
+
+    @property
+    def eta_run_out_s(self) -> float:
+        """`ETA_RUN_OUT_S`, for the card's data-run-out-s, which the ticking page counts down to."""
+        return ETA_RUN_OUT_S
 
     @property
     def counts_down(self) -> bool:

@@ -3,11 +3,13 @@ tick in the browser, whose one formatter (static/dashboard/run/format.js) must s
 
 The comparison runs format.js in Chromium on the same values as format_duration, days, zero,
 hours, negative and rounding ties included; then a run started days ago shows the same elapsed
-text before and after the page's clock has ticked.
+text before and after the page's clock has ticked, and an ETA counts down to where the server
+says a countdown has run out (readmodels/totals.py ETA_RUN_OUT_S), then reads as the server's.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -17,6 +19,8 @@ from playwright.sync_api import expect
 from dashboard.formatting import format_duration
 from orchestrator.engine import runs
 from orchestrator.models import Run
+from orchestrator.readmodels.totals import ETA_RUN_OUT_S
+from tests.conftest import fast_latency
 
 pytestmark = [pytest.mark.browser]
 
@@ -73,3 +77,21 @@ def test_a_run_started_days_ago_ticks_in_days_like_the_server_renders(logged_in_
     # The page's clock rewrites the text every second: blank it and see the browser's own text.
     elapsed.evaluate("el => { el.textContent = ''; }")
     expect(elapsed).to_have_text("3 d 2 h", timeout=3000)
+
+
+def test_the_eta_counts_down_to_the_servers_run_out_then_says_past_the_estimate(
+    logged_in_page, make_agent, make_plan, priced_limit
+):
+    page = logged_in_page
+    make_agent("writer", provider_options=fast_latency(2.0))
+    run = runs.launch(make_plan({"w": ("writer", [])}), budget_usd="1")  # w waits, queued: 2 s left
+    page.goto(f"/runs/{run.pk}/")
+    eta = page.locator("#run-totals .js-eta")
+    expect(eta).to_have_attribute("data-run-out-s", format(ETA_RUN_OUT_S, "g"))
+    expect(eta).to_have_text(re.compile(r"^\d\.\d s$"))  # counting down from "2.0 s"
+    expect(eta).to_have_text("past the estimate", timeout=10_000)
+    # Where the server says a countdown has run out, the page's clock says so too.
+    eta.evaluate("el => { el.dataset.etaAt = String(Number(el.dataset.etaAt) + 60_000); }")
+    expect(eta).not_to_have_text("past the estimate")  # a minute to go
+    eta.evaluate("el => { el.dataset.runOutS = '3600'; }")
+    expect(eta).to_have_text("past the estimate")

@@ -25,9 +25,10 @@ export function tickClocks() {
   }
   var eta = document.querySelector(".js-eta");
   // The server sets data-eta-at only while the run's work moves (readmodels/totals.py counts_down),
-  // and says in data-overdue what the card reads once the countdown runs out.
+  // says in data-run-out-s how little left is run out (totals.py ETA_RUN_OUT_S), and in
+  // data-overdue what the card reads then.
   if (eta && eta.dataset.etaAt) {
     var left = (Number(eta.dataset.etaAt) - now()) / 1000;
-    eta.textContent = left > 0.5 ? formatDuration(left) : eta.dataset.overdue;
+    eta.textContent = left > Number(eta.dataset.runOutS) ? formatDuration(left) : eta.dataset.overdue;
   }
 }
