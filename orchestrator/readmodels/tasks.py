@@ -365,18 +365,18 @@ def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[Ta
     ]
     live = live_tokens(views)
     doing = activities(views)
-    return [
-        view.model_copy(
-            update={
-                "live_input_tokens": live.get(view.pk, NO_LIVE_TOKENS).input,
-                "live_output_tokens": live.get(view.pk, NO_LIVE_TOKENS).output,
-                "activity": doing.get(view.pk, ""),
-            }
-        )
-        if view.pk in live or view.pk in doing
-        else view
-        for view in views
-    ]
+    return [_with_live_work(view, live.get(view.pk), doing.get(view.pk)) for view in views]
+
+
+def _with_live_work(view: TaskView, tokens: LiveTokens | None, activity: str | None) -> TaskView:
+    """`view` with what its running attempt has used so far and what its agent is doing now
+    (None: not known), or `view` itself when neither is known (most tasks of a large run)."""
+    if tokens is None and activity is None:
+        return view
+    tokens = tokens or NO_LIVE_TOKENS
+    return view.model_copy(
+        update={"live_input_tokens": tokens.input, "live_output_tokens": tokens.output, "activity": activity or ""}
+    )
 
 
 @dataclass(frozen=True)
