@@ -515,7 +515,7 @@ class Checkpoint(models.Model):
     # every edit; once decided, the version that was approved or rejected.
     plan_version = models.CharField(max_length=64, blank=True, default="")
     # Tool checkpoints: the attempt whose call waits, the model's id of the call, and what it asks
-    # (agent, server, tool, the model's name of it, arguments capped: agent_loop.capped_arguments).
+    # (agent, server, tool, the model's name of it, arguments capped: agent_steps.capped_arguments).
     attempt = models.ForeignKey(
         "Attempt", null=True, blank=True, on_delete=models.CASCADE, related_name="tool_checkpoints"
     )

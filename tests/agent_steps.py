@@ -8,7 +8,8 @@ import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
 from orchestrator import events
-from orchestrator.engine.agent_loop import LoopHooks, Step, run_agent_loop
+from orchestrator.engine.agent_loop import LoopHooks, run_agent_loop
+from orchestrator.engine.agent_steps import Step
 from orchestrator.models import TaskRun
 from orchestrator.tools import full_results
 from tests.orchestrator.engine.test_agent_loop import request

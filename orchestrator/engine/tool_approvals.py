@@ -36,7 +36,7 @@ class Asked:
     name: str  # as the model called it
     server: str
     tool: str  # the server's own name
-    arguments: Any  # capped (agent_loop.capped_arguments)
+    arguments: Any  # capped (agent_steps.capped_arguments)
 
     @property
     def qualified(self) -> str:

@@ -43,17 +43,8 @@ from orchestrator import events
 from orchestrator.db_threads import run as db
 from orchestrator.engine import execution, feedback, settlement, tool_approvals
 from orchestrator.engine.admission import THROTTLE_RECHECK_S, TokenReservation
-from orchestrator.engine.agent_loop import (
-    Decision,
-    LoopHooks,
-    LoopOutcome,
-    ModelCallUsage,
-    Step,
-    StreamingProvider,
-    ToolCall,
-    capped_arguments,
-    run_agent_loop,
-)
+from orchestrator.engine.agent_loop import LoopHooks, LoopOutcome, StreamingProvider, run_agent_loop
+from orchestrator.engine.agent_steps import Decision, ModelCallUsage, Step, ToolCall, capped_arguments
 from orchestrator.engine.context import own_tokens_bound
 from orchestrator.engine.execution import Claim
 from orchestrator.models import Checkpoint

@@ -1,7 +1,7 @@
 """The whole results of tool calls, kept for the attempt's detail page (issue 12, point 3).
 
 A ``tool.result`` event keeps a preview of the result (``Step.payload()``: the first
-``agent_loop.PREVIEW_CHARS`` characters): the audit log stays light and every event is small
+``agent_steps.PREVIEW_CHARS`` characters): the audit log stays light and every event is small
 enough to send live. The whole result (``Step.result_full``: what the server sent, secrets
 already masked by the toolbox, up to ``results.MAX_KEPT_CHARS``) is written here, one UTF-8 file
 per call, when it is longer than the preview:
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-# The preview an event keeps (orchestrator/engine/agent_loop.py: PREVIEW_CHARS; a test keeps them
+# The preview an event keeps (orchestrator/engine/agent_steps.py: PREVIEW_CHARS; a test keeps them
 # equal): a result no longer than this is whole in its event and needs no file.
 PREVIEW_CHARS = 2000
 _SAFE = re.compile(r"[^A-Za-z0-9_-]")

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from orchestrator import events
 from orchestrator.engine import runs
-from orchestrator.engine.agent_loop import Decision, Step
+from orchestrator.engine.agent_steps import Decision, Step
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.tools import workspace
 from tests.agent_steps import loop_steps, record_step

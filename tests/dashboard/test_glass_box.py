@@ -15,7 +15,8 @@ from django.urls import reverse
 from dashboard import fragments, frames
 from orchestrator import events
 from orchestrator.engine import dispatch, runs
-from orchestrator.engine.agent_loop import Decision, LoopHooks, run_agent_loop
+from orchestrator.engine.agent_loop import LoopHooks, run_agent_loop
+from orchestrator.engine.agent_steps import Decision
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Event, TaskRun
 from orchestrator.readmodels import run_export
@@ -562,7 +563,7 @@ def test_a_servers_secret_never_reaches_the_page(viewer, run, tmp_path):
 def test_a_long_text_and_long_arguments_say_how_much_of_them_was_kept(viewer, run):
     """The "…" that marks a cut is not the agent's: "The first 2,001 of 2,040 characters" was one
     more than the row held of the agent's text, and the arguments' count likewise."""
-    from orchestrator.engine.agent_loop import ARGUMENTS_CHARS, PREVIEW_CHARS, Step
+    from orchestrator.engine.agent_steps import ARGUMENTS_CHARS, PREVIEW_CHARS, Step
 
     task = look(run)
     start(task)

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.engine import agent_loop
-from orchestrator.engine.agent_loop import Decision, LoopHooks, NoTools, run_agent_loop
+from orchestrator.engine import agent_loop, agent_steps
+from orchestrator.engine.agent_loop import LoopHooks, NoTools, run_agent_loop
+from orchestrator.engine.agent_steps import Decision
 from orchestrator.providers.base import (
     AgentRequest,
     Completed,
@@ -380,7 +381,7 @@ def test_a_step_payload_caps_arguments_and_results_and_keeps_the_whole_result_ap
     result = next(s for s in recorder.steps if s.kind == "tool_result")
     assert call.payload()["arguments"]["_cut"] is True and len(call.payload()["arguments"]["json"]) <= 4001
     payload = result.payload()
-    assert len(payload["result"]) <= agent_loop.PREVIEW_CHARS + 1 and payload["result_chars"] == 5000
+    assert len(payload["result"]) <= agent_steps.PREVIEW_CHARS + 1 and payload["result_chars"] == 5000
     assert "result_full" not in payload and len(result.result_full) == 5000
 
 

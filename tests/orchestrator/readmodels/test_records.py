@@ -154,7 +154,7 @@ def test_both_downloads_label_a_tasks_partial_output_as_the_page_heads_it(run):
 def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifacts_dir):
     """The path as the glass box shows it, per attempt: a call with its approval and result, a
     refused call, the model calls; tasks whose agent took no step have no path."""
-    from orchestrator.engine.agent_loop import Decision
+    from orchestrator.engine.agent_steps import Decision
     from tests.agent_steps import record_loop
     from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, echo, tool_turn
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import events
-from orchestrator.engine import agent_loop, runs
-from orchestrator.engine.agent_loop import Decision
+from orchestrator.engine import agent_steps, runs
+from orchestrator.engine.agent_steps import Decision
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.readmodels.steps import activities, attempt_path, attempt_paths, current_activity, task_path
 from orchestrator.readmodels.tasks import task_views
@@ -99,7 +99,7 @@ def test_a_long_result_is_previewed_in_its_event_and_kept_whole_for_the_attempt(
     tools = FakeTools(long=(long, False))
     record_loop(task, ScriptedProvider(tool_turn(("long", {})), answer("ok")), tools)
     event = task.events.get(type="tool.result")
-    assert len(event.payload["result"]) <= agent_loop.PREVIEW_CHARS + 1
+    assert len(event.payload["result"]) <= agent_steps.PREVIEW_CHARS + 1
     call = next(row for row in task_path(task) if row.kind == "call")
     assert call.result_cut and call.panel_cuts_result and len(call.result_shown) <= 801
     whole = next(row for row in attempt_path(task, 1, whole_results=True).rows if row.kind == "call").whole
@@ -134,7 +134,7 @@ def test_a_cut_result_whose_file_is_missing_says_so_rather_than_passing_the_prev
 
 
 def test_the_preview_size_the_store_assumes_is_the_loops():
-    assert full_results.PREVIEW_CHARS == agent_loop.PREVIEW_CHARS
+    assert full_results.PREVIEW_CHARS == agent_steps.PREVIEW_CHARS
 
 
 @pytest.mark.parametrize("call_id", ["../../etc/passwd", "a/b", "x" * 300, "toolu_01AbC-9"])
@@ -238,7 +238,7 @@ def test_the_activity_is_cleared_when_the_task_ends(launched, artifacts_dir, end
 def held(task: TaskRun, kind: str, duration_s: float | None = None) -> None:
     """Record the runtime's step for step 2's model call held by the requests budget: its wait
     starting (``rate_wait``) or ending (``rate_waited``)."""
-    record_step(task, agent_loop.Step(kind=kind, step=2, wait="rate_limit_requests", duration_s=duration_s))
+    record_step(task, agent_steps.Step(kind=kind, step=2, wait="rate_limit_requests", duration_s=duration_s))
 
 
 def test_a_call_held_by_the_providers_budget_is_said_while_it_waits_and_kept_in_the_path(launched, artifacts_dir):
