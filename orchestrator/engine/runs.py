@@ -32,6 +32,7 @@ from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.snapshot import read_snapshot
+from orchestrator.readmodels.tasks import RunTokens, run_tokens
 
 State = TaskRun.State
 
@@ -531,6 +532,8 @@ class RunProgress(RunTotals):
     in_review: int = 0
     # Of the `ready` tasks, those a cap, a pause or a retry delay holds back (the page's "held back").
     held_back: int = 0
+    # Its tokens as the run page's Tokens card counts them: the running attempts' so far included.
+    tokens_so_far: RunTokens = RunTokens(0, 0)
 
     @property
     def ready_now(self) -> int:
@@ -580,4 +583,5 @@ def _progress(run: Run) -> RunProgress:
             run.checkpoints.filter(status=Checkpoint.Status.PENDING).select_related("task_run__subtask")
         ),
         attempts_stopping=run_totals.attempts_stopping(run) if run.is_finished else 0,
+        tokens_so_far=run_tokens(run),
     )

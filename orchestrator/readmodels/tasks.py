@@ -436,14 +436,17 @@ STATE_FIELDS = tuple(
 )
 
 
-def task_states(run: Run | int) -> list[TaskState]:
-    """Every task of the run in plan order, as TaskState (two statements: the tasks with when
-    their last attempts ended, and the tokens their running attempts have used so far)."""
+def task_states(run: Run | int, *, running_only: bool = False) -> list[TaskState]:
+    """Every task of the run in plan order (or only its running ones), as TaskState (two
+    statements: the tasks with when their last attempts ended, and the tokens their running
+    attempts have used so far)."""
     run_id = run.pk if isinstance(run, Run) else run
     last_attempt = Attempt.objects.filter(task_run_id=OuterRef("pk"), number=OuterRef("attempt_count"))
+    query = TaskRun.objects.filter(run_id=run_id)
+    if running_only:
+        query = query.filter(state=State.RUNNING)
     rows = (
-        TaskRun.objects.filter(run_id=run_id)
-        .annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
+        query.annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
         .order_by("subtask__position", "pk")
         .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until")
     )
@@ -455,6 +458,41 @@ def task_states(run: Run | int) -> list[TaskState]:
         else state
         for state in states
     ]
+
+
+@dataclass(frozen=True)
+class RunTokens:
+    """A run's tokens as people read them while it runs: the run page's Tokens card and
+    `run_status` say the same. What its ended attempts used is settled on the run (`input`,
+    `output`); what its running attempts have used so far is not yet (`live_tokens`): their
+    input, known from their stream's start, and the output they have streamed."""
+
+    input: int
+    output: int
+    running_input: int = 0
+    streaming: int = 0
+
+    @property
+    def input_so_far(self) -> int:
+        """The input tokens of the run, the running attempts' included (the Tokens card's "in")."""
+        return self.input + self.running_input
+
+    @property
+    def total(self) -> int:
+        """Every token the run has used, the running attempts' so far included."""
+        return self.input_so_far + self.output + self.streaming
+
+
+def run_tokens(run: Run, tasks: Iterable[TaskState] | None = None) -> RunTokens:
+    """The run's tokens, its running attempts' so far included. `tasks`: its tasks' states, read
+    with `run` in one snapshot (a settled attempt is then counted on the run or on its task,
+    never both); without them, its running tasks are read here (read `run` in the same snapshot)."""
+    states = task_states(run, running_only=True) if tasks is None else tasks
+    running_input = streaming = 0
+    for state in states:
+        running_input += state.live_input_tokens
+        streaming += state.live_output_tokens
+    return RunTokens(run.input_tokens, run.output_tokens, running_input, streaming)
 
 
 def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:

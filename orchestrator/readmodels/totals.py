@@ -33,12 +33,14 @@ from .approved_plan import fixed_once_approved
 from .tasks import (
     DISPLAY_ORDER,
     STATE_LABELS,
+    RunTokens,
     State,
     StripSegment,
     TaskState,
     agents_of,
     outcome_text,
     rejected_at_gate,
+    run_tokens,
     state_strip,
     task_states,
 )
@@ -274,8 +276,8 @@ class Totals:
     cost_usd: Decimal
     reserved_usd: Decimal
     budget_usd: Decimal
-    input_tokens: int
-    output_tokens: int
+    # Its tokens, the running attempts' so far included (`run_tokens`, as `run_status` counts them).
+    tokens_so_far: RunTokens
     cap: int
     effective_cap: EffectiveCap
     peak_running: int
@@ -301,23 +303,33 @@ class Totals:
     # Slots that other runs hold now of the agents with work left (and of their providers' in-flight
     # limit when that caps the run): the ETA waits for them to free.
     slots_elsewhere: int = 0
-    # What the running attempts have used so far, as their hosts last saved it: their input (sent
-    # with each request) and the output they have streamed. Not settled into the run's tokens
-    # until each attempt ends, but shown by the rows, the lanes and the Attempts table.
-    running_input_tokens: int = 0
-    streaming_tokens: int = 0
     # Keys of the tasks a person rejected at their gate: the skipped count names them (`outcome`).
     rejected_at_gate: tuple[str, ...] = ()
 
     @property
+    def input_tokens(self) -> int:
+        """The input tokens settled on the run: its ended attempts'."""
+        return self.tokens_so_far.input
+
+    @property
     def input_tokens_so_far(self) -> int:
         """The input tokens of the run, the running attempts' included (the Tokens card's "in")."""
-        return self.input_tokens + self.running_input_tokens
+        return self.tokens_so_far.input_so_far
+
+    @property
+    def output_tokens(self) -> int:
+        """The output tokens settled on the run: its ended attempts' (the Tokens card's "out")."""
+        return self.tokens_so_far.output
+
+    @property
+    def streaming_tokens(self) -> int:
+        """The output the running attempts have streamed so far, not settled yet."""
+        return self.tokens_so_far.streaming
 
     @property
     def tokens(self) -> int:
         """Every token the run has used, the running attempts' so far included (the Tokens card)."""
-        return self.input_tokens_so_far + self.output_tokens + self.streaming_tokens
+        return self.tokens_so_far.total
 
     @property
     def never_started(self) -> bool:
@@ -571,8 +583,7 @@ def totals(
         cost_usd=run.cost_usd,
         reserved_usd=run.reserved_usd,
         budget_usd=run.budget_usd,
-        input_tokens=run.input_tokens,
-        output_tokens=run.output_tokens,
+        tokens_so_far=run_tokens(run, tasks),
         cap=run.cap,
         effective_cap=cap,
         peak_running=run.peak_running,
@@ -588,8 +599,6 @@ def totals(
         paused_since=run.paused_at if run.status == Run.Status.PAUSED else None,
         paused_s=run.paused_s,
         ended_s=run.ended_s,
-        running_input_tokens=sum(v.live_input_tokens for v in tasks),
-        streaming_tokens=sum(v.live_output_tokens for v in tasks),
         rejected_at_gate=tuple(rejected_at_gate([run.pk]).get(run.pk, ())) if counts[State.SKIPPED] else (),
         slots_elsewhere=0
         if run.is_finished

@@ -426,6 +426,32 @@ def test_run_status_counts_tokens_with_thousands_separators(gated_run):
 
 
 @pytest.mark.django_db
+def test_run_status_counts_a_running_attempts_tokens_as_the_run_page_does(demo_agents, make_plan):
+    """run_status said "tokens 0 in / 0 out" while the run page's Tokens card said "27 in · 0 out ·
+    8 streaming": the input of a running attempt counts from its stream's start on the page, and
+    must on the command line too, then count once when the attempt settles."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+    from orchestrator.readmodels.totals import totals
+
+    run = runs.launch(make_plan({"a": ("writer", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=1_027, output_tokens=8)))])
+    page = totals(run)
+    assert (page.input_tokens_so_far, page.output_tokens, page.streaming_tokens) == (1_027, 0, 8)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "tokens 1,027 in / 0 out / 8 streaming   cap" in out
+
+    attempt_ends.complete(claim, "Hello", Usage(input_tokens=1_027, output_tokens=40), advance=False)
+    page = totals(run)
+    assert (page.input_tokens_so_far, page.output_tokens, page.streaming_tokens) == (1_027, 40, 0)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "tokens 1,027 in / 40 out   cap" in out
+
+
+@pytest.mark.django_db
 def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
     out, _ = run_command("run_status", str(cancelled_run.pk))
     assert "Progress: 5 of 22 succeeded · 17 cancelled\n" in out  # it said "22/22 done, 5 succeeded, …"

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
-from orchestrator.readmodels.tasks import TaskView, task_views
+from orchestrator.readmodels.tasks import RunTokens, TaskView, task_views
 from orchestrator.readmodels.totals import stopping_text
 
 NOTE_WIDTH = 70
@@ -20,6 +20,13 @@ def task_note(task: TaskView) -> str:
     if task.wait_reason:  # "run cap reached (8 running)"; a reason that says it waits already, as is
         return task.wait_reason if task.wait_reason.startswith("waits ") else f"waiting: {task.wait_reason}"
     return task.activity or task.summary
+
+
+def tokens_text(tokens: RunTokens) -> str:
+    """The run's tokens as the run page's Tokens card counts them, exact: "1,234 in / 560 out",
+    "… / 43 streaming" while running attempts stream (their input counted from their start)."""
+    streaming = f" / {tokens.streaming:,} streaming" if tokens.streaming else ""
+    return f"{tokens.input_so_far:,} in / {tokens.output:,} out{streaming}"
 
 
 class Command(BaseCommand):
@@ -38,7 +45,7 @@ class Command(BaseCommand):
         write(
             f"Elapsed:  {console.elapsed_text(run, progress)}   "
             f"cost {console.usd(progress.cost_usd)} of {console.budget(run.budget_usd)} budget   "
-            f"tokens {progress.input_tokens:,} in / {progress.output_tokens:,} out   cap {run.cap}"
+            f"tokens {tokens_text(progress.tokens_so_far)}   cap {run.cap}"
             + (f"   ({stopping})" if (stopping := stopping_text(progress.attempts_stopping)) else "")
         )
         if progress.summary:
