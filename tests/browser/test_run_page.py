@@ -302,6 +302,48 @@ def test_the_lanes_follow_another_run_and_a_pause_and_the_timeline_says_why_no_a
     screenshot(page, "plan-rejected")
 
 
+# A frame as the live view applies one: each part replaces the element of its id, then the page syncs.
+APPLY_FRAME = """html => {
+    const parts = document.createElement('template');
+    parts.innerHTML = html;
+    [...parts.content.children].forEach(part => document.getElementById(part.id).replaceWith(part));
+    document.body.dispatchEvent(new CustomEvent('htmx:wsAfterMessage', {bubbles: true}));
+}"""
+
+
+def test_a_lane_shows_its_running_task_s_live_percentage_as_its_row_does(
+    logged_in_page, demo_agents, priced_limit, make_plan, no_broker
+):
+    """The row said 40% (a live piece) while the agent's lane said 10% (the saved progress, from
+    which the lanes are redrawn: by events, saves, other runs' slots): the lane's bar must show the
+    row's percentage, and not step back when the lanes are redrawn from the saved progress."""
+    from dashboard import frames
+    from orchestrator.engine import execution
+    from orchestrator.providers.base import Usage
+
+    page = logged_in_page
+    run = runs.launch(make_plan({"draft": ("writer", [])}), budget_usd="1")
+    task = run.tasks.get()
+    claim = execution.claim_attempt(Attempt.objects.get(task_run=task).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 10, Usage(input_tokens=20, output_tokens=4)))])
+    open_run(page, run)
+    row = page.locator(f"#task-{task.pk} progress")
+    lane = page.locator(f"#agent-lanes .lane[data-agent='writer'] .task-link[data-task='{task.pk}'] ~ progress")
+    expect(row).to_have_attribute("value", "10")
+    expect(lane).to_have_attribute("value", "10")
+
+    page.evaluate(APPLY_FRAME, frames.render_live_progress({task.pk: 40}))  # a live piece: 40%
+    expect(row).to_have_attribute("value", "40")
+    expect(lane).to_have_attribute("value", "40")
+    expect(lane).to_have_attribute("aria-label", re.compile(r": 40%$"))
+
+    page.evaluate(APPLY_FRAME, frames.render_slots_elsewhere(run.pk))  # the lanes redrawn from the saved 10%
+    expect(row).to_have_attribute("value", "40")
+    expect(lane).to_have_attribute("value", "40")
+    assert_not_reloaded(page)
+
+
 def test_the_timeline_shows_a_pause_as_it_happens_and_where_it_ended(
     logged_in_page, demo_agents, priced_limit, make_plan, screenshot
 ):
@@ -541,11 +583,12 @@ def test_the_page_follows_changes_made_elsewhere_and_labels_nodes_with_the_serve
 
 
 # What the page shows of one running task: its row's bar and tokens, its open panel's Progress
-# and Tokens (and bar), and its agent lane's tokens; the row's state and whether the lane lists it.
+# and Tokens (and bar), and its agent lane's tokens and bar; the row's state and whether the lane lists it.
 RUNNING_TASK_NUMBERS = """id => {
     const row = document.getElementById('task-' + id);
     const head = document.getElementById('task-head-' + id);
     const burn = document.querySelector('#agent-lanes .task-link[data-task="' + id + '"] ~ .lane-burn');
+    const laneBar = document.querySelector('#agent-lanes .task-link[data-task="' + id + '"] ~ progress');
     const fact = name => [...head.querySelectorAll('.task-facts div')]
         .find(div => div.querySelector('dt').textContent === name).querySelector('dd').textContent;
     return {
@@ -556,6 +599,7 @@ RUNNING_TASK_NUMBERS = """id => {
         rowTokens: row.querySelector('.cell-tokens').textContent,
         panelTokens: fact('Tokens'),
         laneTokens: burn ? burn.textContent.replace(' tok', '') : null,
+        lane: laneBar ? laneBar.value : null,
         cardTokens: [...document.querySelectorAll('#run-totals .stat')]
             .find(stat => stat.querySelector('.stat-label').textContent.trim() === 'Tokens')
             .querySelector('.stat-value').textContent,
@@ -602,6 +646,8 @@ def test_an_open_panel_shows_the_progress_and_tokens_of_its_running_task_as_its_
     assert len(agreeing) >= 2, f"the panel's Progress did not move on with its row: {seen}"
     last = moving[-1]
     assert last["panel"] == f"{last['row']:.0f}%", last
+    # The agent's lane draws its bar at the row's percentage (a frame and the page's sync are one step).
+    assert [s for s in moving if s["lane"] is not None and s["lane"] != s["row"]] == [], seen
     saved = [s for s in seen if s["laneTokens"] not in (None, "0")]
     assert saved, f"no save of the streamed tokens reached the lane while the task ran: {seen}"
     # The run's Tokens card too (its one task is the one streaming): it said 0 until the task ended.

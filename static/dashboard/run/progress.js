@@ -5,6 +5,11 @@
  * bar, the row's data-progress, which the DAG reads, and the head's [data-progress-text]); one
  * that has moved on (an event frame said it ended) is left as it is, so a late live frame never
  * turns a finished task back.
+ *
+ * The agent lanes' bars of running tasks show what their rows show: the lanes are redrawn from
+ * the saved progress (by event frames, saves, other runs' slots), which is behind the live
+ * percentages the rows took, so after every frame each lane bar takes its row's percentage (the
+ * rows never step back within an attempt: dashboard/broadcast.py LiveOutputs).
  */
 
 function showProgress(part, percent) {
@@ -22,11 +27,25 @@ function showProgress(part, percent) {
   }
 }
 
+function followRows() {
+  document.querySelectorAll("#agent-lanes [data-lane-task]").forEach(function (item) {
+    var row = document.getElementById("task-" + item.dataset.laneTask);
+    var bar = row && row.dataset.state === "running" ? row.querySelector("progress") : null;
+    if (bar) {
+      showProgress(item, bar.value);
+    }
+  });
+}
+
 export function applyProgress() {
   var marker = document.getElementById("live-progress");
-  if (!marker || !marker.dataset.tasks) {
-    return;
+  if (marker && marker.dataset.tasks) {
+    applyLive(marker);
   }
+  followRows();
+}
+
+function applyLive(marker) {
   marker.dataset.tasks.split(",").forEach(function (pair) {
     var parts = pair.split(":");
     var percent = Number(parts[1]);
