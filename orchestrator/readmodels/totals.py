@@ -8,7 +8,8 @@ shared with other runs: the slots they hold now stay busy until their tasks are 
 while the run is paused (nothing starts until Resume) and none for a run that ended or never
 started. While everything left waits for a person's decision (nothing runs or can start, or what
 runs waits for a tool call's approval) it does not count down: it is the time after the decision
-("40 s after the decision"). What the browser's countdown says once it runs out comes from here
+("40 s after the decision"). Once decided, the time a tool call waited for a person is not counted
+as its task's work either (`waited_for_people`). What the browser's countdown says once it runs out comes from here
 too (`eta_overdue`), so a reload and a ticking page say the same. `pace` takes plain data and is tested without a database.
 """
 
@@ -22,6 +23,7 @@ from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
 
+from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import plans, sql, wording
@@ -70,16 +72,52 @@ def eta_plan(run: Run) -> EtaPlan:
 WORKED = (State.SUCCEEDED, State.AWAITING_REVIEW)
 
 
-def work_took(tasks: Iterable[TaskState]) -> dict[str, float]:
+def work_took(tasks: Iterable[TaskState], waited: Mapping[int, float] = MappingProxyType({})) -> dict[str, float]:
     """Seconds the work of each task that has done it took (subtask key -> seconds): its last
-    attempt, from its start (when it was claimed) to its end. Not the wait for a reviewer after it
-    (a reviewed task's `finished_at` is the approval), nor a wait to be admitted before it; a
-    pause does not stop a running attempt."""
+    attempt, from its start (when it was claimed) to its end, less the time it waited for a person
+    to approve its tool calls (`waited`: task id -> seconds, `waited_for_people`). Not the wait
+    for a reviewer after it (a reviewed task's `finished_at` is the approval), nor a wait to be
+    admitted before it; a pause does not stop a running attempt."""
     return {
-        t.key: (t.worked_until - t.started_at).total_seconds()
+        t.key: (t.worked_until - t.started_at).total_seconds() - waited.get(t.pk, 0.0)
         for t in tasks
         if t.state in WORKED and t.started_at and t.worked_until
     }
+
+
+def waited_for_people(
+    tasks: Iterable[TaskState], spans: Iterable[tuple[int, datetime, datetime | None]], now: datetime
+) -> dict[int, float]:
+    """Seconds each task's last attempt has waited for a person to approve its tool calls (task id
+    -> seconds), from the spans its tool checkpoints were open (`spans`: task id, opened, decided
+    or closed; one still open lasts until `now`). Spans that overlap (calls of one turn asked
+    together) count once, and only within the attempt: from the task's start to the end of its
+    work (or now). The attempt's timeout does not run meanwhile either (engine/tool_attempt.py)."""
+    open_spans: dict[int, list[tuple[datetime, datetime]]] = {}
+    for task_id, opened, closed in spans:
+        open_spans.setdefault(task_id, []).append((opened, closed or now))
+    waited = {}
+    for task in tasks:
+        if task.pk not in open_spans or task.started_at is None:
+            continue
+        end, reached, seconds = task.worked_until or now, task.started_at, 0.0
+        for opened, closed in sorted(open_spans[task.pk]):
+            opened, closed = max(opened, reached), min(closed, end)
+            if closed > opened:
+                seconds += (closed - opened).total_seconds()
+                reached = closed
+        waited[task.pk] = seconds
+    return waited
+
+
+def tool_call_spans(run: Run) -> list[tuple[int, datetime, datetime | None]]:
+    """When each tool call of the run's tasks' last attempts waited for a person: (task id, opened,
+    decided or closed; None while pending), for `waited_for_people`. One query."""
+    return list(
+        Checkpoint.objects.filter(
+            run_id=run.pk, kind=Checkpoint.Kind.TOOL, attempt__number=F("task_run__attempt_count")
+        ).values_list("task_run_id", "created_at", "decided_at")
+    )
 
 
 def pace(took: Mapping[str, float], estimates: Mapping[str, float]) -> float:
@@ -168,7 +206,7 @@ def time_left(
     cap: int,
     *,
     now: datetime,
-    asked_at: Mapping[int, datetime] = MappingProxyType({}),
+    waited: Mapping[int, float] = MappingProxyType({}),
     elsewhere: other_runs.OtherRuns = other_runs.NONE,
     cap_shared: bool = False,
 ) -> float:
@@ -177,18 +215,18 @@ def time_left(
     max_tokens; a task past its estimate counts as ending now: a floor under it, a tenth of its
     estimate, kept the countdown from ever running out while it overran, each progress save
     setting it afresh), then the rest start in rank order under `cap` and each agent's
-    `max_concurrency`; every estimate scaled by the run's `pace`. A task waiting for a
-    person to approve a tool call (`asked_at`: task id -> when it asked) ran until it asked: the
-    wait does not work its estimate off. The slots other runs hold of the agents (`elsewhere`)
+    `max_concurrency`; every estimate scaled by the run's `pace`. The time a task's attempt
+    waited for a person to approve its tool calls (`waited`: task id -> seconds, until now for a
+    call still pending) is not work: it neither works its estimate off nor slows the pace. The
+    slots other runs hold of the agents (`elsewhere`)
     are busy until their tasks are expected to end (at the same pace), and so are those they hold
     of `cap` when it is shared (`cap_shared`: the providers' in-flight limit)."""
-    speed = pace(work_took(tasks), plan.estimates)
+    speed = pace(work_took(tasks, waited), plan.estimates)
     expected = {t.key: plan.estimates.get(t.key, plans.MIN_ESTIMATED_DURATION_S) * speed for t in tasks}
     running = {}
     for task in tasks:
         if task.state in TaskRun.ACTIVE:
-            until = max(task.started_at, asked_at[task.pk]) if task.started_at and task.pk in asked_at else now
-            ran = (until - task.started_at).total_seconds() if task.started_at else 0.0
+            ran = (now - task.started_at).total_seconds() - waited.get(task.pk, 0.0) if task.started_at else 0.0
             running[task.key] = max(expected[task.key] - ran, 0.0)
     work = makespan.Work(plan.graph, {t.key: agents[t.agent_id].name for t in tasks if t.agent_id in agents}, expected)
     held: dict[str, list[float]] = {}
@@ -560,7 +598,7 @@ def totals(
             agents,
             cap.for_forecast,
             now=now,
-            asked_at=asked_at,
+            waited=waited_for_people(tasks, tool_call_spans(run), now),
             elsewhere=elsewhere,
             cap_shared=cap.forecast_cap_shared,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -332,6 +333,47 @@ def test_while_a_task_waits_for_a_tool_calls_approval_the_eta_waits_for_the_deci
     decided = totals(run)
     assert decided.counts_down and not decided.waits_for_decision and decided.eta_after == ""
     assert decided.eta_note == "at the cap and each agent's limit, excluding approvals"
+
+
+def test_once_a_tool_call_is_decided_the_wait_for_it_is_not_counted_as_work(launched, personas):
+    """Once a person approved the call, the 30 s its task had waited counted as work: its estimate
+    was worn off at once (the ETA said only b was left), and once it ended the pace read 150 times
+    the work it did (the rest of the run forecast five times too long)."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    checkpoint = asked_to_call_a_tool(run, "a", ago_s=30)
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    decided_at = Checkpoint.objects.get(pk=checkpoint.pk).decided_at
+    # a ran 0.05 s before it asked and none since the decision: 0.15 s of it left, then b's 0.2 s.
+    assert totals(run, now=decided_at).eta_s == pytest.approx(0.15 + 0.2)
+    assert totals(run, now=decided_at + timedelta(seconds=0.1)).eta_s == pytest.approx(0.05 + 0.2)
+
+    # a's work ends 0.15 s after the decision: it worked 0.2 s, as estimated, so b's 0.2 s is left.
+    ended = decided_at + timedelta(seconds=0.15)
+    Attempt.objects.filter(task_run__run=run, task_run__subtask__key="a").update(
+        state=Attempt.State.SUCCEEDED, finished_at=ended
+    )
+    run.tasks.filter(subtask__key="a").update(state=State.SUCCEEDED, finished_at=ended, progress=100)
+    assert totals(run, now=ended).eta_s == pytest.approx(0.2)
+
+
+def test_overlapping_waits_for_tool_calls_count_once_and_only_within_the_attempt():
+    from datetime import UTC, datetime
+
+    from orchestrator.readmodels.totals import waited_for_people
+
+    t0 = datetime(2026, 11, 27, 10, 0, tzinfo=UTC)
+
+    def at(s: float) -> datetime:
+        return t0 + timedelta(seconds=s)
+
+    running = replace(task_state("a", State.RUNNING), started_at=at(0))
+    spans = [
+        (running.pk, at(-5), at(2)),  # opened before this start (an earlier claim): from 0
+        (running.pk, at(10), at(20)),  # two calls of one turn, asked together
+        (running.pk, at(12), at(25)),
+        (running.pk, at(40), None),  # pending: until now
+    ]
+    assert waited_for_people([running], spans, at(45)) == {running.pk: pytest.approx(2 + 15 + 5)}
 
 
 def test_a_tool_calls_approval_beside_moving_work_is_not_counted_and_the_eta_counts_down(launched):
