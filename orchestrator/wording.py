@@ -109,6 +109,18 @@ def duration(seconds: float | None) -> str:
     return f"{days} d {hours} h"
 
 
+def tool_call_outcome(is_error: bool, seconds: float | None, server_start_s: float | None = None) -> str:
+    """A tool call's end in words, its own time apart from its server's start-up: "answered in
+    0.4 s · server started in 2.5 s", "failed after 30 s". One wording for the run page, the
+    attempt's page, the audit log and the exports."""
+    said = "failed" if is_error else "answered"
+    if seconds is not None:
+        said += f" {'after' if is_error else 'in'} {duration(seconds)}"
+    if server_start_s is not None:
+        said += f" · server started in {duration(server_start_s)}"
+    return said
+
+
 def counted(count: int, singular: str, plural: str | None = None) -> str:
     """`count` and the noun in the right number: counted(1, "task") == "1 task"."""
     return f"{count} {singular if count == 1 else (plural or singular + 's')}"

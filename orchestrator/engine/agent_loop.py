@@ -13,7 +13,7 @@ It touches no database and no engine state: everything it learns goes out throug
 the adapters report: providers only stream what the model said; tools only return results.
 
 * **Steps.** Every text, tool call (with its arguments), approval, result (with its duration and
-  error), refusal and model call is reported to ``on_step`` as a ``Step`` (engine/agent_steps.py,
+  error; the call's own duration, its server's start-up apart), refusal and model call is reported to ``on_step`` as a ``Step`` (engine/agent_steps.py,
   with the hooks' other values): the glass box shows them live and the runtime keeps them as audit
   events (``Step.event_type``, ``Step.payload()``: arguments and results capped, the whole result
   in ``Step.result_full`` for the attempt's detail).
@@ -360,7 +360,9 @@ async def _run_call(tools: ToolRunner, hooks: LoopHooks, clock: _Clock, step: in
             result = await tools.call(use.name, use.input, timeout_s=remaining)
         except Exception as exc:  # a runner's bug fails the call, not the attempt
             result = ToolResult.error(f"{use.name} failed: {type(exc).__name__}: {exc}")
-    await _report_result(hooks, step, where, result, time.monotonic() - started)
+    # The runner's own measure when it has one: a server's start-up is not the call's time.
+    took = result.duration_s if result.duration_s is not None else time.monotonic() - started
+    await _report_result(hooks, step, where, result, took)
     return result
 
 
@@ -377,6 +379,7 @@ async def _report_result(
             truncated=result.truncated,
             is_error=result.is_error,
             duration_s=seconds,
+            server_start_s=result.server_start_s,
             **where,
         )
     )

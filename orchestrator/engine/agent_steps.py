@@ -80,7 +80,8 @@ class Step:
     result_chars: int = 0
     truncated: bool = False
     is_error: bool = False
-    duration_s: float | None = None
+    duration_s: float | None = None  # a tool call's own time: its server's start-up is server_start_s
+    server_start_s: float | None = None  # how long a tool call waited for its server to start
     stop_reason: str = ""
     usage: Usage | None = None
     wait: str = ""  # what held a model call back: the code of its wait (engine/waits.py)
@@ -119,8 +120,8 @@ class Step:
             comment = f": {self.comment}" if self.comment else ""
             said = f"{'approved' if self.approved else 'rejected'}{by}: {self.tool}{comment}"
         elif self.kind == "tool_result":
-            took = f" in {self.duration_s:.1f} s" if self.duration_s is not None else ""
-            said = f"{self.tool} {'failed' if self.is_error else 'answered'}{took}: {_one_line(self.result)}"
+            outcome = wording.tool_call_outcome(self.is_error, self.duration_s, self.server_start_s)
+            said = f"{self.tool} {outcome}: {_one_line(self.result)}"
         elif self.kind == "tool_refused":
             said = f"refused {self.tool}: not granted"
         elif self.kind == "model_call":
@@ -157,6 +158,8 @@ class Step:
             )
         if self.duration_s is not None:
             data["duration_s"] = round(self.duration_s, 3)
+        if self.server_start_s is not None:
+            data["server_start_s"] = round(self.server_start_s, 3)
         if self.usage is not None:
             data["input_tokens"], data["output_tokens"] = self.usage.input_tokens, self.usage.output_tokens
         return data

@@ -56,7 +56,9 @@ class PathStepRecord(Record):
     (the result as its audit event keeps it: a long one is cut, `result_chars` says how long it
     was), a refused call, a stop, or a model call's wait for the provider's budget (`wait`: the
     wait's code, e.g. rate_limit_requests; `duration_s`: how long, null while it lasts or when
-    the attempt's end cut it off). `cut_off`: a call or a wait that the attempt's end cut off (it
+    the attempt's end cut it off; a tool call's: its own time, from the moment its server was ready,
+    and `server_start_s` how long it waited for its server to start, null when it was running
+    already). `cut_off`: a call or a wait that the attempt's end cut off (it
     was cancelled or lost): no result, no end of its own, and not going on."""
 
     attempt: int | None
@@ -76,6 +78,7 @@ class PathStepRecord(Record):
     truncated: bool
     is_error: bool
     duration_s: float | None
+    server_start_s: float | None
     stop_reason: str
     input_tokens: int | None
     output_tokens: int | None
@@ -190,7 +193,9 @@ def path_line(step: dict[str, Any]) -> str:
         line += ", not run: the attempt ended first"
     elif step["cut_off"]:
         line += ", cut off: the attempt ended with no result"
-    return line + _seconds(step["duration_s"])
+    if step["duration_s"] is not None and step["approved"] is not False:  # a rejected call was not run
+        return line + f" ({wording.tool_call_outcome(step['is_error'], step['duration_s'], step['server_start_s'])})"
+    return line
 
 
 def run_markdown(run: Run) -> str:

@@ -90,7 +90,8 @@ class PathRow:
     result_chars: int = 0
     truncated: bool = False
     is_error: bool = False
-    duration_s: float | None = None
+    duration_s: float | None = None  # a tool call's own time (its server's start-up apart)
+    server_start_s: float | None = None  # how long a tool call waited for its server to start
     stop_reason: str = ""
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -166,6 +167,11 @@ class PathRow:
         if self.approval_required and self.approved is None:
             return "not run: the attempt ended before anyone decided"
         return "cut off: the attempt ended"
+
+    @property
+    def outcome_words(self) -> str:
+        """A tool call's end: "answered in 0.4 s · server started in 2.5 s", "failed after 30 s"."""
+        return wording.tool_call_outcome(self.is_error, self.duration_s, self.server_start_s)
 
     @property
     def calling(self) -> bool:
@@ -298,7 +304,7 @@ def rows_of(events: Iterable[Event], ended: Container[Any] = ()) -> list[PathRow
                 row.result, row.result_chars = data.get("result", ""), int(data.get("result_chars", 0))
                 row.truncated, row.is_error, row.done = bool(data.get("truncated")), bool(data.get("error")), True
                 row.call_cut = False
-                row.duration_s = data.get("duration_s")
+                row.duration_s, row.server_start_s = data.get("duration_s"), data.get("server_start_s")
         elif event.type == "tool.refused":
             rows.append(
                 PathRow(

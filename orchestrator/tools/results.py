@@ -25,13 +25,17 @@ MAX_KEPT_CHARS = 1_000_000
 @dataclass(frozen=True)
 class ToolResult:
     """What one tool call returned. ``text`` goes to the model (capped); ``is_error`` says the
-    call failed (the text then says why)."""
+    call failed (the text then says why). ``duration_s``: the call's own time, from the moment its
+    server was ready (None: the runner did not measure it); ``server_start_s``: how long the call
+    waited for its server to start first (None: the server was running already)."""
 
     text: str
     is_error: bool = False
     truncated: bool = False
     full_text: str = ""  # up to MAX_KEPT_CHARS of the whole result
     full_chars: int = 0  # length of the whole result before any cut
+    duration_s: float | None = None
+    server_start_s: float | None = None
 
     @classmethod
     def error(cls, message: str) -> ToolResult:

@@ -14,8 +14,12 @@ and many attempts' toolboxes share one event loop.
 Safety (DESIGN §10):
 
 * **Timeouts.** A call that takes longer than ``call_timeout_s`` fails; the SDK sends the server
-  a cancellation for it. A server that does not finish its handshake within ``start_timeout_s``
-  fails the call that started it.
+  a cancellation for it. The call's time counts from the moment its server is ready: a server's
+  start-up is not the call's, it has its own limit (a server that does not finish its handshake
+  within ``start_timeout_s`` fails the call that started it) and is reported apart
+  (``ToolResult.server_start_s``, beside the call's own ``duration_s``). The caller's
+  ``timeout_s`` (what is left of the task's time) is a limit on both together: what the start-up
+  took of it is not given to the call again.
 * **Failures stay calls.** Whatever goes wrong (the command is missing, the server crashes
   mid-call, it answers nonsense, it hangs) the call returns an error :class:`ToolResult` that
   the model can read; :meth:`Toolbox.call` raises nothing but cancellation. A server that died
@@ -35,7 +39,9 @@ import asyncio
 import contextlib
 import logging
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -74,10 +80,14 @@ class _Connection:
         self._errlogs: list[IO[str]] = []
         self.retired: list[asyncio.Task[None]] = []
 
+    def is_open(self) -> bool:
+        """A session is up and running: a call need not wait for its server to start."""
+        return self._session is not None and self._keeper is not None and not self._keeper.done()
+
     async def session(self) -> ClientSession:
         """The open session, started now if it is not (raises ToolServerError)."""
         async with self._lock:
-            if self._session is not None and self._keeper is not None and not self._keeper.done():
+            if self._session is not None and self.is_open():
                 return self._session
             self._retire()
             if self.starts >= MAX_STARTS:
@@ -226,11 +236,35 @@ class Toolbox:
         if self._closed:
             return ToolResult.error(f"tool {name!r} cannot be called: the attempt's tools are closed")
         connection = self._connections[tool.server]
-        timeout = min(timeout_s, self.call_timeout_s) if timeout_s is not None else self.call_timeout_s
+        began = time.monotonic()
+        was_open = connection.is_open()
         try:
             session = await connection.session()
         except sessions.ToolServerError as error:
             return ToolResult.error(str(error))
+        ready = time.monotonic()
+        server_start_s = None if was_open else ready - began
+        timeout = self.call_timeout_s
+        if timeout_s is not None:  # what is left of the task's time, start-up taken from it
+            left = timeout_s - (ready - began)
+            if left <= 0:
+                failure = ToolResult.error(
+                    f"{tool.tool} was not run: the task's time ran out while its server {connection.spec.name} started"
+                )
+                return replace(failure, duration_s=0.0, server_start_s=server_start_s)
+            timeout = min(left, timeout)
+        result = await self._call(connection, session, tool, arguments, timeout)
+        return replace(result, duration_s=time.monotonic() - ready, server_start_s=server_start_s)
+
+    async def _call(
+        self,
+        connection: _Connection,
+        session: ClientSession,
+        tool: GrantedTool,
+        arguments: dict[str, Any],
+        timeout: float,
+    ) -> ToolResult:
+        """One call on an open session, under its timeout; a failure as an error result."""
         try:
             async with asyncio.timeout(timeout + 5.0):  # the SDK's own timeout should come first
                 answer = await session.call_tool(tool.tool, arguments, read_timeout_seconds=timeout)

@@ -5,6 +5,7 @@ run's artifacts and their download, the audit export, and nothing secret or unes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -92,6 +93,36 @@ def test_the_panel_shows_the_path_text_calls_approvals_results_refusals_and_stop
     failed = re.search(r'<li id="path-\d+" class="path-row path-call is-error".*?</li>', html, re.S)
     assert failed and "the index is down" in failed.group(0) and 'class="path-result is-error"' in failed.group(0)
     assert "asked for tools" in html and "ended its turn" in html  # each model call's stop reason
+
+
+class StartedTools(FakeTools):
+    """Tools whose server took 2.5 s to start before a call of 0.4 s, as the toolbox measures them."""
+
+    async def call(self, name, arguments, *, timeout_s=None):
+        result = await super().call(name, arguments, timeout_s=timeout_s)
+        return dataclasses.replace(result, duration_s=0.4, server_start_s=2.5)
+
+
+def test_a_calls_duration_is_its_own_with_its_servers_start_up_apart_everywhere(viewer, run):
+    """Panel, attempt page, audit log, JSON and Markdown downloads say the same: the call's own
+    0.4 s, not the 2.9 s its server's start-up made of it."""
+    task = look(run)
+    record_loop(
+        task, ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("ok")), StartedTools(lookup=(lookup, False))
+    )
+    said = "answered in 0.4 s · server started in 2.5 s"
+    row = re.search(r'<li id="path-\d+" class="path-row path-call".*?</li>', panel(viewer, run, task), re.S)
+    assert row and said in row.group(0)
+    page = viewer.get(reverse("run_attempt", args=[run.pk, task.pk, 1])).content.decode()
+    assert said in page
+    result = task.events.get(type="tool.result")
+    assert result.message.startswith(f"step 1 · lookup {said}: found: x")
+    assert (result.payload["duration_s"], result.payload["server_start_s"]) == (0.4, 2.5)
+    exported = viewer.get(reverse("run_download_json", args=[run.pk])).json()
+    call = next(step for step in exported["paths"]["look"] if step["kind"] == "call")
+    assert (call["duration_s"], call["server_start_s"]) == (0.4, 2.5)
+    markdown = viewer.get(reverse("run_download_md", args=[run.pk])).content.decode()
+    assert f"→ result: `found: x` ({said})" in markdown
 
 
 def test_a_rejected_call_reads_as_rejected_and_not_run_not_as_a_failure(viewer, run):

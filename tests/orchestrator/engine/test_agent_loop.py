@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -369,6 +369,23 @@ def test_streamed_text_and_provider_feedback_reach_their_hooks():
         )
     )
     assert seen == [feedback, (1, "Hello there.")]
+
+
+def test_a_tool_results_step_says_the_calls_own_time_and_its_servers_start_up_apart():
+    """The runner measured a call of 0.4 s after 2.5 s of its server's start-up: the step's
+    duration is the call's, whatever the loop's own clock saw around both."""
+
+    class StartedTools(FakeTools):
+        async def call(self, name, arguments, *, timeout_s=None):
+            result = await super().call(name, arguments, timeout_s=timeout_s)
+            return replace(result, duration_s=0.4, server_start_s=2.5)
+
+    recorder = Recorder()
+    provider = ScriptedProvider(tool_turn(("echo", {"text": "hi"})), answer("done"))
+    asyncio.run(run_agent_loop(provider, request(), StartedTools(echo=(echo, False)), recorder.hooks(), max_steps=3))
+    result = next(step for step in recorder.steps if step.kind == "tool_result")
+    assert (result.payload()["duration_s"], result.payload()["server_start_s"]) == (0.4, 2.5)
+    assert result.sentence() == "step 1 · echo answered in 0.4 s · server started in 2.5 s: echo: hi"
 
 
 def test_a_step_payload_caps_arguments_and_results_and_keeps_the_whole_result_apart():

@@ -124,6 +124,8 @@ if __name__ == "__main__":
     if "--leak-at-start" in sys.argv:
         print(dict(os.environ), file=sys.stderr, flush=True)
         sys.exit(5)
+    if "--slow-start" in sys.argv:  # a server that takes its time to start (an npx download, an import)
+        time.sleep(float(sys.argv[sys.argv.index("--slow-start") + 1]))
     if "--extra" in sys.argv:
         server.tool()(extra)
     if "--http" in sys.argv:

@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.tools.servers import ServerGrant, ServerSpec
 from orchestrator.tools.toolbox import Toolbox
-from tests.orchestrator.tools.conftest import grant_of, process_gone, server_spec
+from tests.orchestrator.tools.conftest import TEST_SERVER, grant_of, process_gone, server_spec
 
 
 def run(coroutine):
@@ -70,6 +70,55 @@ def test_a_tool_that_hangs_fails_that_call_only(test_tools, tmp_path):
     hung, after, starts = run(main())
     assert hung.is_error and "did not answer hang within 1 s" in hung.text
     assert (after.text, after.is_error, starts) == ("still here", False, 1)
+
+
+# How long the slow server sleeps before it answers the MCP handshake.
+SLOW_START_S = 1.5
+
+
+def slow_server() -> ServerSpec:
+    return ServerSpec(
+        name="testsrv",
+        transport="stdio",
+        command=sys.executable,
+        args=(str(TEST_SERVER), "--slow-start", str(SLOW_START_S)),
+    )
+
+
+def test_a_calls_duration_is_its_own_and_its_servers_start_up_is_apart(test_tools, tmp_path):
+    async def main():
+        async with toolbox(test_tools, tmp_path, slow_server()) as box:
+            return await box.call("echo", {"text": "first"}), await box.call("echo", {"text": "second"})
+
+    first, second = run(main())
+    assert first.server_start_s is not None and first.server_start_s >= SLOW_START_S
+    assert first.duration_s is not None and first.duration_s < first.server_start_s  # not the start-up's time
+    assert second.server_start_s is None and second.duration_s is not None  # the server was running already
+
+
+def test_a_calls_timeout_counts_from_when_its_server_is_ready(test_tools, tmp_path):
+    """A 1 s call timeout on a server that takes 1.5 s to start: the call still gets its 1 s."""
+
+    async def main():
+        async with toolbox(test_tools, tmp_path, slow_server(), call_timeout_s=1) as box:
+            return await box.call("hang", {})
+
+    hung = run(main())
+    assert hung.is_error and "did not answer hang within 1 s" in hung.text
+    assert hung.server_start_s is not None and hung.server_start_s >= SLOW_START_S
+    assert hung.duration_s is not None and hung.duration_s >= 1  # its own time: the timeout, not start-up + timeout
+
+
+def test_the_tasks_time_its_servers_start_up_took_is_not_given_to_the_call_again(test_tools, tmp_path):
+    """What is left of the task's time (1 s) runs out while the server starts (1.5 s): not run."""
+
+    async def main():
+        async with toolbox(test_tools, tmp_path, slow_server()) as box:
+            return await box.call("hang", {}, timeout_s=1.0)
+
+    late = run(main())
+    assert late.is_error
+    assert late.text == "hang was not run: the task's time ran out while its server testsrv started"
 
 
 def test_a_server_killed_mid_call_fails_that_call_and_is_started_again(test_tools, tmp_path):
