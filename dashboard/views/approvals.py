@@ -86,8 +86,15 @@ class Approval:
         return len(self._excerpt_text) > EXCERPT_CHARS
 
     @property
+    def excerpt_is_markdown(self) -> bool:
+        """A goal, instructions or output are Markdown; a tool call's arguments are JSON, shown as
+        they are in a box of their own (as Markdown's code block they were a box in a box)."""
+        return self.checkpoint.kind != Checkpoint.Kind.TOOL
+
+    @property
     def excerpt(self) -> str:
-        """What the decision is about, as Markdown (the template sanitises it), cut at a paragraph."""
+        """What the decision is about, as Markdown (the template sanitises it) or a tool call's
+        arguments as indented JSON, cut at a paragraph."""
         text = self._excerpt_text
         if len(text) <= EXCERPT_CHARS:
             return text
@@ -103,7 +110,7 @@ class Approval:
         elif checkpoint.kind == Checkpoint.Kind.BEFORE:
             text = self.task.subtask.instructions
         elif checkpoint.kind == Checkpoint.Kind.TOOL:
-            text = f"```json\n{tool_approvals.arguments_json(checkpoint)}\n```"
+            text = tool_approvals.arguments_json(checkpoint)
         else:
             text = self.task.output or self.task.summary
         return text.strip()

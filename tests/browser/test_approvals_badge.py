@@ -1,6 +1,7 @@
 """The header's "Approvals N" badge on the run page, in a real browser: a checkpoint that opens
 or closes while the page is open is counted by the live view's frames, with no reload and
-without waiting for the badge's own 5 s poll (which the test holds unanswered)."""
+without waiting for the badge's own 5 s poll (which the test holds unanswered). And the inbox's
+own rendering of what it asks: a refusal in words, a tool call's arguments in one box."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from orchestrator.models import Checkpoint, Run, TaskRun
 pytestmark = [pytest.mark.browser]
 
 
-def open_tool_checkpoint(run: Run, task: TaskRun) -> Checkpoint:
+def open_tool_checkpoint(run: Run, task: TaskRun, arguments: dict | None = None) -> Checkpoint:
     """What engine/tool_approvals.open_checkpoint writes: the checkpoint and its event, in one transaction."""
     with events.atomic():
         checkpoint = Checkpoint.objects.create(
@@ -22,7 +23,13 @@ def open_tool_checkpoint(run: Run, task: TaskRun) -> Checkpoint:
             task_run=task,
             kind=Checkpoint.Kind.TOOL,
             call_id="call-1",
-            details={"agent": "coder", "name": "echo", "server": "testsrv", "tool": "echo", "arguments": {}},
+            details={
+                "agent": "coder",
+                "name": "echo",
+                "server": "testsrv",
+                "tool": "echo",
+                "arguments": arguments or {},
+            },
         )
         events.record(
             "checkpoint.created",
@@ -80,3 +87,27 @@ def test_a_refused_decision_in_the_inbox_reads_as_a_sentence(logged_in_page, mak
     screenshot(page, "refused-reject")
     checkpoint.refresh_from_db()
     assert checkpoint.status == Checkpoint.Status.PENDING
+
+
+# Every element of an element's tree that draws a border, with its tag and classes.
+BORDERED = """root => [root, ...root.querySelectorAll('*')]
+    .filter(e => ['Top', 'Right', 'Bottom', 'Left'].some(side => {
+        const style = getComputedStyle(e);
+        return style['border' + side + 'Style'] !== 'none' && parseFloat(style['border' + side + 'Width']) > 0;
+    }))
+    .map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.'))"""
+
+
+def test_a_tool_calls_arguments_are_one_box_in_the_inbox(logged_in_page, make_agent, make_plan, screenshot):
+    """The arguments were Markdown's code block inside the excerpt's box: a border in a border."""
+    page = logged_in_page
+    make_agent("coder")
+    run = runs.launch(make_plan({"a": ("coder", [])}), budget_usd="1")
+    task = run.tasks.get()
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING)
+    checkpoint = open_tool_checkpoint(run, task, {"path": "notes/findings.md", "content": "Three options."})
+    page.goto("/approvals/")
+    arguments = page.locator(f"#checkpoint-{checkpoint.pk}").get_by_label("Arguments")
+    expect(arguments).to_contain_text('"path": "notes/findings.md"')
+    screenshot(page, "tool-arguments")
+    assert arguments.evaluate(BORDERED) == ["pre.excerpt.tool-arguments"]
