@@ -12,12 +12,20 @@ fan-in receives many outputs). Each agent's basis is kept with the estimate, wit
 tokens each subtask was counted at, so the pre-flight says what the number rests on in the
 numbers it used.
 
+An agent with tools has no worst case to give: it makes up to its `max_steps` model calls per
+attempt, each re-sending a conversation that grows with every tool result, and the loop caps each
+result but not how many tools one step calls. Rather than a number that is not a worst case, its
+tasks are counted at their first model call at its maximum output (what admission reserves to
+start one), and the words say so, and that the run's budget stops a further call it cannot cover
+(`settlement.reserve_call`). Once it has history, its median attempt counts every call.
+
 The same function serves the pre-flight (unsaved and saved plans) and `runs.launch`'s budget
 check, so the page and the refusal never disagree.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,6 +36,7 @@ from django.db.models import Q
 
 from orchestrator import wording
 from orchestrator.engine import context
+from orchestrator.governance import tool_registry
 from orchestrator.models import Agent, Attempt, Dependency, Plan, ProviderLimit, Subtask
 
 # Succeeded attempts an agent needs before its median replaces the worst case.
@@ -37,14 +46,28 @@ HISTORY_WINDOW = 50
 
 
 @dataclass(frozen=True)
+class ToolUse:
+    """What an agent with tools may do in one task, for the words: up to ``steps`` model calls
+    (its max_steps) with ``tools`` tools offered, whose definitions every call sends
+    (``tools_tokens``)."""
+
+    steps: int
+    tools: int
+    tools_tokens: int
+
+
+@dataclass(frozen=True)
 class UsageBasis:
-    """What one agent's estimate rests on: its recorded median usage, or the worst case."""
+    """What one agent's estimate rests on: its recorded median usage (an attempt's, every model
+    call of it counted), or the worst case of one task: one model call at its maximum output, or
+    for an agent with tools (``tools``) its first model call, as no worst case can be given."""
 
     agent: str
     samples: int  # succeeded attempts found (at most HISTORY_WINDOW)
     median_input_tokens: int
     median_output_tokens: int
     max_output_tokens: int
+    tools: ToolUse | None = None  # None: no tools, one model call per task; set only without history
 
     @property
     def learned(self) -> bool:
@@ -52,6 +75,8 @@ class UsageBasis:
 
     def tokens(self, estimated_input_tokens: int) -> tuple[int, int]:
         """(input, output) tokens of one subtask of this agent."""
+        if not self.learned and self.tools is not None:  # its first call, the tools' definitions in it
+            return estimated_input_tokens + self.tools.tools_tokens, self.max_output_tokens
         if not self.learned:
             return estimated_input_tokens, self.max_output_tokens
         return (
@@ -85,7 +110,32 @@ class UsageBasis:
                 f"(its prompt and what its upstreams send){'' if min(inputs) == most else ' where'} "
                 f"above the median of {median:,}"
             )
+        if self.tools is not None:
+            return (
+                f"{self.history}; it uses tools, so no worst case can be given: up to"
+                f" {wording.counted(self.tools.steps, 'model call')} per task (its max_steps), each re-sending a"
+                " conversation that grows with every tool result, and a step may call any number of tools."
+                f" Counted at its first call, at its maximum of {self.max_output_tokens:,} output tokens;"
+                " the run's budget stops a further call it cannot cover"
+            )
         return f"{self.history}: assumes its maximum of {self.max_output_tokens:,} output tokens per task"
+
+
+def tool_use(agent: Agent) -> ToolUse | None:
+    """What ``agent``'s tasks may do with the tools it is granted (None: it has none, and answers
+    in one model call), from what its attempts are opened with (`granted_servers`)."""
+    offered = [
+        {"name": tool.name, "description": tool.description, "input_schema": tool.input_schema}
+        for grant in tool_registry.granted_servers(agent)
+        for tool in grant.tools
+    ]
+    if not offered:
+        return None
+    return ToolUse(
+        steps=agent.max_steps,
+        tools=len(offered),
+        tools_tokens=context.own_tokens_bound(json.dumps(offered, default=str)),
+    )
 
 
 def usage_basis(agent: Agent) -> UsageBasis:
@@ -103,6 +153,7 @@ def usage_basis(agent: Agent) -> UsageBasis:
         median_input_tokens=int(statistics.median(r[0] for r in rows)) if rows else 0,
         median_output_tokens=int(statistics.median(r[1] for r in rows)) if rows else 0,
         max_output_tokens=agent.max_output_tokens,
+        tools=tool_use(agent) if len(rows) < MIN_HISTORY else None,
     )
 
 
@@ -141,21 +192,33 @@ class PlanEstimate:
     def basis_text(self) -> str:
         """One line for people: what the whole estimate rests on."""
         learned = [a.agent.name for a in self.agents if a.basis.learned]
-        worst = [a for a in self.agents if not a.basis.learned]
+        worst = [a for a in self.agents if not a.basis.learned and a.basis.tools is None]
+        tooled = [a for a in self.agents if not a.basis.learned and a.basis.tools is not None]
         larger = " (the plan's input estimate where larger)" if any(a.above_median for a in self.agents) else ""
-        if not worst:
-            return f"from each agent's median recorded usage{larger}"
-        if not learned and not any(a.basis.samples for a in worst):
+        parts = [f"median recorded usage of {', '.join(learned)}{larger}"] if learned else []
+        if worst and not learned and not tooled and not any(a.basis.samples for a in worst):
             return "worst case: no agent has history yet, so every task writes its agent's maximum output"
-        histories = {a.basis.history for a in worst}
-        if len(histories) == 1:  # "flaky, which has only 2 answers so far"
-            which = f"{'has' if len(worst) == 1 else 'have'} {histories.pop()}"
-            agents = f"{', '.join(a.agent.name for a in worst)}, which {which}"
-        else:  # "flaky (only 2 answers so far), writer (no history yet)"
-            agents = ", ".join(f"{a.agent.name} ({a.basis.history})" for a in worst)
-        if not learned:
-            return f"worst case (maximum output) for {agents}"
-        return f"median recorded usage of {', '.join(learned)}{larger}; worst case (maximum output) for {agents}"
+        if worst:
+            parts.append(f"worst case (maximum output) for {_named(worst)}")
+        if tooled:
+            parts.append(
+                f"for {_named(tooled)} and use{'s' if len(tooled) == 1 else ''} tools, no worst case can be given"
+                " (a task makes up to its max_steps model calls, re-sending every tool result): the first call"
+                " at maximum output is counted, and the budget stops a call it cannot cover"
+            )
+        if not worst and not tooled:
+            return f"from each agent's median recorded usage{larger}"
+        return "; ".join(parts)
+
+
+def _named(lines: Sequence[AgentEstimate]) -> str:
+    """Agents without enough history, with how much they have: "flaky, which has only 2 answers
+    so far", or "flaky (only 2 answers so far), writer (no history yet)"."""
+    histories = {line.basis.history for line in lines}
+    if len(histories) == 1:
+        which = f"{'has' if len(lines) == 1 else 'have'} {histories.pop()}"
+        return f"{', '.join(line.agent.name for line in lines)}, which {which}"
+    return ", ".join(f"{line.agent.name} ({line.basis.history})" for line in lines)
 
 
 def estimate(

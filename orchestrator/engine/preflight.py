@@ -7,8 +7,10 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
 - the DAG as layers (topological generations), each subtask with its agent, gate, dependencies,
   estimated duration and whether it is on the critical path;
 - the cost estimate (`cost_estimates`: each agent's median recorded usage once it has history,
-  else the worst case of its max output tokens; a subtask's input counts what it receives from
-  its upstreams, `context.estimated_input_tokens`; the basis is shown) against the budget — the
+  else the worst case of its max output tokens — but for an agent with tools, which has none to
+  give (up to `max_steps` model calls re-sending every tool result, any number of tools a step):
+  its first call is counted and the words say so; a subtask's input counts what it receives from its upstreams,
+  `context.estimated_input_tokens`; the basis is shown) against the budget — the
   same estimate `runs.launch` checks the budget with;
 - the predicted duration: the plan scheduled under the run's cap and each agent's own limit with
   `plans.estimated_duration_s` weights (`plans.makespan`), never under the critical path, the
@@ -64,6 +66,9 @@ class AgentLine:
     priced: bool
     basis: str  # cost_estimates.AgentEstimate.basis_text
     learned: bool  # True when the estimate comes from the agent's recorded usage
+    # What the estimate is: "learned" (median usage), "worst-case" (one call at maximum output), or
+    # "first-call" (an agent with tools before history: its first call, no worst case to give).
+    basis_kind: str = "worst-case"
 
     @classmethod
     def of(cls, line: cost_estimates.AgentEstimate) -> AgentLine:
@@ -78,6 +83,9 @@ class AgentLine:
             priced=line.priced,
             basis=line.basis_text,
             learned=line.basis.learned,
+            basis_kind="learned"
+            if line.basis.learned
+            else ("first-call" if line.basis.tools is not None else "worst-case"),
         )
 
 

@@ -245,6 +245,26 @@ def test_preflight_counts_the_tool_calls_that_wait_for_approval(launcher_client)
     )
 
 
+def test_preflight_says_an_agent_with_tools_has_no_worst_case(launcher_client):
+    """The page called one model call per task the "worst case (maximum output)" of agents that
+    make up to max_steps calls, each re-sending every tool result so far."""
+    from orchestrator.models import Agent, Tool, ToolGrant, ToolServer
+
+    server = ToolServer.objects.create(name="workspace", transport="stdio", command="x")
+    Tool.objects.create(server=server, name="calculate", input_schema={"type": "object"})
+    ToolGrant.objects.create(agent=Agent.objects.get(name="researcher"), server=server)
+    report = ROOT / "examples" / "workspace_report.yaml"
+    html = launcher_client.get(check(launcher_client, plan_file=upload(report.read_bytes(), report.name))).text
+    researcher = re.search(r'<td class="small muted" data-basis="([\w-]+)">([^<]*)</td>', html)
+    assert researcher and researcher.group(1) == "first-call"
+    assert (
+        "it uses tools, so no worst case can be given: up to 8 model calls per task (its max_steps)"
+        in researcher.group(2)
+    )
+    assert "worst case (maximum output) for writer" in html  # the writer has no tools: its worst case stands
+    assert "for researcher, which has no history yet and uses tools, no worst case can be given" in html
+
+
 def test_preflight_says_what_sets_the_duration_and_how_many_run_at_once_under_the_cap(launcher_client):
     brief = ROOT / "examples" / "research_brief.yaml"
     preflight_url = check(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="2")

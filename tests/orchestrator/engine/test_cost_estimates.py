@@ -148,3 +148,61 @@ def test_the_basis_says_up_to_when_only_some_subtasks_pass_the_median(plan):
         "median of its last 3 answers: 100 tokens out; up to 900 tokens in, as the plan estimates its input "
         "(its prompt and what its upstreams send) where above the median of 150"
     )
+
+
+def grant_tools(agent_name: str, *tool_names: str) -> None:
+    """Grant the agent a server's tools, as `tool_server add` and `grant_tool` register them."""
+    from orchestrator.models import Agent, Tool, ToolGrant, ToolServer
+
+    server = ToolServer.objects.create(name="workspace", transport="stdio", command="x")
+    for name in tool_names:
+        Tool.objects.create(server=server, name=name, description=f"{name} something", input_schema={"type": "object"})
+    ToolGrant.objects.create(agent=Agent.objects.get(name=agent_name), server=server)
+
+
+def test_an_agent_with_tools_is_not_said_to_have_a_worst_case(plan):
+    """An agent with tools was estimated at one model call per task and called a worst case; it
+    makes up to max_steps calls, each re-sending every tool result so far, and the loop does not
+    limit how many tools a step calls: no worst case exists, and the words say so."""
+    grant_tools("researcher", "calculate", "write_file")
+    researcher = plan.subtasks.get(key="a").agent
+    researcher.max_steps = 3
+    researcher.save()
+    estimate = cost_estimates.plan_estimate(plan)
+    lines = {line.agent.name: line for line in estimate.agents}
+    tools = lines["researcher"].basis.tools
+    assert tools is not None and (tools.steps, tools.tools) == (3, 2)
+    # Its first call of each task: the plan's input and the tools' definitions, 1,000 tokens out.
+    assert lines["researcher"].input_tokens == (100 + tools.tools_tokens, tools.tools_tokens)
+    assert lines["researcher"].basis_text == (
+        "no history yet; it uses tools, so no worst case can be given: up to 3 model calls per task (its"
+        " max_steps), each re-sending a conversation that grows with every tool result, and a step may call any"
+        " number of tools. Counted at its first call, at its maximum of 1,000 output tokens; the run's budget"
+        " stops a further call it cannot cover"
+    )
+    # The writer has no tools: one model call per task, its worst case, as before.
+    assert lines["writer"].basis_text == "no history yet: assumes its maximum of 2,000 output tokens per task"
+    assert estimate.basis_text == (
+        "worst case (maximum output) for writer, which has no history yet; for researcher, which has no history yet"
+        " and uses tools, no worst case can be given (a task makes up to its max_steps model calls, re-sending"
+        " every tool result): the first call at maximum output is counted, and the budget stops a call it"
+        " cannot cover"
+    )
+
+
+def test_the_preflight_says_a_tool_agent_has_no_worst_case_and_equals_the_launch_check(plan):
+    grant_tools("researcher", "calculate")
+    checked = preflight.check_saved_plan(plan, cap=2, budget_usd=Decimal("1"))
+    line = next(line for line in checked.agents if line.name == "researcher")
+    assert "no worst case can be given: up to 8 model calls per task (its max_steps)" in line.basis
+    assert not line.learned and "uses tools, no worst case can be given" in checked.estimate_basis
+    assert checked.estimate_usd == runs.estimate_cost(plan)
+
+
+def test_an_agent_with_tools_and_history_is_estimated_at_its_median_attempt(plan):
+    """An attempt's recorded usage counts every model call of it: the median is a whole task's."""
+    grant_tools("researcher", "calculate")
+    researcher = plan.subtasks.get(key="a").agent
+    record_history(researcher, [(4000, 900), (5000, 1000), (4500, 950)])
+    basis = cost_estimates.usage_basis(researcher)
+    assert basis.learned and basis.tools is None and basis.tokens(100) == (4500, 950)
