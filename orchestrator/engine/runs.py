@@ -32,7 +32,7 @@ from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.snapshot import read_snapshot
-from orchestrator.readmodels.tasks import RunTokens, run_tokens
+from orchestrator.readmodels.tasks import run_tokens
 
 State = TaskRun.State
 
@@ -532,8 +532,6 @@ class RunProgress(RunTotals):
     in_review: int = 0
     # Of the `ready` tasks, those a cap, a pause or a retry delay holds back (the page's "held back").
     held_back: int = 0
-    # Its tokens as the run page's Tokens card counts them: the running attempts' so far included.
-    tokens_so_far: RunTokens = RunTokens(0, 0)
 
     @property
     def ready_now(self) -> int:
@@ -556,6 +554,7 @@ def _progress(run: Run) -> RunProgress:
     )
     counts = {state: n for state, n, _ in rows}
     end = run.finished_at or timezone.now()
+    tokens = run_tokens(run)
     return RunProgress(
         run_id=run.pk,
         status=run.status,
@@ -577,11 +576,12 @@ def _progress(run: Run) -> RunProgress:
         done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),
         elapsed_s=(end - run.started_at).total_seconds() if run.started_at else 0.0,
         cost_usd=run.cost_usd,
-        input_tokens=run.input_tokens,
-        output_tokens=run.output_tokens,
+        input_tokens=tokens.input,
+        output_tokens=tokens.output,
+        input_tokens_so_far=tokens.input_so_far,
+        streaming_tokens=tokens.streaming,
         pending_checkpoints=list(
             run.checkpoints.filter(status=Checkpoint.Status.PENDING).select_related("task_run__subtask")
         ),
         attempts_stopping=run_totals.attempts_stopping(run) if run.is_finished else 0,
-        tokens_so_far=run_tokens(run),
     )

@@ -549,9 +549,10 @@ class EventRecord(Record):
 
 
 class RunTotals(Record):
-    """A run's task counts by state, its spend and its attempts still stopping: the API's run
-    totals, and the heart of the engine's RunProgress (which adds what the command line follows:
-    status, checkpoints)."""
+    """A run's task counts by state, its spend, its tokens (settled, and so far with its running
+    attempts', as the run page and `run_status` count them) and its attempts still stopping: the
+    API's run totals, and the heart of the engine's RunProgress (which adds what the command line
+    follows: status, checkpoints)."""
 
     total: int
     done: int
@@ -567,8 +568,31 @@ class RunTotals(Record):
     pending: int
     elapsed_s: float
     cost_usd: Money
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int = Field(
+        description=(
+            "Input tokens of the run's ended attempts, settled with cost_usd. A running attempt's "
+            "input is not in it until the attempt ends: input_tokens_so_far counts it."
+        )
+    )
+    output_tokens: int = Field(
+        description=(
+            "Output tokens of the run's ended attempts, settled with cost_usd. What running "
+            "attempts have streamed so far is streaming_tokens."
+        )
+    )
+    input_tokens_so_far: int = Field(
+        description=(
+            "input_tokens plus the input of the attempts running now, known from their stream's "
+            "start: the run page's Tokens card's \"in\" and run_status's. Once an attempt ends, its "
+            "input is settled into input_tokens and counted there alone."
+        )
+    )
+    streaming_tokens: int = Field(
+        description=(
+            "Output the attempts running now have streamed so far, not yet in output_tokens: the "
+            "run page's Tokens card's \"streaming\". 0 once no attempt runs."
+        )
+    )
     attempts_stopping: int = Field(
         description=(
             "Attempts of an ended run that have not stopped yet: a cancel reaches a running attempt "

@@ -16,6 +16,7 @@ from orchestrator.engine import reruns, runs
 from orchestrator.governance import tokens
 from orchestrator.models import Agent, Checkpoint, Event, Plan, Run
 from orchestrator.readmodels.records import RunRecord
+from orchestrator.readmodels.totals import totals as totals_of
 
 DOCUMENT = """\
 goal: Write a brief
@@ -533,7 +534,6 @@ def test_run_totals_are_the_engines_progress_counts(api, two_runs):
             "needs_approval",
             "in_review",
             "held_back",
-            "tokens_so_far",
         },
     )
     assert {k: v for k, v in totals.items() if k != "elapsed_s"} == {
@@ -563,6 +563,47 @@ def test_after_a_cancel_the_totals_say_an_attempt_is_still_stopping_until_it_sto
     attempt_ends.cancel_attempt(claim, Usage(input_tokens=300, output_tokens=100))  # its next beat
     totals = launcher.get(f"/runs/{first.pk}").json()["totals"]
     assert totals["attempts_stopping"] == 0 and (totals["input_tokens"], totals["output_tokens"]) == (300, 100)
+
+
+def test_a_running_attempts_tokens_count_in_the_totals_as_on_the_run_page(api, two_runs):
+    """The API's totals said 0 input tokens while the run page's Tokens card said "1,027 in · 0 out ·
+    8 streaming" and run_status "1,027 in / 0 out / 8 streaming": a running attempt's input counts
+    from its stream's start, its streamed output apart, and both once it settles."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+
+    first, _ = two_runs
+    viewer = api["viewer"]
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=first).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=1_027, output_tokens=8)))])
+
+    def tokens():
+        totals = viewer.get(f"/runs/{first.pk}").json()["totals"]
+        return {k: totals[k] for k in ("input_tokens_so_far", "output_tokens", "streaming_tokens", "input_tokens")}
+
+    page = totals_of(first)
+    assert tokens() == {
+        "input_tokens_so_far": page.input_tokens_so_far,
+        "output_tokens": page.output_tokens,
+        "streaming_tokens": page.streaming_tokens,
+        "input_tokens": 0,  # settled only, as cost_usd
+    }
+    assert (page.input_tokens_so_far, page.output_tokens, page.streaming_tokens) == (1_027, 0, 8)
+
+    attempt_ends.complete(claim, "Hello", Usage(input_tokens=1_027, output_tokens=40), advance=False)
+    assert tokens() == {"input_tokens_so_far": 1_027, "output_tokens": 40, "streaming_tokens": 0, "input_tokens": 1_027}
+    page = totals_of(first)
+    assert (page.input_tokens_so_far, page.output_tokens, page.streaming_tokens) == (1_027, 40, 0)
+
+
+def test_the_schema_says_which_tokens_are_settled_and_which_run_now(api):
+    properties = api["viewer"].get("/openapi.json").json()["components"]["schemas"]["RunTotals"]["properties"]
+    assert "ended attempts" in properties["input_tokens"]["description"]
+    assert "input_tokens_so_far" in properties["input_tokens"]["description"]
+    assert "running now" in properties["input_tokens_so_far"]["description"]
+    assert "streamed so far" in properties["streaming_tokens"]["description"]
 
 
 def test_the_schema_says_what_attempts_stopping_means(api):

@@ -6,7 +6,8 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
-from orchestrator.readmodels.tasks import RunTokens, TaskView, task_views
+from orchestrator.readmodels.records import RunTotals
+from orchestrator.readmodels.tasks import TaskView, task_views
 from orchestrator.readmodels.totals import stopping_text
 
 NOTE_WIDTH = 70
@@ -22,11 +23,11 @@ def task_note(task: TaskView) -> str:
     return task.activity or task.summary
 
 
-def tokens_text(tokens: RunTokens) -> str:
+def tokens_text(totals: RunTotals) -> str:
     """The run's tokens as the run page's Tokens card counts them, exact: "1,234 in / 560 out",
     "… / 43 streaming" while running attempts stream (their input counted from their start)."""
-    streaming = f" / {tokens.streaming:,} streaming" if tokens.streaming else ""
-    return f"{tokens.input_so_far:,} in / {tokens.output:,} out{streaming}"
+    streaming = f" / {totals.streaming_tokens:,} streaming" if totals.streaming_tokens else ""
+    return f"{totals.input_tokens_so_far:,} in / {totals.output_tokens:,} out{streaming}"
 
 
 class Command(BaseCommand):
@@ -45,7 +46,7 @@ class Command(BaseCommand):
         write(
             f"Elapsed:  {console.elapsed_text(run, progress)}   "
             f"cost {console.usd(progress.cost_usd)} of {console.budget(run.budget_usd)} budget   "
-            f"tokens {tokens_text(progress.tokens_so_far)}   cap {run.cap}"
+            f"tokens {tokens_text(progress)}   cap {run.cap}"
             + (f"   ({stopping})" if (stopping := stopping_text(progress.attempts_stopping)) else "")
         )
         if progress.summary:
