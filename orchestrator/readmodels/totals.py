@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
+from typing import NamedTuple
 
-from django.db.models import F
 from django.utils import timezone
 
 from orchestrator import plans, sql, wording
@@ -110,14 +110,42 @@ def waited_for_people(
     return waited
 
 
-def tool_call_spans(run: Run) -> list[tuple[int, datetime, datetime | None]]:
-    """When each tool call of the run's tasks' last attempts waited for a person: (task id, opened,
-    decided or closed; None while pending), for `waited_for_people`. One query."""
-    return list(
-        Checkpoint.objects.filter(
-            run_id=run.pk, kind=Checkpoint.Kind.TOOL, attempt__number=F("task_run__attempt_count")
-        ).values_list("task_run_id", "created_at", "decided_at")
-    )
+class CheckpointRow(NamedTuple):
+    """A checkpoint as the totals read it (`checkpoint_rows`)."""
+
+    kind: str
+    status: str
+    task_id: int | None
+    opened: datetime
+    decided: datetime | None  # decided or closed; None while pending
+
+
+# The checkpoints the totals read: every pending one (their count, the tool calls waiting among
+# them) and every tool call's, decided or not (how long their tasks waited for people).
+PENDING_OR_TOOL_CALL = (
+    ("kind", "status"),
+    [(kind, Checkpoint.Status.PENDING) for kind in Checkpoint.Kind]
+    + [(Checkpoint.Kind.TOOL, status) for status in Checkpoint.Status if status != Checkpoint.Status.PENDING],
+)
+
+
+def checkpoint_rows(run: Run) -> list[CheckpointRow]:
+    """The run's pending checkpoints and its tool calls' checkpoints, in one statement: the live
+    view builds the totals at nearly every frame of a running run."""
+    names = ("kind", "status", "task_run_id", "created_at", "decided_at")
+    return [CheckpointRow(*row) for row in sql.select(Checkpoint, names, run_id=run.pk, match=PENDING_OR_TOOL_CALL)]
+
+
+def tool_call_spans(checkpoints: Iterable[CheckpointRow]) -> list[tuple[int, datetime, datetime | None]]:
+    """When each tool call waited for a person: (task id, opened, decided or closed; None while
+    pending), for `waited_for_people`. Those of a task's earlier attempts are among them, but
+    closed when their attempt ended (engine/tool_approvals.py), before the task was claimed again:
+    `waited_for_people` counts from its last claim (its `started_at`), as its run time is counted."""
+    return [
+        (c.task_id, c.opened, c.decided)
+        for c in checkpoints
+        if c.kind == Checkpoint.Kind.TOOL and c.task_id is not None
+    ]
 
 
 def pace(took: Mapping[str, float], estimates: Mapping[str, float]) -> float:
@@ -243,15 +271,15 @@ def time_left(
     return makespan.forecast(work, limits, done=done, running=running).seconds
 
 
-def tool_calls_waiting(pending: Sequence[tuple[str, int | None, datetime]]) -> dict[int, datetime]:
+def tool_calls_waiting(pending: Iterable[CheckpointRow]) -> dict[int, datetime]:
     """The running tasks that wait for a person to approve a tool call: task id -> when the first
-    of their pending calls asked, from the run's pending checkpoints as (kind, task id, created
-    at). Such a task does not move on its own, as a task at its gate does not
-    (engine/tool_approvals.py: it stays running, its run goes on)."""
+    of their pending calls asked, from the run's pending checkpoints. Such a task does not move on
+    its own, as a task at its gate does not (engine/tool_approvals.py: it stays running, its run
+    goes on)."""
     asked: dict[int, datetime] = {}
-    for kind, task_id, created_at in pending:
-        if kind == Checkpoint.Kind.TOOL and task_id is not None:
-            asked[task_id] = min(created_at, asked.get(task_id, created_at))
+    for c in pending:
+        if c.kind == Checkpoint.Kind.TOOL and c.task_id is not None:
+            asked[c.task_id] = min(c.opened, asked.get(c.task_id, c.opened))
     return asked
 
 
@@ -585,11 +613,8 @@ def totals(
     )
     held = {agent_id: n for agent_id, n in elsewhere.counts().items() if agent_id in agents}
     cap = _effective_cap(run, list(agents.values()), elsewhere)
-    # One read of the pending checkpoints for their count and the tool calls among them: the live
-    # view builds the totals at nearly every frame of a running run.
-    pending_checkpoints = sql.select(
-        Checkpoint, ("kind", "task_run_id", "created_at"), run_id=run.pk, status=Checkpoint.Status.PENDING
-    )
+    checkpoints = checkpoint_rows(run)
+    pending_checkpoints = [c for c in checkpoints if c.status == Checkpoint.Status.PENDING]
     asked_at = tool_calls_waiting(pending_checkpoints)
     if not run.is_finished and run.status != Run.Status.PAUSED and unfinished:
         eta = time_left(
@@ -598,7 +623,7 @@ def totals(
             agents,
             cap.for_forecast,
             now=now,
-            waited=waited_for_people(tasks, tool_call_spans(run), now),
+            waited=waited_for_people(tasks, tool_call_spans(checkpoints), now),
             elsewhere=elsewhere,
             cap_shared=cap.forecast_cap_shared,
         )

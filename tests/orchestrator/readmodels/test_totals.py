@@ -12,7 +12,8 @@ from django.utils import timezone
 from orchestrator.engine import attempt_ends, execution, runs, tool_approvals
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
-from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, task_states, task_views
+from orchestrator.readmodels import other_runs
+from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, agents_of, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
 
 from .conftest import start, succeed
@@ -354,6 +355,44 @@ def test_once_a_tool_call_is_decided_the_wait_for_it_is_not_counted_as_work(laun
     )
     run.tasks.filter(subtask__key="a").update(state=State.SUCCEEDED, finished_at=ended, progress=100)
     assert totals(run, now=ended).eta_s == pytest.approx(0.2)
+
+
+def test_a_live_frames_totals_read_the_checkpoints_once_for_the_pending_ones_and_the_waits(
+    launched, personas, django_assert_num_queries
+):
+    """The time tasks waited for people cost the totals a second read of the checkpoints, at almost
+    every live frame of a running run: it comes with the pending ones' read, as before."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    checkpoint = asked_to_call_a_tool(run, "a", ago_s=30)
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    decided_at = Checkpoint.objects.get(pk=checkpoint.pk).decided_at
+    run.refresh_from_db()
+    states = task_states(run)
+    agents = agents_of(states)
+    elsewhere = other_runs.other_runs(run, list(agents))
+    totals(run, states, now=decided_at, elsewhere=elsewhere, agents=agents)  # a first frame reads the plan
+    with django_assert_num_queries(2) as captured:  # the providers' limits, the checkpoints
+        frame = totals(run, states, now=decided_at, elsewhere=elsewhere, agents=agents)
+    assert len([q for q in captured.captured_queries if "orchestrator_checkpoint" in q["sql"]]) == 1
+    assert frame.pending_checkpoints == 0
+    assert frame.eta_s == pytest.approx(0.15 + 0.2)  # the 30 s a waited for the decision are not work
+
+
+def test_a_retried_tasks_earlier_wait_for_a_person_is_not_taken_off_its_new_attempt(launched, personas):
+    """The totals read every tool call's checkpoint: those of an attempt that ended before its
+    task was claimed again are not the new attempt's wait (its run time counts from that claim)."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    checkpoint = asked_to_call_a_tool(run, "a", ago_s=30)
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    task = run.tasks.get(subtask__key="a")
+    start(Attempt.objects.create(task_run=task, number=2).task_run, ago_s=0.1)  # claimed again
+    started = TaskRun.objects.get(pk=task.pk).started_at
+    Checkpoint.objects.filter(pk=checkpoint.pk).update(decided_at=started - timedelta(seconds=20))
+    Attempt.objects.filter(task_run=task, number=1).update(
+        state=Attempt.State.FAILED, finished_at=started - timedelta(seconds=19)
+    )
+    # The new attempt ran 0.1 s of a's 0.2 s: 0.1 s of it left, then b's 0.2 s.
+    assert totals(run, now=started + timedelta(seconds=0.1)).eta_s == pytest.approx(0.1 + 0.2)
 
 
 def test_overlapping_waits_for_tool_calls_count_once_and_only_within_the_attempt():
