@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, NamedTuple, Self
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 
 from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
@@ -180,12 +180,24 @@ def rejected_at_gate(run_ids: Iterable[int]) -> dict[int, list[str]]:
 
 
 def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
-    """Tasks by (engine) state for each of these runs, in one query: what the runs lists count
-    (the page's strips, the `runs` command's outcomes)."""
+    """Tasks by display state for each of these runs, in one query: what the runs lists count
+    (the page's strips, the `runs` command's outcomes).
+
+    A ready task that a cap or a retry delay holds back counts as `waiting` ("held back"), as the
+    run page's Tasks card and graph count it: the runs list must not call "ready" what the run
+    page calls "held back"."""
     counts: dict[int, dict[str, int]] = {}
-    rows = TaskRun.objects.filter(run_id__in=list(run_ids)).order_by().values_list("run_id", "state")
-    for run_id, state, n in rows.annotate(n=Count("pk")):
-        counts.setdefault(run_id, {})[state] = n
+    held_back = Case(When(HELD_BACK, then=Value(True)), default=Value(False))
+    rows = (
+        TaskRun.objects.filter(run_id__in=list(run_ids))
+        .order_by()
+        .annotate(held_back=held_back)
+        .values_list("run_id", "state", "held_back")
+    )
+    for run_id, state, is_held_back, n in rows.annotate(n=Count("pk")):
+        shown_as = WAITING if is_held_back else state
+        by_state = counts.setdefault(run_id, {})
+        by_state[shown_as] = by_state.get(shown_as, 0) + n
     return counts
 
 

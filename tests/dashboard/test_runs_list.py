@@ -145,3 +145,22 @@ def test_goals_are_escaped(client, personas, demo_agents, make_plan):
 )
 def test_format_duration(seconds, text):
     assert format_duration(seconds) == text
+
+
+def test_the_strip_calls_held_back_what_the_run_page_calls_held_back(client, personas, demo_agents, make_plan):
+    """A ready task that the run's cap holds back is "held back" on the run page (its Tasks card,
+    its graph); the runs list's strip, in the same colour and words, must not call it "ready"."""
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", []), "c": ("coder", [])}, goal="Three at once")
+    run = runs.launch(plan, cap=1)
+    run.tasks.filter(subtask__key="a").update(state=TaskRun.State.RUNNING)
+    run.tasks.filter(subtask__key="b").update(
+        state=TaskRun.State.READY, wait_reason="run cap reached (1 queued or running)"
+    )
+    run.tasks.filter(subtask__key="c").update(state=TaskRun.State.READY, wait_reason="")
+    client.force_login(personas["viewer"])
+    strip = client.get("/runs/table/").text
+    run_page = client.get(f"/runs/{run.pk}/").text
+    assert "1 held back" in run_page
+    assert '<rect class="state-waiting"' in strip and "<title>1 held back</title>" in strip
+    assert "<title>1 ready</title>" in strip  # the one no cap holds back is still ready
+    assert "<title>2 ready</title>" not in strip
