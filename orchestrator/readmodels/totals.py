@@ -438,10 +438,17 @@ class Totals:
         else:
             parts = [f"effective cap {cap.value}, limited by {cap.limited_by}", f"run cap {self.cap}"]
         if self.peak_running:
-            parts.append(f"at most {self.peak_running} queued or running at once")
+            parts.append(self.peak_text)
         if reason := self.admits_nothing:
             parts.insert(0, reason[1])
         return " · ".join(parts)
+
+    @property
+    def peak_text(self) -> str:
+        """The most tasks this run has held queued or running at once, named a peak: beside "run
+        cap 4", "at most 1 queued or running at once" read as a second, lower limit."""
+        when = "peak" if self.finished else "peak so far"
+        return f"{when}: {self.peak_running} queued or running at once"
 
     @property
     def elapsed_note(self) -> str:

@@ -106,7 +106,7 @@ def test_while_running_waiting_tasks_say_the_run_cap_holds_them(viewer, wide_run
     assert "reserved in flight" in text_of(page)  # two attempts are queued: their worst case is held
     assert tasks_card(page) == "0 of 6 succeeded"
     # The cap holds queued attempts too: the peak is of those, not of what ran (nothing has yet).
-    assert "0 running of 2" in text_of(page) and "at most 2 queued or running at once" in text_of(page)
+    assert "0 running of 2" in text_of(page) and "peak so far: 2 queued or running at once" in text_of(page)
 
 
 def test_pause_says_paused_not_run_cap_and_resume_brings_the_cap_back(viewer, wide_run):
@@ -153,7 +153,7 @@ def test_a_paused_run_does_not_read_as_admitting_work_and_resuming_brings_the_ca
     page = run_page(viewer, run)
     assert concurrency_card(page) == (
         "0 running · paused",
-        "paused: nothing new starts until it is resumed · run cap 2 · at most 1 queued or running at once",
+        "paused: nothing new starts until it is resumed · run cap 2 · peak so far: 1 queued or running at once",
     )
     assert "running of" not in text_of(page)
     writer = lane_feet(page)["writer"]
@@ -207,7 +207,7 @@ def test_cancel_leaves_no_money_in_flight_no_wait_reasons_and_no_green_bar(viewe
     # It read "0 running of 2", as if it still admitted work up to its cap.
     assert concurrency_card(page) == (
         "0 running · ended",
-        "the run has ended: it holds no slot · run cap 2 · at most 2 queued or running at once",
+        "the run has ended: it holds no slot · run cap 2 · peak: 2 queued or running at once",
     )
 
 
@@ -248,7 +248,7 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}), require_plan_approval=True)
     page = run_page(viewer, run)
     assert "waits for the plan's approval" in text_of(page)
-    assert "run cap 4" in text_of(page) and "at most 0" not in text_of(page)  # no peak before a start
+    assert "run cap 4" in text_of(page) and "peak" not in text_of(page)  # no peak before a start
     assert concurrency_card(page) == (
         "0 running · not started",
         "nothing starts until the plan is approved · run cap 4",
