@@ -155,7 +155,7 @@ def checkpoints_context(run: Run) -> dict:
         checkpoint.who_may_approve = approvers.who_may_approve(checkpoint, run)  # type: ignore[attr-defined]
         checkpoint.launcher_may_not_approve = approvers.launcher_may_not_approve(checkpoint, run)  # type: ignore[attr-defined]
         if checkpoint.kind == Checkpoint.Kind.TOOL:
-            checkpoint.holds_up = checkpoint_questions.tool_call_holds_up(checkpoint)  # type: ignore[attr-defined]
+            checkpoint.holds_up = checkpoint_questions.holds_up(checkpoint)  # type: ignore[attr-defined]
     plan_checkpoint = next((c for c in pending if c.kind == Checkpoint.Kind.PLAN), None)
     ctx: dict[str, Any] = {
         "pending": pending,

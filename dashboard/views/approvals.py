@@ -72,10 +72,11 @@ class Approval:
 
     @property
     def holds_up(self) -> str:
-        """A tool call's: what else waits while it does (the run page's words; "" for other kinds)."""
-        if self.checkpoint.kind != Checkpoint.Kind.TOOL:
+        """A task's checkpoint's (gate, review, tool call): what else waits while it does, in the
+        run page's words; "" for the plan's."""
+        if self.checkpoint.task_run is None:
             return ""
-        return checkpoint_questions.tool_call_holds_up(self.checkpoint)
+        return checkpoint_questions.holds_up(self.checkpoint)
 
     @property
     def excerpt_label(self) -> str:

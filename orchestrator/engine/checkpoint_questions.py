@@ -45,12 +45,15 @@ def question(checkpoint: Checkpoint) -> Question:
     return Question("Review the output of ", task.subtask.title)
 
 
-def tool_call_holds_up(checkpoint: Checkpoint) -> str:
-    """What else waits while a tool call waits for its decision, for "task X waits; …".
+def holds_up(checkpoint: Checkpoint) -> str:
+    """What else waits while a task's checkpoint (a gate, a review, a tool call) waits for its
+    decision, for "task X waits; …".
 
-    Only the calling task waits for the person; whether the rest of the run goes on meanwhile is
-    the run's state: nothing new starts in a paused run, and the tasks below the waiting one wait
-    for it whatever is decided. The page said "the rest of the run goes on" in every case.
+    Only the task waits for the person; whether the rest of the run goes on meanwhile is the run's
+    state: nothing new starts in a paused run, and the tasks below the waiting one wait for it
+    whatever is decided. The page said "the rest of the run goes on" in every case, and the inbox
+    said nothing of a gate's or a review's run being paused: approving there looked as if the
+    tasks after it would start.
     """
     run, task = checkpoint.run, checkpoint.task_run
     if run.status == Run.Status.PAUSED:

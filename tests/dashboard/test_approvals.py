@@ -366,6 +366,38 @@ def test_a_tool_call_in_the_inbox_says_what_else_waits_as_the_run_page_does(clie
     assert "Task build (coder): it waits; the run is paused: nothing new starts until it is resumed" in inbox
 
 
+def inbox_text(client) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", client.get("/approvals/").text).split())
+
+
+def test_a_gate_in_the_inbox_says_what_else_waits_and_that_its_run_is_paused(client, personas, gated_run):
+    """Seen with examples/feature_pipeline.yaml: its run paused, the inbox showed the review as if
+    nothing else were going on; approving it there started nothing, and nothing had said why."""
+    run, _ = gated_run
+    client.force_login(personas["approver"])
+    assert "Task publish (writer): it waits; no other task of the run is left" in inbox_text(client)
+    runs.pause(run)
+    inbox = inbox_text(client)
+    assert "Task publish (writer): it waits; the run is paused: nothing new starts until it is resumed" in inbox
+
+
+def test_a_review_in_the_inbox_says_which_tasks_wait_for_it(client, personas, demo_agents, make_plan):
+    plan = make_plan(
+        {
+            "design": ("architect", [], {"gate": "after"}),
+            "build": ("coder", ["design"]),
+            "check": ("tester", ["design"]),
+        },
+        goal="Design then build",
+    )
+    run = runs.launch(plan, launched_by=personas["launcher"])
+    design = run.tasks.get(subtask__key="design")
+    TaskRun.objects.filter(pk=design.pk).update(state=TaskRun.State.AWAITING_REVIEW)
+    Checkpoint.objects.create(run=run, task_run=design, kind=Checkpoint.Kind.AFTER)
+    client.force_login(personas["approver"])
+    assert "Task design (architect): it waits; 2 tasks after it wait for it" in inbox_text(client)
+
+
 def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_who(client, personas, tool_checkpoint):
     run, checkpoint = tool_checkpoint
     client.force_login(personas["approver"])
