@@ -28,6 +28,10 @@ NOT_ADMITTED = {
 }
 
 
+# The wait code of a ready task that the run's cap holds back (engine/waits.RunCap.code: codes are
+# data, never renamed).
+RUN_CAP = "run_cap"
+
 # What a paused run's lane says when none of its tasks of the agent runs.
 PAUSED_LANE = "paused: nothing new starts until the run is resumed"
 
@@ -62,6 +66,7 @@ class Lane:
     cost_usd: Decimal
     run_ended: bool = False  # the run is over: nothing of it is in flight, other runs' use is not its concern
     run_paused: bool = False  # the run admits nothing: its lanes are not idle, they wait for Resume
+    held_by_run_cap: int = 0  # its ready tasks that the run's cap holds back
 
     @property
     def slots_here(self) -> int:
@@ -99,13 +104,18 @@ class Lane:
         "2 queued, waiting for a worker" when this run's own tasks hold the slots (handed to the
         broker, no worker has claimed them); "its slots are busy in other runs" only when other
         runs hold them all ("1 of 4 slots busy in other runs" when they hold some). A paused
-        run's lane says first that nothing new starts: it is not idle, it waits for Resume.
+        run's lane says first that nothing new starts: it is not idle, it waits for Resume. Tasks
+        that the run's cap holds back "wait for a slot under the run's cap": beside "18 held back",
+        a bare "idle" left a person to guess why an agent with work to do did nothing.
         """
         if self.done == self.total:
             return "finished" if self.succeeded == self.total else "ended"
         parts = [PAUSED_LANE] if self.run_paused else []
         if self.queued:
             parts.append(f"{self.queued} queued, waiting for a worker")
+        if self.held_by_run_cap and not self.run_paused:
+            waits = "waits" if self.held_by_run_cap == 1 else "wait"
+            parts.append(f"{self.held_by_run_cap} {waits} for a slot under the run's cap")
         if elsewhere := self.slots_elsewhere:
             if elsewhere >= self.cap:
                 parts.append("its slots are busy in other runs")
@@ -154,6 +164,7 @@ def lanes(
                 slots_elsewhere=held.get(agent_id, 0),
                 run_ended=run.is_finished,
                 run_paused=run.status == Run.Status.PAUSED,
+                held_by_run_cap=sum(1 for v in items if v.state == State.READY and v.wait_code == RUN_CAP),
                 cap=agents[agent_id].max_concurrency,
                 tokens=sum(v.spent_tokens for v in items),
                 cost_usd=sum((v.cost_usd for v in items), Decimal("0")),

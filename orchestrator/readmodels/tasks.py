@@ -406,6 +406,7 @@ class TaskState:
     agent_id: int
     state: str
     wait_reason: str
+    wait_code: str  # the reason's stable code (engine/waits.py): "run_cap", "agent_limit"…
     progress: int
     attempt_count: int
     started_at: datetime | None

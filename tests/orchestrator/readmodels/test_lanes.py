@@ -47,7 +47,7 @@ def test_a_lane_whose_slots_this_runs_queued_tasks_hold_says_they_wait_for_a_wor
     run = launched({f"t{i}": ("researcher", []) for i in range(6)}, cap=4)
     (lane,) = lanes(run)
     assert (lane.running, lane.queued, lane.slots_used) == ([], 4, 4)
-    assert lane.idle_text == "4 queued, waiting for a worker"
+    assert lane.idle_text == "4 queued, waiting for a worker; 2 wait for a slot under the run's cap"
 
 
 def test_a_lane_says_its_slots_are_busy_in_other_runs_only_when_other_runs_hold_them(launched, demo_agents):
@@ -107,3 +107,17 @@ def test_an_ended_runs_lane_holds_no_slots_whatever_other_runs_use(launched, dem
     assert lane.idle_text == "ended"
     (running,) = lanes(other)
     assert (running.slots_here, running.slots_elsewhere, running.slots_text) == (2, 0, "2/4")
+
+
+def test_a_lane_whose_tasks_the_run_cap_holds_back_says_so_not_idle(launched, demo_agents):
+    """Seen on a 300-task fan-out at its cap: "tester 0/3 · idle · 18 held back", as if the agent
+    had nothing to do; the run's cap, full with other agents' tasks, held them."""
+    run = launched({"a": ("researcher", []), "b": ("writer", []), "c": ("writer", [])}, cap=1)
+    by_agent = {lane.agent.name: lane for lane in lanes(run)}
+    assert by_agent["researcher"].queued == 1  # the one the cap admitted
+    writer = by_agent["writer"]
+    assert [count.text for count in writer.not_admitted] == ["2 held back"]
+    assert writer.idle_text == "2 wait for a slot under the run's cap"
+    runs.pause(run)
+    writer = {lane.agent.name: lane for lane in lanes(run)}["writer"]
+    assert writer.idle_text == "paused: nothing new starts until the run is resumed"  # the pause holds them now

@@ -241,6 +241,7 @@ def task_state(key: str, state: str, *, worked_s: float | None = None, waited_s:
         agent_id=1,
         state=state,
         wait_reason="",
+        wait_code="",
         progress=100 if worked_until else 0,
         attempt_count=1 if started else 0,
         started_at=started,
