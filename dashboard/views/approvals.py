@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from orchestrator import wording
 from orchestrator.engine import approvers, checkpoint_questions, runs, tool_approvals
 from orchestrator.models import Checkpoint, TaskRun
 from orchestrator.readmodels import checkpoints as run_checkpoints
@@ -77,6 +78,19 @@ class Approval:
         if self.checkpoint.task_run is None:
             return ""
         return checkpoint_questions.holds_up(self.checkpoint)
+
+    @property
+    def plan_terms(self) -> str:
+        """A plan's checkpoint: what approving lets start, "5 tasks · estimated $0.0802 of a $10.00
+        budget · cap 4" ("" for other kinds). The inbox showed the goal alone, so an approver
+        approved a 300-task run as blind as a 5-task one."""
+        if self.checkpoint.kind != Checkpoint.Kind.PLAN:
+            return ""
+        run = self.checkpoint.run
+        money = f"a {wording.budget(run.budget_usd)} budget"
+        if run.estimate_usd is not None:
+            money = f"estimated {wording.usd(run.estimate_usd)} of {money}"
+        return " · ".join([wording.counted(run.tasks.count(), "task"), money, f"cap {run.cap}"])
 
     @property
     def excerpt_label(self) -> str:

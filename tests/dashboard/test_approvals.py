@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from orchestrator import wording
 from orchestrator.engine import runs
 from orchestrator.models import Checkpoint, Event, Run, TaskRun
 
@@ -396,6 +397,18 @@ def test_a_review_in_the_inbox_says_which_tasks_wait_for_it(client, personas, de
     Checkpoint.objects.create(run=run, task_run=design, kind=Checkpoint.Kind.AFTER)
     client.force_login(personas["approver"])
     assert "Task design (architect): it waits; 2 tasks after it wait for it" in inbox_text(client)
+
+
+def test_a_plan_in_the_inbox_says_how_many_tasks_it_starts_at_what_cost_and_cap(
+    client, personas, demo_agents, make_plan
+):
+    """The inbox showed a plan's goal alone: a 300-task run asked for approval as a 5-task one did."""
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["a"])}, goal="Three")
+    run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True, cap=2, budget_usd="3")
+    assert run.estimate_usd is not None
+    client.force_login(personas["approver"])
+    terms = f"3 tasks · estimated {wording.usd(run.estimate_usd)} of a $3.00 budget · cap 2"
+    assert terms in inbox_text(client)
 
 
 def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_who(client, personas, tool_checkpoint):
