@@ -452,6 +452,38 @@ def test_run_status_counts_a_running_attempts_tokens_as_the_run_page_does(demo_a
 
 
 @pytest.mark.django_db
+def test_run_status_says_why_a_retried_task_waits_and_what_its_retry_does_as_the_run_page_does(
+    demo_agents, make_plan, no_broker, settings
+):
+    """After a worker was killed, run_status gave every retried task the lost attempt's error
+    ("lease expired: worker vm:19929 stopped responding") while the page's row said it waited for
+    its retry, and went on saying it while the retry ran on another worker: the note read a past
+    attempt's error before what the task does now. The error is the note of a task that ended
+    without success, as on the page."""
+    from orchestrator.engine import attempt_ends, execution, scheduler
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import ProviderError
+    from orchestrator.readmodels.tasks import task_views
+
+    settings.GLASSBOX_RETRY_BASE_S = 0.0
+    run = runs.launch(make_plan({"a": ("writer", [])}))
+    first = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "vm:19929")
+    lost = "lease expired: worker vm:19929 stopped responding"
+    assert attempt_ends.fail(first, lost, error=ProviderError(lost, retryable=True)) == "retry scheduled"
+    waiting = task_rows(run_command("run_status", str(run.pk))[0])["a"]
+    (row,) = task_views(run)  # the page's row: its state and its wait reason
+    assert waiting[2] == row.state_label and row.wait_reason.startswith("retrying")
+    assert waiting[6] == console.shorten(f"waiting: {row.wait_reason}", 70)
+
+    scheduler.advance(run.pk)
+    retry = Attempt.objects.get(task_run__run=run, number=2)
+    assert execution.claim_attempt(retry.pk, "vm:21741") is not None
+    running = task_rows(run_command("run_status", str(run.pk))[0])["a"]
+    assert running[2:4] == ["running", "2"]
+    assert "stopped responding" not in running[6]
+
+
+@pytest.mark.django_db
 def test_run_status_words_a_cancelled_run_as_the_runs_list_does(cancelled_run):
     out, _ = run_command("run_status", str(cancelled_run.pk))
     assert "Progress: 5 of 22 succeeded · 17 cancelled\n" in out  # it said "22/22 done, 5 succeeded, …"

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
+from orchestrator.models import TaskRun
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.tasks import TaskView, task_views
 from orchestrator.readmodels.totals import stopping_text
@@ -14,13 +15,18 @@ NOTE_WIDTH = 70
 
 
 def task_note(task: TaskView) -> str:
-    """Why a task is where it is: its error, what it waits for, what its agent is doing now (as the
-    page's row says it: "step 2 · calling workspace:calculate"), or its summary."""
-    if task.error:
-        return task.error
-    if task.wait_reason:  # "run cap reached (8 running)"; a reason that says it waits already, as is
+    """Why a task is where it is, in the order the page's row says it (task_row.html): what its
+    agent is doing now ("step 2 · calling workspace:calculate"), what it waits for, the error it
+    ended with, or its summary. A task keeps its last attempt's error while it waits for a retry
+    and while the retry runs: that error is the past, not why the task waits or what it does."""
+    if task.activity:
+        return task.activity
+    if task.wait_reason and task.state != TaskRun.State.QUEUED:
+        # "run cap reached (8 running)"; a reason that says it waits already, as is
         return task.wait_reason if task.wait_reason.startswith("waits ") else f"waiting: {task.wait_reason}"
-    return task.activity or task.summary
+    if task.error and task.is_terminal and task.state != TaskRun.State.SUCCEEDED:
+        return task.error
+    return task.summary
 
 
 def tokens_text(totals: RunTotals) -> str:
