@@ -72,12 +72,13 @@ def schedule_retry_or_fail(
     # The bound counts this start's attempts: a re-run (engine/reruns.py) starts the count again.
     if retryable and faults <= max_retries and task.attempt_count - task.earlier_attempts < MAX_ATTEMPTS:
         delay = backoff_seconds(faults, retry_after)
-        wait = waits.RetryBackoff(delay, message)
+        not_before = now + timedelta(seconds=delay)
+        wait = waits.RetryBackoff(not_before, message)
         transitions.move(
             task,
             State.READY,
             fault_count=faults,
-            not_before=now + timedelta(seconds=delay),
+            not_before=not_before,
             lease_owner="",
             lease_expires_at=None,
             error=message[:2000],

@@ -135,11 +135,15 @@ class RateLimitOutput(Wait):
 
 @dataclass(frozen=True)
 class RetryBackoff(Wait):
-    """A failed or lost attempt is retried after an exponential backoff."""
+    """A failed or lost attempt is retried after an exponential backoff, from ``not_before`` on.
+
+    The sentence names the moment, not the delay: "retrying in 0.2 s" stayed on the row, word for
+    word, for as long as the task waited (seconds after a worker's death, when a host took the
+    retry up only at its next admission)."""
 
     code = "retry_backoff"
-    template = "retrying in {delay_s:.1f} s after: {error:.150}"
-    delay_s: float
+    template = "retrying from {not_before:%H:%M:%S} after: {error:.150}"
+    not_before: datetime
     error: str
 
 

@@ -8,6 +8,7 @@ import pytest
 from orchestrator.engine import attempt_ends, execution, retries, runs
 from orchestrator.models import Attempt, Run, TaskRun
 from orchestrator.providers.base import ProviderError
+from orchestrator.readmodels.tasks import task_views
 
 State = TaskRun.State
 
@@ -35,3 +36,22 @@ def test_a_fail_fast_run_stops_at_its_first_failure_and_cancels_the_rest(make_ag
     assert run.summary.startswith("stopped at the first failure (fail_fast): a: bad options")
     assert states == {"a": State.FAILED, "b": State.CANCELLED, "c": State.CANCELLED}
     assert run.tasks.get(subtask__key="b").error == "run stopped: a failed (fail_fast)"
+
+
+@pytest.mark.django_db
+def test_a_task_waiting_for_its_retry_says_from_when_not_a_countdown_that_stays(
+    make_agent, make_plan, no_broker, settings
+):
+    """A killed worker's tasks said "held back · retrying in 0.2 s after: lease expired…" on the
+    run page and in run_status for seconds after those 0.2 s had passed: the reason is written
+    once, so a countdown in it stops being true at once. It names the moment the retry is due."""
+    settings.GLASSBOX_RETRY_BASE_S = 30.0
+    make_agent("researcher")
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "vm:19929")
+    lost = "lease expired: worker vm:19929 stopped responding"
+    assert attempt_ends.fail(claim, lost, error=ProviderError(lost, retryable=True)) == "retry scheduled"
+    (row,) = task_views(run)  # what the page's row and run_status say
+    task = TaskRun.objects.get(pk=row.pk)
+    assert row.state_label == "held back"
+    assert row.wait_reason == f"retrying from {task.not_before:%H:%M:%S} after: {lost}"

@@ -20,7 +20,7 @@ EXAMPLES = [
     waits.RateLimitRequests("anthropic:claude-x"),
     waits.RateLimitInput("anthropic:claude-x"),
     waits.RateLimitOutput("anthropic:claude-x"),
-    waits.RetryBackoff(2.5, "anthropic 500 api_error: boom"),
+    waits.RetryBackoff(datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC), "anthropic 500 api_error: boom"),
     waits.RunPaused(),
     waits.PlanApproval(),
     waits.ToolApproval("workspace:write_file"),
@@ -32,6 +32,7 @@ NEWER_THAN_THE_BACKFILL = {waits.RunPaused.code, waits.PlanApproval.code, waits.
 REWORDED_SINCE = {
     waits.RunCap.code: "run cap reached (4 running)",
     waits.AgentLimit.code: "agent coder at its limit (2 running across runs)",
+    waits.RetryBackoff.code: "retrying in 2.5 s after: anthropic 500 api_error: boom",
 }
 
 
