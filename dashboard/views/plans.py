@@ -48,6 +48,7 @@ def plan_detail(request, plan_id: int):
         "rows": rows,
         "preflight": checked,
         "predicted": format_duration(checked.predicted_duration_s) if checked.ok else "",
+        "duration_note": checked.duration_note("the default cap") if checked.ok else "",
     }
     return render(request, "dashboard/plan_detail.html", context)
 

@@ -188,6 +188,15 @@ class Preflight:
         researcher's limit of 4 at once"."""
         return self.duration_binding.text
 
+    def duration_note(self, cap_name: str) -> str:
+        """What the predicted duration assumes and what sets it, naming the cap once: "set by the
+        default cap of 4" when the cap binds, else "at the default cap of 4, set by the critical
+        path" (or an agent's limit). `cap_name` says whose cap it is ("the default cap")."""
+        cap = f"{cap_name} of {self.cap}"
+        if self.duration_binding.kind == "cap":
+            return f"set by {cap}"
+        return f"at {cap}, set by {self.duration_bound}"
+
     @property
     def widest_layer(self) -> int:
         return max((len(layer) for layer in self.layers), default=0)
