@@ -68,6 +68,9 @@ class UsageBasis:
     median_output_tokens: int
     max_output_tokens: int
     tools: ToolUse | None = None  # None: no tools, one model call per task; set only without history
+    # Attempts that failed, timed out or were lost, counted only while it has no succeeded one: an
+    # agent whose every attempt failed has tried, so "no history yet" would be untrue of it.
+    failed_attempts: int = 0
 
     @property
     def learned(self) -> bool:
@@ -86,8 +89,13 @@ class UsageBasis:
 
     @property
     def history(self) -> str:
-        """How much history a worst-case basis has, in words ("only 2 answers so far")."""
-        return f"only {wording.counted(self.samples, 'answer')} so far" if self.samples else "no history yet"
+        """How much history a worst-case basis has, in words: "only 2 answers so far", "no
+        successful answer yet after 3 failed attempts", "no history yet"."""
+        if self.samples:
+            return f"only {wording.counted(self.samples, 'answer')} so far"
+        if self.failed_attempts:
+            return f"no successful answer yet after {wording.counted(self.failed_attempts, 'failed attempt')}"
+        return "no history yet"
 
     @property
     def text(self) -> str:
@@ -138,12 +146,18 @@ def tool_use(agent: Agent) -> ToolUse | None:
     )
 
 
+# Attempt states that mean it ended without an answer through no one's choice (not cancelled).
+FAILED_STATES = (Attempt.State.FAILED, Attempt.State.TIMED_OUT, Attempt.State.LOST)
+
+
 def usage_basis(agent: Agent) -> UsageBasis:
     """The agent's latest succeeded attempts on its current model (or recorded before attempts
-    kept their request), summarised as medians."""
+    kept their request), summarised as medians; with none, how many of its attempts failed."""
+    on_its_model = Attempt.objects.filter(task_run__agent_id=agent.pk).filter(
+        Q(request__model=agent.model) | Q(request={})
+    )
     rows = list(
-        Attempt.objects.filter(task_run__agent_id=agent.pk, state=Attempt.State.SUCCEEDED)
-        .filter(Q(request__model=agent.model) | Q(request={}))
+        on_its_model.filter(state=Attempt.State.SUCCEEDED)
         .order_by("-finished_at", "-pk")
         .values_list("input_tokens", "output_tokens")[:HISTORY_WINDOW]
     )
@@ -154,6 +168,7 @@ def usage_basis(agent: Agent) -> UsageBasis:
         median_output_tokens=int(statistics.median(r[1] for r in rows)) if rows else 0,
         max_output_tokens=agent.max_output_tokens,
         tools=tool_use(agent) if len(rows) < MIN_HISTORY else None,
+        failed_attempts=0 if rows else on_its_model.filter(state__in=FAILED_STATES).count(),
     )
 
 
@@ -196,7 +211,7 @@ class PlanEstimate:
         tooled = [a for a in self.agents if not a.basis.learned and a.basis.tools is not None]
         larger = " (the plan's input estimate where larger)" if any(a.above_median for a in self.agents) else ""
         parts = [f"median recorded usage of {', '.join(learned)}{larger}"] if learned else []
-        if worst and not learned and not tooled and not any(a.basis.samples for a in worst):
+        if worst and not learned and not tooled and not any(a.basis.samples or a.basis.failed_attempts for a in worst):
             return "worst case: no agent has history yet, so every task writes its agent's maximum output"
         if worst:
             parts.append(f"worst case (maximum output) for {_named(worst)}")

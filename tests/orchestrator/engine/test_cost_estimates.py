@@ -13,19 +13,21 @@ from orchestrator.models import Attempt, TaskRun
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_broker")]
 
 
-def record_history(agent, usages, model: str | None = "sim-1") -> None:
-    """Succeeded attempts of `agent` with these (input, output) tokens, as the engine records them."""
+def record_history(agent, usages, model: str | None = "sim-1", state=Attempt.State.SUCCEEDED) -> None:
+    """Attempts of `agent` (succeeded unless `state` says otherwise) with these (input, output)
+    tokens, as the engine records them."""
     from orchestrator.models import Plan, Run, Subtask
 
     plan = Plan.objects.create(goal="history")
     run = Run.objects.create(plan=plan)
     for index, (tokens_in, tokens_out) in enumerate(usages):
         subtask = Subtask.objects.create(plan=plan, key=f"h{index}", title="h", agent=agent, position=index)
-        task = TaskRun.objects.create(run=run, subtask=subtask, agent=agent, state=TaskRun.State.SUCCEEDED)
+        task_state = TaskRun.State.SUCCEEDED if state == Attempt.State.SUCCEEDED else TaskRun.State.FAILED
+        task = TaskRun.objects.create(run=run, subtask=subtask, agent=agent, state=task_state)
         Attempt.objects.create(
             task_run=task,
             number=1,
-            state=Attempt.State.SUCCEEDED,
+            state=state,
             input_tokens=tokens_in,
             output_tokens=tokens_out,
             request={"model": model} if model else {},  # None: recorded before requests were kept
@@ -92,6 +94,25 @@ def test_the_plan_line_counts_the_answers_of_an_agent_with_too_few(plan):
     assert cost_estimates.plan_estimate(plan).basis_text == (
         "median recorded usage of researcher; worst case (maximum output) for writer, which has only 2 answers so far"
     )
+
+
+def test_an_agent_whose_attempts_all_failed_has_no_successful_answer_rather_than_no_history(client, personas, plan):
+    """The plan page said "flaky, which has no history yet" of an agent with 2–4 failed attempts:
+    only succeeded attempts are history, but the words said it had never run."""
+    writer = plan.subtasks.get(key="w").agent
+    record_history(writer, [(400, 0)] * 2, state=Attempt.State.FAILED)
+    record_history(writer, [(400, 0)], state=Attempt.State.TIMED_OUT)
+    record_history(writer, [(400, 0)], state=Attempt.State.CANCELLED)  # stopped by a person: not a failure
+    line = "worst case (maximum output) for researcher (no history yet), writer (no successful answer yet after 3 failed attempts)"
+    assert cost_estimates.plan_estimate(plan).basis_text == line
+    client.force_login(personas["viewer"])
+    assert line in client.get(f"/plans/{plan.pk}/").content.decode()
+    writers = {line.agent.name: line for line in cost_estimates.plan_estimate(plan).agents}["writer"]
+    assert writers.basis_text == (
+        "no successful answer yet after 3 failed attempts: assumes its maximum of 2,000 output tokens per task"
+    )
+    record_history(writer, [(400, 150)])  # one answer: now it has history, the failures aside
+    assert cost_estimates.usage_basis(writer).history == "only 1 answer so far"
 
 
 def test_the_median_never_passes_the_agents_maximum(plan):
