@@ -121,3 +121,75 @@ def test_the_totals_cards_wrap_their_text_at_390_px_rather_than_cut_it(
     expect(page.locator("#run-totals .js-eta")).to_contain_text("after the decision")
     screenshot(page, "totals-after-the-decision")
     assert cut_short(page, "#run-totals") == []
+
+
+def boxes(page, selector: str) -> list[dict]:
+    """The on-screen box of each element under `selector`: left, right, top (CSS pixels)."""
+    return page.evaluate(
+        """selector => [...document.querySelectorAll(selector)].map(el => {
+            const r = el.getBoundingClientRect();
+            return {left: Math.round(r.left), right: Math.round(r.right), top: Math.round(r.top)};
+        })""",
+        selector,
+    )
+
+
+def scrolls_sideways(page, selector: str) -> bool:
+    return page.locator(selector).evaluate("el => el.scrollWidth > el.clientWidth + 1")
+
+
+def test_the_event_log_and_the_task_table_are_read_on_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, browser_user, screenshot
+):
+    """At 390 px the event log was a 640 px grid scrolled inside its box: each event's message was
+    off-screen to the right, and rows grew to 143 px of one word a line. The message now wraps
+    below its time and type, inside the screen; the task table still scrolls sideways, inside its
+    own box (not the page), with the task's name kept in view and a hint that there is more."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan(
+        {f"probe_{n}": ("researcher", [], {"instructions": "Probe one angle."}) for n in range(4)}
+        | {"brief": ("writer", [f"probe_{n}" for n in range(4)])},
+        goal="Compare three message queues for the billing service",
+    )
+    run = runs.launch(plan, cap=2, budget_usd="1", launched_by=browser_user)
+    runs.cancel(run)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#event-log-rows .event-row").first).to_be_visible()
+    screenshot(page, "run-390")
+
+    messages = boxes(page, "#event-log-rows .event-message")
+    assert messages and all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in messages), messages
+    log_box = page.locator("section[aria-labelledby=log-title] .scroll-box")
+    assert not scrolls_sideways(page, "section[aria-labelledby=log-title] .scroll-box")
+    first = page.locator("#event-log-rows .event-row").first
+    first.scroll_into_view_if_needed()
+    expect(first.locator(".event-message")).to_be_in_viewport(ratio=1)
+    times, texts = boxes(page, "#event-log-rows .event-row > :nth-child(2)"), messages
+    assert all(text["top"] > time["top"] for time, text in zip(times, texts, strict=True))  # below its time
+    log_right = log_box.bounding_box()
+    assert all(box["right"] <= log_right["x"] + log_right["width"] for box in messages)
+
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]  # the page never scrolls sideways
+    assert scrolls_sideways(page, ".tasks-box")  # the table does, inside its box
+    expect(page.get_by_text("Scroll the table sideways for progress, tokens, cost and attempts.")).to_be_visible()
+    tasks_box = page.locator(".tasks-box")
+    tasks_box.scroll_into_view_if_needed()
+    tasks_box.evaluate("el => el.scrollLeft = el.scrollWidth")
+    expect(tasks_box.get_by_role("columnheader", name="Cost")).to_be_in_viewport()
+    task_name = tasks_box.get_by_role("link", name="Probe 0")
+    expect(task_name).to_be_in_viewport()  # the task's name stays in view beside its numbers
+    name_box, box = task_name.bounding_box(), tasks_box.bounding_box()
+    assert box["x"] <= name_box["x"] and name_box["x"] + name_box["width"] <= box["x"] + box["width"]
+    screenshot(page, "tasks-scrolled-390")
+
+    # At desktop width nothing of this shows: the log's message is on the line of its time, no hint.
+    page.set_viewport_size({"width": 1400, "height": 900})
+    times, texts = (
+        boxes(page, "#event-log-rows .event-row > :nth-child(2)"),
+        boxes(page, "#event-log-rows .event-message"),
+    )
+    assert all(abs(text["top"] - time["top"]) <= 2 for time, text in zip(times, texts, strict=True))
+    expect(page.get_by_text("Scroll the table sideways for progress, tokens, cost and attempts.")).to_be_hidden()
+    expect(page.get_by_role("columnheader", name="Message")).to_be_visible()
+    assert not scrolls_sideways(page, ".tasks-box")
