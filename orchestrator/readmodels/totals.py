@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
@@ -30,7 +30,7 @@ from orchestrator import plans, sql, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.plans import dag, makespan
 
-from . import other_runs
+from . import costs, other_runs
 from .approved_plan import fixed_once_approved
 from .tasks import (
     DISPLAY_ORDER,
@@ -191,14 +191,20 @@ def effective_cap(run: Run, agent_ids: Iterable[int] | None = None) -> Effective
     return _effective_cap(run, agents, other_runs.other_runs(run, [a.pk for a in agents]))
 
 
-def _effective_cap(run: Run, agents: Sequence[Agent], elsewhere: other_runs.OtherRuns) -> EffectiveCap:
+def _effective_cap(
+    run: Run,
+    agents: Sequence[Agent],
+    elsewhere: other_runs.OtherRuns,
+    price_list: Mapping[tuple[str, str], ProviderLimit] | None = None,
+) -> EffectiveCap:
+    """`effective_cap` of these agents; `price_list`: every ProviderLimit (`costs.price_list`),
+    read here when not given."""
     candidates = [(run.cap, "run cap")]
     provider_cap = None
     if agents:
         pairs = {(a.provider, a.model) for a in agents}
-        limits = [
-            pl for pl in sql.objects(ProviderLimit, order_by=("provider", "model")) if (pl.provider, pl.model) in pairs
-        ]
+        every_limit = costs.price_list() if price_list is None else price_list
+        limits = [pl for pair, pl in every_limit.items() if pair in pairs]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
         if limits and len(limited) == len(limits) == len(pairs):
@@ -371,6 +377,15 @@ class Totals:
     slots_elsewhere: int = 0
     # Keys of the tasks a person rejected at their gate: the skipped count names them (`outcome`).
     rejected_at_gate: tuple[str, ...] = ()
+    # The tokens used on models without a price ("provider:model" -> tokens): not in `cost_usd`,
+    # and beyond the budget's reach (`costs.unpriced_tokens`).
+    unpriced_tokens: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def unpriced_note(self) -> str:
+        """The Cost card's word on the tokens no price counts ("" when every model used has one):
+        without it, a run on an unpriced model read "$0.00 of $10.00 · 0% used", as if free."""
+        return costs.unpriced_text(self.unpriced_tokens)
 
     @property
     def input_tokens(self) -> int:
@@ -610,16 +625,16 @@ def totals(
     eta = None
     unfinished = [v for v in tasks if not v.is_terminal]
     of_unfinished = {v.agent_id for v in unfinished}
-    agents = {
-        pk: agent
-        for pk, agent in (agents if agents is not None else agents_of(unfinished)).items()
-        if pk in of_unfinished
-    }
+    every_agent = agents if agents is not None else agents_of(tasks)
+    agents = {pk: agent for pk, agent in every_agent.items() if pk in of_unfinished}
+    # The providers' limits and prices, read once: for the in-flight caps of the agents with work
+    # left, and for the models without a price that have used tokens (of any task, ended or not).
+    limits = costs.price_list() if agents or any(v.spent_tokens for v in tasks) else {}
     elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).on(
         {(agent.provider, agent.model) for agent in agents.values()}
     )
     held = {agent_id: n for agent_id, n in elsewhere.counts().items() if agent_id in agents}
-    cap = _effective_cap(run, list(agents.values()), elsewhere)
+    cap = _effective_cap(run, list(agents.values()), elsewhere, limits)
     checkpoints = checkpoint_rows(run)
     pending_checkpoints = [c for c in checkpoints if c.status == Checkpoint.Status.PENDING]
     asked_at = tool_calls_waiting(pending_checkpoints)
@@ -654,6 +669,7 @@ def totals(
         reserved_usd=run.reserved_usd,
         budget_usd=run.budget_usd,
         tokens_so_far=run_tokens(run, tasks),
+        unpriced_tokens=costs.unpriced_tokens(tasks, every_agent, limits),
         cap=run.cap,
         effective_cap=cap,
         peak_running=run.peak_running,

@@ -932,3 +932,39 @@ def test_the_last_task_s_tool_call_says_nothing_else_is_left(viewer, demo_agents
     run = runs.launch(make_plan({"a": ("researcher", [])}))
     tool_call_waiting(run, "a")
     assert tool_wait_note(run_page(viewer, run)) == "no other task of the run is left"
+
+
+def cost_card(html: str) -> str:
+    """The Cost card's words."""
+    card = re.search(
+        r'<div class="stat[^"]*">\s*<div class="stat-label">Cost</div>(.*?)</div>\s*<div class="stat">', html, re.S
+    )
+    assert card, "no Cost card"
+    return text_of(card.group(1))
+
+
+def test_the_cost_card_says_which_models_have_no_price_and_how_many_tokens_it_leaves_out(
+    viewer, make_agent, make_plan, priced_limit
+):
+    """A run whose agent's model had no price read "$0.00 of $10.00 · 0% used" after it used 1,212
+    tokens: its spend is unknown, not zero, and the budget cannot stop those calls."""
+    make_agent("researcher", model="sim-unpriced")
+    make_agent("writer")  # sim-1, priced
+    run = run_here(runs.launch(make_plan({"a": ("researcher", []), "w": ("writer", ["a"])}), budget_usd="10"))
+    assert run.status == Run.Status.SUCCEEDED
+    a = run.tasks.get(subtask__key="a")
+    assert a.input_tokens + a.output_tokens > 0
+    words = cost_card(run_page(viewer, run))
+    assert (
+        f"simulated:sim-unpriced has no price: its {a.input_tokens + a.output_tokens:,} tokens are not in the cost,"
+        " and the budget cannot stop them (set prices in the admin under provider limits)"
+    ) in words
+    assert "sim-1" not in words  # the priced model's tokens are in the cost
+
+
+def test_the_cost_card_of_a_run_on_priced_models_says_nothing_of_prices(viewer, make_agent, make_plan, priced_limit):
+    make_agent("writer")
+    run = run_here(runs.launch(make_plan({"w": ("writer", [])}), budget_usd="10"))
+    assert run.input_tokens + run.output_tokens > 0
+    words = cost_card(run_page(viewer, run))
+    assert "used" in words and "no price" not in words

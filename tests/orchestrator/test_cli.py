@@ -1162,3 +1162,35 @@ def test_run_status_notes_say_what_a_running_agent_does_and_what_a_task_waits_fo
         task_rows(run_command("run_status", str(run.pk))[0])["held"][-1]
         == "waiting: run cap reached (1 queued or running)"
     )
+
+
+@pytest.mark.django_db
+def test_run_status_says_which_models_have_no_price_as_the_run_page_does(make_agent, make_plan, priced_limit):
+    """run_status said "cost $0.00 of $10.00 budget" after an unpriced model used 1,212 tokens:
+    it says what the cost leaves out, in the run page's words."""
+    from orchestrator.models import TaskRun
+    from orchestrator.readmodels.totals import totals
+
+    make_agent("researcher", model="sim-unpriced")
+    make_agent("writer")  # sim-1, priced
+    run = runs.launch(make_plan({"a": ("researcher", []), "w": ("writer", [])}), budget_usd="10")
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state="succeeded", input_tokens=1_000, output_tokens=212)
+    TaskRun.objects.filter(run=run, subtask__key="w").update(state="succeeded", input_tokens=900, output_tokens=90)
+    said = (
+        "simulated:sim-unpriced has no price: its 1,212 tokens are not in the cost, and the budget cannot stop"
+        " them (set prices in the admin under provider limits)"
+    )
+    out, _ = run_command("run_status", str(run.pk))
+    assert f"Cost:     {said}" in out.splitlines()
+    assert totals(run).unpriced_note == said  # as the run page's Cost card says it
+
+
+@pytest.mark.django_db
+def test_run_status_of_a_run_on_priced_models_says_nothing_of_prices(make_agent, make_plan, priced_limit):
+    from orchestrator.models import TaskRun
+
+    make_agent("writer")
+    run = runs.launch(make_plan({"w": ("writer", [])}), budget_usd="10")
+    TaskRun.objects.filter(run=run).update(state="succeeded", input_tokens=900, output_tokens=90)
+    out, _ = run_command("run_status", str(run.pk))
+    assert "no price" not in out and "Cost:" not in out

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand
 from orchestrator.engine import runs
 from orchestrator.management import console
 from orchestrator.models import TaskRun
+from orchestrator.readmodels.costs import run_unpriced_text
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.tasks import TaskView, task_views
 from orchestrator.readmodels.totals import stopping_text
@@ -55,6 +56,8 @@ class Command(BaseCommand):
             f"tokens {tokens_text(progress)}   cap {run.cap}"
             + (f"   ({stopping})" if (stopping := stopping_text(progress.attempts_stopping)) else "")
         )
+        if unpriced := run_unpriced_text(run):
+            write(f"Cost:     {unpriced}")
         if progress.summary:
             write(f"Summary:  {progress.summary}")
         # Each task as the run page shows it: its state in the page's words, its progress as the panel gives it.

@@ -13,6 +13,7 @@ from orchestrator.engine import attempt_ends, execution, runs, tool_approvals
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels import other_runs
+from orchestrator.readmodels.costs import unpriced_text
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, agents_of, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
 
@@ -455,3 +456,59 @@ def test_a_task_that_runs_past_its_estimate_lets_the_countdown_run_out(launched)
     overrun = totals(run)
     assert overrun.eta_s == 0 and overrun.counts_down and overrun.eta_run_out
     assert overrun.eta_overdue == "past the estimate"
+
+
+# --- Tokens no price counts -----------------------------------------------------------------------
+
+
+def test_the_totals_name_a_model_without_a_price_and_the_tokens_its_tasks_used(launched):
+    """The Cost card read "$0.00 of $10.00 · 0% used" after an unpriced model used 1,212 tokens:
+    the spend is unknown, not zero, and the budget cannot stop those calls."""
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    run = launched({"a": ("researcher", []), "b": ("researcher", []), "w": ("writer", ["a"])}, cap=3)
+    assert totals(run).unpriced_note == ""  # nothing used yet
+    succeed(run.tasks.get(subtask__key="a"), tokens=(1_000, 200))
+    succeed(run.tasks.get(subtask__key="w"), tokens=(500, 500))  # sim-1 has a price
+    attempt = start(run.tasks.get(subtask__key="b"))
+    Attempt.objects.filter(pk=attempt.pk).update(output_tokens=12)  # streamed so far
+    result = totals(run)
+    assert result.unpriced_tokens == {"simulated:sim-unpriced": 1_212}
+    assert result.unpriced_note == (
+        "simulated:sim-unpriced has no price: its 1,212 tokens are not in the cost, and the budget cannot stop"
+        " them (set prices in the admin under provider limits)"
+    )
+
+
+def test_a_run_on_priced_models_says_nothing_of_prices(launched):
+    run = launched({"a": ("researcher", [])})
+    succeed(run.tasks.get(subtask__key="a"), tokens=(1_000, 212))
+    assert totals(run).unpriced_tokens == {}
+    assert totals(run).unpriced_note == ""
+
+
+def test_an_ended_runs_totals_read_the_prices_once(launched, django_assert_num_queries):
+    """An ended run has no agent with work left, so no in-flight cap to read: its prices are the
+    one read more the unpriced tokens cost, and a live frame of a running run reads none more."""
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    run = launched({"a": ("researcher", [])})
+    succeed(run.tasks.get(subtask__key="a"), tokens=(1_000, 212))
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.SUCCEEDED, finished_at=timezone.now())
+    run.refresh_from_db()
+    states = task_states(run)
+    agents = agents_of(states)
+    elsewhere = other_runs.other_runs(run, [])
+    totals(run, states, elsewhere=elsewhere, agents=agents)  # a first frame reads the plan
+    # the providers' limits and prices, the checkpoints, the attempts still stopping
+    with django_assert_num_queries(3) as captured:
+        result = totals(run, states, elsewhere=elsewhere, agents=agents)
+    assert len([q for q in captured.captured_queries if "orchestrator_providerlimit" in q["sql"]]) == 1
+    assert result.unpriced_tokens == {"simulated:sim-unpriced": 1_212}
+
+
+def test_the_unpriced_note_names_each_model_with_its_tokens():
+    assert unpriced_text({"anthropic:a": 1_000, "openai:b": 212}) == (
+        "anthropic:a (1,000 tokens) and openai:b (212 tokens) have no price: their 1,212 tokens are not in the"
+        " cost, and the budget cannot stop them (set prices in the admin under provider limits)"
+    )
+    assert unpriced_text({"openai:b": 1}).startswith("openai:b has no price: its 1 token is not in the cost,")
+    assert unpriced_text({}) == ""
