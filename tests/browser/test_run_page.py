@@ -328,6 +328,7 @@ def test_a_lane_shows_its_running_task_s_live_percentage_as_its_row_does(
     assert claim is not None
     execution.save_progress([(claim, execution.Progress("Hel", 10, Usage(input_tokens=20, output_tokens=4)))])
     open_run(page, run)
+    wait_caught_up(page, run)  # no event's frame still on its way, to redraw the row over the piece below
     row = page.locator(f"#task-{task.pk} progress")
     lane = page.locator(f"#agent-lanes .lane[data-agent='writer'] .task-link[data-task='{task.pk}'] ~ progress")
     expect(row).to_have_attribute("value", "10")

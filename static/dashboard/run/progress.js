@@ -9,7 +9,7 @@
  * The agent lanes' bars of running tasks show what their rows show: the lanes are redrawn from
  * the saved progress (by event frames, saves, other runs' slots), which is behind the live
  * percentages the rows took, so after every frame each lane bar takes its row's percentage (the
- * rows never step back within an attempt: dashboard/broadcast.py LiveOutputs).
+ * rows never step back within an attempt: dashboard/live_outputs.py LiveOutputs).
  */
 
 function showProgress(part, percent) {
