@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, NamedTuple, Self
+from typing import Any, Literal, NamedTuple, Self
 
 from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 
@@ -223,6 +223,18 @@ class LiveTokens(NamedTuple):
 NO_LIVE_TOKENS = LiveTokens(0, 0)
 
 
+class TaskNote(NamedTuple):
+    """Why a task is where it is, in one line, and what kind of line it is: each reader words and
+    styles a kind its own way (the page's row gives an activity its own colour and cuts an error
+    short; `run_status` says "waiting: …"). `kind` is "" when there is nothing to say."""
+
+    kind: Literal["activity", "waiting", "error", "summary", ""]
+    text: str
+
+
+NO_NOTE = TaskNote("", "")
+
+
 def shown(state: str, progress: int, wait_reason: str, activity: str = "") -> dict[str, Any]:
     """What a TaskView shows otherwise than its task's columns say: a succeeded task's progress is
     100 whatever its last streamed value was, a ready task held back is `waiting`, and only a
@@ -321,6 +333,24 @@ class TaskView(TaskRecord):
     @property
     def is_terminal(self) -> bool:
         return self.state in TaskRun.TERMINAL
+
+    @property
+    def note(self) -> TaskNote:
+        """Why the task is where it is, as its row on the run page and `run_status` say it (the task
+        panel's head says its activity or wait, and its error on a line of its own): what its
+        agent is doing now ("step 2 · calling workspace:calculate"), else what it waits for (never
+        while queued: it was let through, and a reason it still has is from before), else
+        the error it ended with when it ended without success, else its summary.
+
+        A task keeps its last attempt's error while it waits for a retry and while the retry runs:
+        that error is the past, not why the task waits or what it does."""
+        if self.activity:
+            return TaskNote("activity", self.activity)
+        if self.wait_reason and self.state != State.QUEUED:
+            return TaskNote("waiting", self.wait_reason)
+        if self.error and self.is_terminal and self.state != State.SUCCEEDED:
+            return TaskNote("error", self.error)
+        return TaskNote("summary", self.summary) if self.summary else NO_NOTE
 
 
 def output_heading(task: TaskRun, last_attempt: Attempt | None) -> str:

@@ -6,7 +6,6 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
-from orchestrator.models import TaskRun
 from orchestrator.readmodels.costs import run_unpriced_text
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.tasks import TaskView, task_views
@@ -16,18 +15,13 @@ NOTE_WIDTH = 70
 
 
 def task_note(task: TaskView) -> str:
-    """Why a task is where it is, in the order the page's row says it (task_row.html): what its
-    agent is doing now ("step 2 · calling workspace:calculate"), what it waits for, the error it
-    ended with, or its summary. A task keeps its last attempt's error while it waits for a retry
-    and while the retry runs: that error is the past, not why the task waits or what it does."""
-    if task.activity:
-        return task.activity
-    if task.wait_reason and task.state != TaskRun.State.QUEUED:
-        # "run cap reached (8 running)"; a reason that says it waits already, as is
-        return task.wait_reason if task.wait_reason.startswith("waits ") else f"waiting: {task.wait_reason}"
-    if task.error and task.is_terminal and task.state != TaskRun.State.SUCCEEDED:
-        return task.error
-    return task.summary
+    """The task's note (`TaskView.note`: why it is where it is, as the page's row says it) in the
+    command's words: a wait reads "waiting: run cap reached (8 running)", unless its reason says
+    it waits already ("waits for the plan's approval")."""
+    kind, text = task.note
+    if kind == "waiting" and not text.startswith("waits "):
+        return f"waiting: {text}"
+    return text
 
 
 def tokens_text(totals: RunTotals) -> str:

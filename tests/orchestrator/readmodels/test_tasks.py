@@ -10,7 +10,9 @@ from orchestrator.engine import runs
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.readmodels.tasks import (
     NO_LIVE_TOKENS,
+    NO_NOTE,
     WAITING,
+    TaskNote,
     TaskView,
     display_state,
     live_tokens,
@@ -163,3 +165,36 @@ def test_task_views_are_read_as_plain_values_and_say_what_each_task_row_says(lau
         (WAITING, "0%"),
         (State.FAILED, "—"),
     ]
+
+
+def test_a_tasks_note_says_why_it_is_where_it_is_as_its_row_and_run_status_say_it(launched):
+    """One rule for the run page's row and run_status: what its agent does now, else what it waits
+    for (not while queued), else the error of a task that ended without success, else its summary.
+    A retried task keeps its last attempt's error: the note says why it waits and what it does."""
+    keys = ("running", "waiting", "queued", "failed", "retry_waits", "retry_runs", "succeeded")
+    run = launched({key: ("researcher", []) for key in keys}, cap=7)
+    by_key = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    for key in ("running", "retry_runs"):
+        start(by_key[key])
+    lost = "lease expired: worker vm:19929 stopped responding"
+    retrying = f"retrying from 09:14:03 after: {lost}"
+    changes = {
+        "waiting": {"state": State.READY, "wait_reason": "run cap reached (1 running)"},
+        "queued": {"state": State.QUEUED, "wait_reason": "run cap reached (1 running)"},
+        "failed": {"state": State.FAILED, "error": "boom", "summary": ""},
+        "retry_waits": {"state": State.READY, "wait_reason": retrying, "error": lost, "attempt_count": 1},
+        "retry_runs": {"error": lost},
+        "succeeded": {"state": State.SUCCEEDED, "summary": "three sources found", "error": "timed out"},
+    }
+    for key, fields in changes.items():
+        TaskRun.objects.filter(pk=by_key[key].pk).update(**{"wait_reason": "", **fields})
+    notes = {view.key: view.note for view in task_views(run)}
+    assert notes == {
+        "running": TaskNote("activity", "step 1 · thinking"),
+        "waiting": TaskNote("waiting", "run cap reached (1 running)"),
+        "queued": NO_NOTE,  # it was let through: the cap it waited for is past
+        "failed": TaskNote("error", "boom"),
+        "retry_waits": TaskNote("waiting", retrying),
+        "retry_runs": TaskNote("activity", "step 1 · thinking"),
+        "succeeded": TaskNote("summary", "three sources found"),
+    }
