@@ -195,6 +195,7 @@ def preflight_view(request, token: str):
         "preflight": checked,
         "refusal": refusal,
         "predicted": format_duration(checked.predicted_duration_s),
+        "duration_note": checked.duration_note("the run's cap"),
         "critical_path": format_duration(checked.critical_path_s),
         "total_work": format_duration(checked.total_work_s),
         "budget_percent": wording.percent(checked.estimate_usd, checked.budget_usd),

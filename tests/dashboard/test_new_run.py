@@ -265,14 +265,37 @@ def test_preflight_says_an_agent_with_tools_has_no_worst_case(launcher_client):
     assert "for researcher, which has no history yet and uses tools, no worst case can be given" in html
 
 
+def preflight_words(client, **overrides) -> str:
+    """The text of the preflight page of the New-run form posted with `overrides`, as read."""
+    page = client.get(check(client, **overrides)).text
+    return " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+
 def test_preflight_says_what_sets_the_duration_and_how_many_run_at_once_under_the_cap(launcher_client):
     brief = ROOT / "examples" / "research_brief.yaml"
-    preflight_url = check(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="2")
-    words = " ".join(html_module.unescape(re.sub(r"<[^>]+>", " ", launcher_client.get(preflight_url).text)).split())
+    words = preflight_words(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="2")
     # scope, then the four angles in two rounds of two, then the brief: 0.2 s each
-    assert "≈ 0.8 s set by the run's cap of 2: critical path 0.6 s, total work 1.2 s over a cap of 2" in words
+    assert "≈ 0.8 s set by the run's cap of 2: critical path 0.6 s, total work 1.2 s" in words
+    assert words.count("cap of 2") == 1  # it said "…, total work 1.2 s over a cap of 2" too
     assert "3 steps, up to 2 in parallel (the widest step has 4)" in words
     assert "up to 4 in parallel" not in words
+
+
+def test_preflight_names_the_runs_cap_once_whatever_sets_the_duration(launcher_client):
+    """When the critical path or an agent's limit sets the duration, the note says what it
+    assumes of the cap and what sets it, naming the cap once."""
+    brief = ROOT / "examples" / "research_brief.yaml"
+    words = preflight_words(launcher_client, plan_file=upload(brief.read_bytes(), brief.name), cap="4")
+    assert "≈ 0.6 s at the run's cap of 4, set by the critical path: critical path 0.6 s, total work 1.2 s" in words
+    assert words.count("cap of 4") == 1
+    Agent.objects.filter(name="writer").update(max_concurrency=1)
+    drafts = "goal: g\nsubtasks:\n" + "".join(f"  - {{key: d{n}, agent: writer, title: D{n}}}\n" for n in range(3))
+    words = preflight_words(launcher_client, plan_file=upload(drafts), cap="4")
+    assert (
+        "≈ 0.6 s at the run's cap of 4, set by the writer's limit of 1 at once: critical path 0.2 s, total work 0.6 s"
+        in words
+    )
+    assert words.count("cap of 4") == 1
 
 
 def test_preflight_says_the_input_tokens_it_counted_for_a_fan_in(launcher_client):
