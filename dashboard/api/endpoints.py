@@ -32,6 +32,7 @@ from orchestrator.readmodels.records import (
     event_rows,
 )
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
+from orchestrator.readmodels.snapshot import read_snapshot
 
 from .auth import require
 from .errors import ApiError, detail, not_found
@@ -88,13 +89,16 @@ def _get(queryset, pk: int, what: str):
 
 
 def run_detail(run: Run) -> dict:
-    run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
-    return {
-        "run": RunRecord.of(run),
-        "totals": RunTotals.of(runs.progress(run)),
-        "tasks": task_run_records(run_tasks(run)),
-        "checkpoints": checkpoint_records(run),
-    }
+    """The run, its totals and its tasks as of one moment: a running attempt's tokens are counted
+    the same in the totals and in its task's record."""
+    with read_snapshot():
+        run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
+        return {
+            "run": RunRecord.of(run),
+            "totals": RunTotals.of(runs.progress(run)),
+            "tasks": task_run_records(run_tasks(run)),
+            "checkpoints": checkpoint_records(run),
+        }
 
 
 def page(queryset, record: type[Record], limit: int, offset: int) -> dict:
@@ -219,8 +223,11 @@ def _task(task_id: int) -> TaskRun:
 
 
 def _task_out(task: TaskRun) -> TaskRunRecord:
-    task = TaskRun.objects.select_related("subtask", "agent").get(pk=task.pk)
-    return TaskRunRecord.of(task)
+    with read_snapshot():
+        (record,) = task_run_records(
+            TaskRun.objects.filter(pk=task.pk).select_related("subtask", "agent").prefetch_related("attempts")
+        )
+    return record
 
 
 @router.post("/tasks/{task_id}/retry", response={200: TaskRunRecord, **WRITE_ERRORS}, tags=["tasks"])

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, NamedTuple, Self
 
 from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
@@ -206,8 +206,19 @@ class RunRecord(Record):
     created_at: Time
     started_at: Time
     finished_at: Time
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int = Field(
+        description=(
+            "Input tokens of the run's ended attempts, settled with cost_usd. A running attempt's input "
+            "is not in it until the attempt ends: the run's totals.input_tokens_so_far (GET /api/runs/{id}) "
+            "and its tasks' input_tokens_so_far count it."
+        )
+    )
+    output_tokens: int = Field(
+        description=(
+            "Output tokens of the run's ended attempts, settled with cost_usd. What running attempts "
+            "have streamed so far is the run's totals.streaming_tokens and its tasks' streaming_tokens."
+        )
+    )
     cost_usd: Money
     reserved_usd: Money
     peak_running: int
@@ -370,6 +381,17 @@ class AttemptOutput(Record):
         return cls(heading="Output so far" if streaming else "Output", text=task.output)
 
 
+class LiveTokens(NamedTuple):
+    """What a running attempt has used so far, as its host last saved it on the attempt
+    (`readmodels.tasks.live_tokens` reads it): not yet settled into its task's tokens."""
+
+    input: int
+    output: int
+
+
+NO_LIVE_TOKENS = LiveTokens(0, 0)
+
+
 class TaskRecord(Record):
     """A task of a run as it stands (without its attempts: see TaskRunRecord)."""
 
@@ -386,8 +408,18 @@ class TaskRecord(Record):
     output: str | None
     summary: str
     error: str
-    input_tokens: int
-    output_tokens: int
+    input_tokens: int = Field(
+        description=(
+            "Input tokens of the task's ended attempts (before a re-run too), settled with cost_usd. "
+            "A running attempt's input is not in it until the attempt ends: input_tokens_so_far counts it."
+        )
+    )
+    output_tokens: int = Field(
+        description=(
+            "Output tokens of the task's ended attempts, settled with cost_usd. What its running "
+            "attempt has streamed so far is streaming_tokens."
+        )
+    )
     cost_usd: Money
     attempt_count: int
     ready_at: Time
@@ -426,6 +458,19 @@ class TaskRecord(Record):
 class TaskRunRecord(TaskRecord):
     """A task of a run with every attempt at it: what the API and the JSON download give."""
 
+    input_tokens_so_far: int = Field(
+        description=(
+            "input_tokens plus the input of the attempt running now, known from its stream's start: "
+            'the "in" of the run page\'s task panel. Once the attempt ends, its input is settled into '
+            "input_tokens and counted there alone."
+        )
+    )
+    streaming_tokens: int = Field(
+        description=(
+            "Output the task's attempt running now has streamed so far, not yet in output_tokens: the "
+            '"streaming" of the run page\'s task panel. 0 when no attempt of it runs.'
+        )
+    )
     attempts: list[AttemptRecord]
     # Set when the task's text is not its result but the partial text of an attempt that ended
     # without one (failed, timed out, cancelled…), or an output its review rejected; null when it
@@ -433,12 +478,15 @@ class TaskRunRecord(TaskRecord):
     partial_output: PartialOutputRecord | None
 
     @classmethod
-    def of(cls, task: TaskRun, attempts: list[Attempt] | None = None) -> Self:
-        """`attempts` may be given by a caller that prefetched them, in number order (saves a query per task)."""
+    def of(cls, task: TaskRun, attempts: list[Attempt] | None = None, live: LiveTokens = NO_LIVE_TOKENS) -> Self:
+        """`attempts` may be given by a caller that prefetched them, in number order (saves a query per task);
+        `live`: what its running attempt has used so far (`readmodels.tasks.live_tokens`)."""
         if attempts is None:
             attempts = list(task.attempts.order_by("number"))
         return cls.build(
             task,
+            input_tokens_so_far=task.input_tokens + live.input,
+            streaming_tokens=live.output,
             attempts=[AttemptRecord.of(a) for a in attempts],
             output=task.output if task.state in OUTPUT_STATES else None,
             partial_output=PartialOutputRecord.of(task, attempts[-1] if attempts else None),

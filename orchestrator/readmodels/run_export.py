@@ -20,8 +20,10 @@ from typing import Any, Literal, Self
 from orchestrator import wording
 from orchestrator.models import Event, Run, TaskRun
 
-from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .records import NO_LIVE_TOKENS, AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
+from .tasks import live_tokens
 
 EXPORT_FORMAT = "glassbox.run/1"
 
@@ -32,8 +34,16 @@ def run_tasks(run: Run) -> list[TaskRun]:
 
 
 def task_run_records(tasks: Iterable[TaskRun]) -> list[TaskRunRecord]:
-    """The records of tasks read by `run_tasks` (their attempts prefetched)."""
-    return [TaskRunRecord.of(t, sorted(t.attempts.all(), key=lambda a: a.number)) for t in tasks]
+    """The records of tasks read by `run_tasks` (their attempts prefetched), each with what its
+    running attempt has used so far, as the run page's task panel counts it (one more query, when
+    a task runs). Read them in the snapshot the tasks were read in (`read_snapshot`): a settled
+    attempt is then counted in its task's tokens or as running, never both."""
+    tasks = list(tasks)
+    live = live_tokens(tasks)
+    return [
+        TaskRunRecord.of(t, sorted(t.attempts.all(), key=lambda a: a.number), live.get(t.pk, NO_LIVE_TOKENS))
+        for t in tasks
+    ]
 
 
 def checkpoint_records(run: Run) -> list[CheckpointRecord]:
@@ -117,19 +127,21 @@ class RunExport(Record):
 
     @classmethod
     def of(cls, run: Run) -> Self:
-        run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
-        tasks = run_tasks(run)
-        agents = {t.agent.pk: t.agent for t in tasks}
-        return cls(
-            format=EXPORT_FORMAT,
-            run=RunRecord.of(run),
-            plan=PlanRecord.of(run.plan),
-            agents=[AgentRecord.of(a) for a in sorted(agents.values(), key=lambda a: a.name)],
-            tasks=task_run_records(tasks),
-            final_tasks=final_task_keys(run),
-            checkpoints=checkpoint_records(run),
-            paths=run_paths(run, tasks),
-        )
+        """The run's whole record, read as of one moment (`read_snapshot`)."""
+        with read_snapshot():
+            run = Run.objects.select_related("plan", "launched_by").get(pk=run.pk)
+            tasks = run_tasks(run)
+            agents = {t.agent.pk: t.agent for t in tasks}
+            return cls(
+                format=EXPORT_FORMAT,
+                run=RunRecord.of(run),
+                plan=PlanRecord.of(run.plan),
+                agents=[AgentRecord.of(a) for a in sorted(agents.values(), key=lambda a: a.name)],
+                tasks=task_run_records(tasks),
+                final_tasks=final_task_keys(run),
+                checkpoints=checkpoint_records(run),
+                paths=run_paths(run, tasks),
+            )
 
 
 def run_export(run: Run) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
-from .records import PartialOutputRecord, TaskRecord
+from .records import NO_LIVE_TOKENS, LiveTokens, PartialOutputRecord, TaskRecord
 from .steps import Attempted, activities
 
 State = TaskRun.State
@@ -211,16 +211,6 @@ def display_state(state: str, wait_reason: str = "") -> str:
 
 # `display_state`'s rule as a filter: the tasks it shows `waiting` ("held back").
 HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="")
-
-
-class LiveTokens(NamedTuple):
-    """What a running attempt has used so far, as its host last saved it on the attempt."""
-
-    input: int
-    output: int
-
-
-NO_LIVE_TOKENS = LiveTokens(0, 0)
 
 
 class TaskNote(NamedTuple):

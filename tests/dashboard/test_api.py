@@ -565,19 +565,29 @@ def test_after_a_cancel_the_totals_say_an_attempt_is_still_stopping_until_it_sto
     assert totals["attempts_stopping"] == 0 and (totals["input_tokens"], totals["output_tokens"]) == (300, 100)
 
 
+def streaming_first_attempt(run):
+    """The claim of the run's one queued attempt (its first task's), streaming: its host has saved
+    the input its provider reported at the stream's start (1,027 tokens) and 8 tokens of output."""
+    from orchestrator.engine import execution
+    from orchestrator.models import Attempt
+    from orchestrator.providers.base import Usage
+
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=1_027, output_tokens=8)))])
+    return claim
+
+
 def test_a_running_attempts_tokens_count_in_the_totals_as_on_the_run_page(api, two_runs):
     """The API's totals said 0 input tokens while the run page's Tokens card said "1,027 in · 0 out ·
     8 streaming" and run_status "1,027 in / 0 out / 8 streaming": a running attempt's input counts
     from its stream's start, its streamed output apart, and both once it settles."""
-    from orchestrator.engine import attempt_ends, execution
-    from orchestrator.models import Attempt
+    from orchestrator.engine import attempt_ends
     from orchestrator.providers.base import Usage
 
     first, _ = two_runs
     viewer = api["viewer"]
-    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=first).pk, "host:1")
-    assert claim is not None
-    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=1_027, output_tokens=8)))])
+    claim = streaming_first_attempt(first)
 
     def tokens():
         totals = viewer.get(f"/runs/{first.pk}").json()["totals"]
@@ -596,6 +606,61 @@ def test_a_running_attempts_tokens_count_in_the_totals_as_on_the_run_page(api, t
     assert tokens() == {"input_tokens_so_far": 1_027, "output_tokens": 40, "streaming_tokens": 0, "input_tokens": 1_027}
     page = totals_of(first)
     assert (page.input_tokens_so_far, page.output_tokens, page.streaming_tokens) == (1_027, 40, 0)
+
+
+def test_a_running_attempts_tokens_count_in_its_tasks_record_as_in_the_task_panel(api, two_runs):
+    """The run's totals said "1,027 in" while its running task's record said 0 input and 0 output:
+    the task's record counted only ended attempts. Its so-far numbers are the task panel's ("1,027
+    in, 0 out, 8 streaming"), and once the attempt ends they are counted once, settled."""
+    from orchestrator.engine import attempt_ends
+    from orchestrator.providers.base import Usage
+    from orchestrator.readmodels.tasks import task_views
+
+    first, _ = two_runs
+    viewer = api["viewer"]
+    claim = streaming_first_attempt(first)
+
+    def tokens():
+        detail = viewer.get(f"/runs/{first.pk}").json()
+        fields = ("input_tokens", "input_tokens_so_far", "output_tokens", "streaming_tokens")
+        tasks = {task["key"]: {k: task[k] for k in fields} for task in detail["tasks"]}
+        return tasks, detail["run"]["input_tokens"], detail["totals"]["input_tokens_so_far"]
+
+    tasks, run_input, totals_input = tokens()
+    panel = {view.key: view for view in task_views(first)}["a"]
+    assert tasks["a"] == {
+        "input_tokens": 0,  # settled only, as cost_usd
+        "input_tokens_so_far": panel.input_tokens_so_far,
+        "output_tokens": panel.output_tokens,
+        "streaming_tokens": panel.live_output_tokens,
+    }
+    assert tasks["a"] == {"input_tokens": 0, "input_tokens_so_far": 1_027, "output_tokens": 0, "streaming_tokens": 8}
+    assert tasks["b"] == {"input_tokens": 0, "input_tokens_so_far": 0, "output_tokens": 0, "streaming_tokens": 0}
+    assert (run_input, totals_input) == (0, 1_027)
+
+    attempt_ends.complete(claim, "Hello", Usage(input_tokens=1_027, output_tokens=40), advance=False)
+    tasks, run_input, totals_input = tokens()
+    assert tasks["a"] == {
+        "input_tokens": 1_027,
+        "input_tokens_so_far": 1_027,
+        "output_tokens": 40,
+        "streaming_tokens": 0,
+    }
+    assert (run_input, totals_input) == (1_027, 1_027)
+
+
+def test_the_schema_says_which_task_and_run_tokens_are_settled_and_which_run_now(api):
+    schemas = api["viewer"].get("/openapi.json").json()["components"]["schemas"]
+    task = schemas["TaskRunRecord"]["properties"]
+    assert "ended attempts" in task["input_tokens"]["description"]
+    assert "input_tokens_so_far" in task["input_tokens"]["description"]
+    assert "ended attempts" in task["output_tokens"]["description"]
+    assert "running now" in task["input_tokens_so_far"]["description"]
+    assert "streamed so far" in task["streaming_tokens"]["description"]
+    run = schemas["RunRecord"]["properties"]
+    assert "ended attempts" in run["input_tokens"]["description"]
+    assert "totals.input_tokens_so_far" in run["input_tokens"]["description"]
+    assert "totals.streaming_tokens" in run["output_tokens"]["description"]
 
 
 def test_the_schema_says_which_tokens_are_settled_and_which_run_now(api):

@@ -60,8 +60,12 @@ def test_the_download_the_audit_export_and_the_page_build_on_the_same_records():
         "actor",
         "actor_user_id",
     )
-    # What a task's attempts say of it (its partial output's attempt) is the panel's to read apart.
-    assert set(TaskRunRecord.model_fields) - {"attempts", "partial_output"} <= set(TaskView.model_fields)
+    # What a task's attempts say of it (its partial output's attempt) is the panel's to read apart;
+    # what its running attempt has used so far the view holds as `live_input_tokens` and
+    # `live_output_tokens` (the record's `input_tokens_so_far` is the view's property of that name).
+    so_far = {"input_tokens_so_far", "streaming_tokens"}
+    assert set(TaskRunRecord.model_fields) - {"attempts", "partial_output"} - so_far <= set(TaskView.model_fields)
+    assert {"live_input_tokens", "live_output_tokens"} <= set(TaskView.model_fields)
 
 
 @pytest.fixture
