@@ -23,7 +23,8 @@ from orchestrator.models import Event, Run, TaskRun
 from .records import NO_LIVE_TOKENS, AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
 from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
-from .tasks import live_tokens
+from .tasks import live_tokens, run_tokens
+from .totals import attempts_stopping, stopping_text
 
 EXPORT_FORMAT = "glassbox.run/1"
 
@@ -210,13 +211,30 @@ def path_line(step: dict[str, Any]) -> str:
     return line
 
 
+def tokens_text(run: Run) -> str:
+    """The run's tokens as its page's Tokens card counts them (`run_tokens`): of a run under way,
+    "tokens so far: 1,035 (1,027 in, 0 out, 8 streaming)", its running attempts' input and
+    streamed output included; of an ended run, "tokens: 1,067 (1,027 in, 40 out)", and what its
+    attempts still stopping will add ("1 attempt still stopping: not counted yet")."""
+    tokens = run_tokens(run)
+    streaming = f", {tokens.streaming:,} streaming" if tokens.streaming else ""
+    counted = f"{tokens.total:,} ({tokens.input_so_far:,} in, {tokens.output:,} out{streaming})"
+    if not run.is_finished:
+        return f"tokens so far: {counted}"
+    stopping = stopping_text(attempts_stopping(run))
+    return f"tokens: {counted}" + (f"; {stopping}" if stopping else "")
+
+
 def run_markdown(run: Run) -> str:
     """The run's result as a Markdown document: the final output first, then every task's.
 
     Agent output is copied as written (it is Markdown already); titles and the goal are put
-    on one line so that they cannot break the document's headings.
+    on one line so that they cannot break the document's headings. Read as of one moment: its
+    tokens and its tasks agree.
     """
-    data = run_export(run)
+    with read_snapshot():
+        data = run_export(run)
+        tokens = tokens_text(Run.objects.get(pk=run.pk))
     r = data["run"]
     finals = set(data["final_tasks"])
     lines = [
@@ -224,8 +242,7 @@ def run_markdown(run: Run) -> str:
         "",
         f"- Status: {r['status']}" + (f" ({_one_line(r['summary'])})" if r["summary"] else ""),
         f"- Started: {r['started_at'] or 'not started'}; finished: {r['finished_at'] or 'not finished'}",
-        f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; "
-        f"tokens: {r['input_tokens']:,} in, {r['output_tokens']:,} out",
+        f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; {tokens}",
         f"- Tasks: {len(data['tasks'])}",
         "",
     ]

@@ -10,10 +10,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from orchestrator import events
-from orchestrator.engine import dispatch, runs
+from orchestrator.engine import attempt_ends, dispatch, execution, runs
 from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
+from orchestrator.providers.base import Usage
 from orchestrator.readmodels.records import CheckpointRecord, EventRecord
 from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
+from orchestrator.readmodels.totals import totals
 
 pytestmark = pytest.mark.django_db
 
@@ -211,3 +213,52 @@ def test_a_long_result_is_one_cut_line_in_the_markdown_and_says_how_long_it_was(
     line = next(line for line in run_markdown(run).splitlines() if "called `srv:big`" in line)
     assert f"→ result, {len(long_text):,} characters: `line of output line of output" in line
     assert len(line) < 400 and "…`" in line
+
+
+def cost_line(run) -> str:
+    """The Markdown export's line with the run's cost and tokens."""
+    return next(line for line in run_markdown(run).splitlines() if line.startswith("- Cost:"))
+
+
+def card(run) -> tuple[int, int, int, int]:
+    """The numbers of the run page's Tokens card: all, in, out, streaming."""
+    page = totals(run)
+    return page.tokens, page.input_tokens_so_far, page.output_tokens, page.streaming_tokens
+
+
+def streaming_attempt(run):
+    """The claim of the run's one queued attempt, its host having saved 1,027 input tokens
+    (reported at the stream's start) and 8 streamed."""
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("Hel", 5, Usage(input_tokens=1_027, output_tokens=8)))])
+    return claim
+
+
+def test_the_markdown_of_a_run_under_way_counts_its_tokens_so_far_as_the_tokens_card(launched):
+    """The Markdown of a running run said "tokens: 0 in, 0 out" while the run page's Tokens card
+    said 1,035, "1,027 in · 0 out · 8 streaming": it counted only the ended attempts."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    claim = streaming_attempt(run)
+    assert card(run) == (1_035, 1_027, 0, 8)
+    assert cost_line(run).endswith("; tokens so far: 1,035 (1,027 in, 0 out, 8 streaming)")
+
+    attempt_ends.complete(claim, "Hello", Usage(input_tokens=1_027, output_tokens=40), advance=False)
+    assert card(run) == (1_067, 1_027, 40, 0)
+    assert cost_line(run).endswith("; tokens so far: 1,067 (1,027 in, 40 out)")
+
+    runs.cancel(run)
+    assert cost_line(run).endswith("; tokens: 1,067 (1,027 in, 40 out)")  # ended: no longer "so far"
+
+
+def test_the_markdown_of_a_cancelled_run_says_what_its_stopping_attempt_has_not_counted_yet(launched):
+    """As the Tokens card: "1 attempt still stopping: not counted yet" until the attempt stops."""
+    run = launched({"a": ("researcher", [])})
+    claim = streaming_attempt(run)
+    runs.cancel(run)
+    assert totals(run).not_counted_yet == "1 attempt still stopping: not counted yet"
+    assert cost_line(run).endswith("; tokens: 0 (0 in, 0 out); 1 attempt still stopping: not counted yet")
+
+    attempt_ends.cancel_attempt(claim, Usage(input_tokens=1_027, output_tokens=40))  # its next beat
+    assert card(run) == (1_067, 1_027, 40, 0)
+    assert cost_line(run).endswith("; tokens: 1,067 (1,027 in, 40 out)")
