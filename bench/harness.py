@@ -301,7 +301,11 @@ def make_profile(name: str, workdir: Path, *, keep_database: bool = False) -> Pr
             }
         )
         profile = Profile(
-            name, env, workdir, "PostgreSQL + django-q2 Redis broker + Redis rate limiter and channel layer"
+            name,
+            env,
+            workdir,
+            "PostgreSQL (agent hosts commit asynchronously: GLASSBOX_HOST_SYNCHRONOUS_COMMIT=off)"
+            " + django-q2 Redis broker + Redis rate limiter and channel layer",
         )
 
         def drop_database():

@@ -286,6 +286,14 @@ GLASSBOX_SLOTS_PER_WORKER = env_int("GLASSBOX_SLOTS_PER_WORKER", 50, minimum=1)
 GLASSBOX_HOST_DB_THREADS = env_int("GLASSBOX_HOST_DB_THREADS", 4, minimum=1)
 GLASSBOX_PROGRESS_SAVE_S = env_float("GLASSBOX_PROGRESS_SAVE_S", 2.0 if REDIS_URL else 1.0, minimum=0.1)
 GLASSBOX_DRAIN_S = env_float("GLASSBOX_DRAIN_S", 10.0, minimum=0)
+# On PostgreSQL, the agent hosts' connections commit without waiting for the WAL to reach the disk
+# (`synchronous_commit`): the durability the embedded profile's SQLite has (WAL, synchronous=NORMAL).
+# A crash of the database server itself (not of a worker) can then lose the hosts' last ~0.6 s of
+# commits, which the engine redoes as it redoes a killed worker's attempts; waiting for the disk
+# cost every attempt's end ~4 ms on this project's machines (docs/deploy.md). `on` waits.
+GLASSBOX_HOST_SYNCHRONOUS_COMMIT = env_choice(
+    "GLASSBOX_HOST_SYNCHRONOUS_COMMIT", "off", ("off", "on", "local", "remote_write", "remote_apply")
+)
 
 # --- Security (DESIGN §6) ---------------------------------------------------------------------
 # GLASSBOX_HTTPS=1 when the site is served over HTTPS: HTTP is redirected, HSTS is sent and the

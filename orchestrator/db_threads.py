@@ -10,6 +10,10 @@ that the next job opens a fresh one; `shutdown` closes every connection in its o
 `DatabaseThreads` is installed as the event loop's default executor by whoever owns the loop, so
 code below the engine (a provider's rate-limit check) reaches it through `run` without knowing
 about the host.
+
+A pool may give its PostgreSQL sessions settings of their own (`session_settings`), set once when
+a thread opens its connection: the agent host's commit asynchronously
+(GLASSBOX_HOST_SYNCHRONOUS_COMMIT), and nothing else in the process does.
 """
 
 from __future__ import annotations
@@ -18,14 +22,16 @@ import asyncio
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db.backends.signals import connection_created
 
 T = TypeVar("T")
 _STOP = object()
+_this_thread = threading.local()  # .session_settings: those of the pool whose thread this is
 
 
 class DatabaseThreads(ThreadPoolExecutor):
@@ -36,10 +42,11 @@ class DatabaseThreads(ThreadPoolExecutor):
     are this class's. Unlike them, each of these closes its database connections when it stops.
     """
 
-    def __init__(self, threads: int, name: str = "glassbox-db"):
+    def __init__(self, threads: int, name: str = "glassbox-db", *, session_settings: Mapping[str, str] | None = None):
         if threads < 1:
             raise ValueError(f"DatabaseThreads needs at least one thread, got {threads}")
         super().__init__(max_workers=threads, thread_name_prefix=name)
+        self.session_settings = dict(session_settings or {})
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = False
         self._workers = [
@@ -66,6 +73,7 @@ class DatabaseThreads(ThreadPoolExecutor):
                 thread.join()
 
     def _work(self) -> None:
+        _this_thread.session_settings = self.session_settings
         try:
             while (job := self._jobs.get()) is not _STOP:
                 future, call = job
@@ -81,6 +89,19 @@ class DatabaseThreads(ThreadPoolExecutor):
                     future.set_result(result)
         finally:
             _close_connections()
+
+
+def _apply_session_settings(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """A PostgreSQL connection opened by a pool's thread gets the pool's session settings."""
+    session_settings = getattr(_this_thread, "session_settings", None)
+    if not session_settings or connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for name, value in session_settings.items():
+            cursor.execute("SELECT set_config(%s, %s, false)", [name, value])
+
+
+connection_created.connect(_apply_session_settings, dispatch_uid="glassbox-db-threads-session-settings")
 
 
 def _close_connections() -> None:

@@ -97,7 +97,10 @@ class AgentHost:
         self._claimed_ahead_lock = threading.Lock()
         self._idle = threading.Condition()
         self._draining = threading.Lock()
-        self.pool = db_threads.DatabaseThreads(db_threads_count or settings.GLASSBOX_HOST_DB_THREADS)
+        self.pool = db_threads.DatabaseThreads(
+            db_threads_count or settings.GLASSBOX_HOST_DB_THREADS,
+            session_settings={"synchronous_commit": settings.GLASSBOX_HOST_SYNCHRONOUS_COMMIT},
+        )
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(self.pool)
         self._thread = threading.Thread(target=self._run_loop, name="glassbox-agent-host", daemon=True)

@@ -362,3 +362,10 @@ def test_a_delivery_claimed_elsewhere_still_takes_the_rest_of_its_wave(make_agen
     )
     mine = Attempt.objects.filter(task_run__run=run, worker=execution.worker_name())
     assert sorted(mine.values_list("pk", flat=True)) == [a.pk for a in attempts[3:]]
+
+
+@pytest.mark.parametrize("value", ["off", "on"])
+def test_the_hosts_database_sessions_commit_as_configured(settings, make_host, value):
+    settings.GLASSBOX_HOST_SYNCHRONOUS_COMMIT = value
+    agent_host = make_host(slots=2)
+    assert agent_host.pool.session_settings == {"synchronous_commit": value}
