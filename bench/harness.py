@@ -433,6 +433,9 @@ class Cluster:
             pass
         self.proc.wait(timeout=10)
         self.log_file.close()
+        from orchestrator.orm_broker import sweep  # its pushers' sockets (the embedded profile's broker)
+
+        sweep()
 
 
 # --- Statistics --------------------------------------------------------------------------------------

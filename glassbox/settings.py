@@ -142,6 +142,9 @@ if REDIS_URL:
     Q_CLUSTER["redis"] = REDIS_URL
 else:
     Q_CLUSTER["orm"] = "default"
+    # The ORM broker, whose idle clusters are woken when a task is queued instead of finding it
+    # at their next poll (orchestrator/orm_broker.py).
+    Q_CLUSTER["broker_class"] = "orchestrator.orm_broker.DoorbellORM"
 
 # channels_redis reads a channel with a blocking BZPOPMIN of 5 s; redis-py's default socket
 # timeout is also 5 s, so every idle read raced the socket timeout and lost ("Timeout reading

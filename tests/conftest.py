@@ -46,6 +46,13 @@ def pytest_collection_modifyitems(config, items) -> None:
 EXIT_WATCHDOG_S = 120
 
 
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """The sockets the session's clusters were rung on (orchestrator/orm_broker.py) are removed."""
+    from orchestrator.orm_broker import sweep
+
+    sweep()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config) -> None:
     """End a test process that does not exit: a thread left running (an event loop whose task

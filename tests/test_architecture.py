@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
         "orchestrator.ratelimit",
         "orchestrator.sql",
         "orchestrator.db_threads",
+        "orchestrator.orm_broker",
         "orchestrator.parent_death",
         "orchestrator.process_group",
         "orchestrator.wording",

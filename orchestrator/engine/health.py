@@ -88,6 +88,8 @@ def broker_backend() -> str:
     """The broker django_q.brokers.get_broker() would build, named without connecting."""
     from django_q.conf import Conf
 
+    if Conf.BROKER_CLASS == "orchestrator.orm_broker.DoorbellORM":
+        return "orm"  # the ORM broker, rung awake when a task is queued
     if Conf.BROKER_CLASS:
         return Conf.BROKER_CLASS.rsplit(".", 1)[-1].lower()
     if Conf.IRON_MQ:
