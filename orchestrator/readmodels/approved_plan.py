@@ -1,7 +1,7 @@
 """What a run's plan says, read once per process once the plan's approval has fixed it.
 
 The live view asks at nearly every frame for what depends on the plan alone: the subtasks' order
-and estimates for the ETA (readmodels/totals.py), the final tasks for the result
+and estimates for the ETA (readmodels/eta.py), the final tasks for the result
 (readmodels/graph.py). Reading them was a third of a small frame's time on a 200-task run. A
 plan changes only while its run awaits the plan's approval (engine/plan_edits.py; a re-run resets
 task states, not the graph), so, as the scheduler does with engine/run_shape.py, each process

@@ -437,7 +437,7 @@ class TaskState:
     earlier_tokens: int
     # When its last attempt ended: for a task reviewed after it ran, when its work ended, before
     # the wait for the reviewer (its `finished_at` is when the review was approved). The pace of
-    # the run's ETA measures the work (totals.py).
+    # the run's ETA measures the work (eta.py).
     worked_until: datetime | None
     live_input_tokens: int = 0
     live_output_tokens: int = 0

@@ -4,7 +4,7 @@ tick in the browser, whose one formatter (static/dashboard/run/format.js) must s
 The comparison runs format.js in Chromium on the same values as format_duration, days, zero,
 hours, negative and rounding ties included; then a run started days ago shows the same elapsed
 text before and after the page's clock has ticked, and an ETA counts down to where the server
-says a countdown has run out (readmodels/totals.py ETA_RUN_OUT_S), then reads as the server's.
+says a countdown has run out (readmodels/eta.py ETA_RUN_OUT_S), then reads as the server's.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from playwright.sync_api import expect
 from dashboard.formatting import format_duration
 from orchestrator.engine import runs
 from orchestrator.models import Run
-from orchestrator.readmodels.totals import ETA_RUN_OUT_S
+from orchestrator.readmodels.eta import ETA_RUN_OUT_S
 from tests.conftest import fast_latency
 
 pytestmark = [pytest.mark.browser]

@@ -25,7 +25,7 @@ export function tickClocks() {
   }
   var eta = document.querySelector(".js-eta");
   // The server sets data-eta-at only while the run's work moves (readmodels/totals.py counts_down),
-  // says in data-run-out-s how little left is run out (totals.py ETA_RUN_OUT_S), and in
+  // says in data-run-out-s how little left is run out (eta.py ETA_RUN_OUT_S), and in
   // data-overdue what the card reads then.
   if (eta && eta.dataset.etaAt) {
     var left = (Number(eta.dataset.etaAt) - now()) / 1000;

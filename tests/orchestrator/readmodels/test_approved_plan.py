@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from orchestrator.engine import plan_edits
 from orchestrator.models import Checkpoint, Run
+from orchestrator.readmodels.eta import eta_plan
 from orchestrator.readmodels.graph import final_task_ids
-from orchestrator.readmodels.totals import eta_plan
 
 
 def test_a_running_runs_plan_is_read_once(launched, django_assert_num_queries):
