@@ -18,13 +18,14 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
-from typing import Annotated, Any, NamedTuple, Self
+from typing import Annotated, Any, Self
 
 from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
 from orchestrator.readmodels import launchers
+from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, LiveTokens
 from orchestrator.readmodels.template_items import TemplateItems
 
 MONEY_PATTERN = r"^-?\d+(\.\d+)?$"
@@ -381,17 +382,6 @@ class AttemptOutput(Record):
         return cls(heading="Output so far" if streaming else "Output", text=task.output)
 
 
-class LiveTokens(NamedTuple):
-    """What a running attempt has used so far, as its host last saved it on the attempt
-    (`readmodels.tasks.live_tokens` reads it): not yet settled into its task's tokens."""
-
-    input: int
-    output: int
-
-
-NO_LIVE_TOKENS = LiveTokens(0, 0)
-
-
 class TaskRecord(Record):
     """A task of a run as it stands (without its attempts: see TaskRunRecord)."""
 
@@ -480,7 +470,7 @@ class TaskRunRecord(TaskRecord):
     @classmethod
     def of(cls, task: TaskRun, attempts: list[Attempt] | None = None, live: LiveTokens = NO_LIVE_TOKENS) -> Self:
         """`attempts` may be given by a caller that prefetched them, in number order (saves a query per task);
-        `live`: what its running attempt has used so far (`readmodels.tasks.live_tokens`)."""
+        `live`: what its running attempt has used so far (`readmodels.live_tokens`)."""
         if attempts is None:
             attempts = list(task.attempts.order_by("number"))
         return cls.build(

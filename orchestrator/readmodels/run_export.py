@@ -20,10 +20,11 @@ from typing import Any, Literal, Self
 from orchestrator import wording
 from orchestrator.models import Event, Run, TaskRun
 
-from .records import NO_LIVE_TOKENS, AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .live_tokens import NO_LIVE_TOKENS, live_tokens
+from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
 from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
-from .tasks import live_tokens, run_tokens
+from .tasks import run_tokens
 from .totals import attempts_stopping, stopping_text
 
 EXPORT_FORMAT = "glassbox.run/1"

@@ -445,7 +445,7 @@ def activity_of(rows: list[PathRow]) -> str:
 
 
 class Attempted(Protocol):
-    """What `activities` (and tasks.live_output_tokens) read of a task: a TaskRun, or a view of it
+    """What `activities` (and `live_tokens.live_tokens`) read of a task: a TaskRun, or a view of it
     read as plain values (tasks.TaskView, tasks.TaskState)."""
 
     @property

@@ -21,8 +21,9 @@ from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
-from .records import NO_LIVE_TOKENS, LiveTokens, PartialOutputRecord, TaskRecord
-from .steps import Attempted, activities
+from .live_tokens import NO_LIVE_TOKENS, LiveTokens, live_tokens
+from .records import PartialOutputRecord, TaskRecord
+from .steps import activities
 
 State = TaskRun.State
 
@@ -353,25 +354,6 @@ def output_heading(task: TaskRun, last_attempt: Attempt | None) -> str:
 
 def tasks_query(run_id: int):
     return TaskRun.objects.filter(run_id=run_id).select_related("subtask", "agent").order_by("subtask__position", "pk")
-
-
-def live_tokens(tasks: Iterable[Attempted]) -> dict[int, LiveTokens]:
-    """The tokens each running task's current attempt has used so far, as its host last saved them
-    on the attempt (every GLASSBOX_PROGRESS_SAVE_S): its input, known from the stream's start
-    (the Attempts table shows it at once), and the output streamed so far. Both are settled into
-    the task's totals when the attempt ends, in the transaction that ends it, so a read sees
-    them here or there, never in both. One query."""
-    running = {task.pk: task.attempt_count for task in tasks if task.state == State.RUNNING}
-    if not running:
-        return {}
-    rows = Attempt.objects.filter(task_run_id__in=list(running), state=Attempt.State.RUNNING).values_list(
-        "task_run_id", "number", "input_tokens", "output_tokens"
-    )
-    return {
-        task_id: LiveTokens(input_tokens, output_tokens)
-        for task_id, number, input_tokens, output_tokens in rows
-        if running[task_id] == number and (input_tokens or output_tokens)
-    }
 
 
 # What a TaskView reads of a task, its subtask and its agent, as plain values: its field -> the

@@ -8,14 +8,13 @@ from django.db.models import Model
 
 from orchestrator.engine import runs
 from orchestrator.models import Attempt, TaskRun
+from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, live_tokens
 from orchestrator.readmodels.tasks import (
-    NO_LIVE_TOKENS,
     NO_NOTE,
     WAITING,
     TaskNote,
     TaskView,
     display_state,
-    live_tokens,
     outcome_of,
     outcome_text,
     task_states,
