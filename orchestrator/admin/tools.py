@@ -13,7 +13,7 @@ from django import forms
 from django.contrib import admin, messages
 
 from orchestrator.admin.base import AuditedAdmin, ReadOnlyAdmin, ReadOnlyInline, report_action
-from orchestrator.governance import secrets, tool_registry
+from orchestrator.governance import grant_wording, secrets, tool_registry
 from orchestrator.models import Agent, Tool, ToolGrant, ToolServer
 
 
@@ -230,7 +230,7 @@ class ToolGrantAdmin(AuditedAdmin):
 
     def _revoke(self, request, grant: ToolGrant) -> None:
         """Revoke, and say what the agent still holds of it (a tool's own grant, gone, leaves its
-        server's grant deciding: see tool_registry.still_granted)."""
+        server's grant deciding: see grant_wording.still_granted)."""
         agent, target = grant.agent, grant.target
-        if left := tool_registry.still_granted(tool_registry.revoke(agent, target, user=request.user)):
+        if left := grant_wording.still_granted(tool_registry.revoke(agent, target, user=request.user)):
             self.message_user(request, f"{agent.name} → {target} revoked. {left}", messages.WARNING)

@@ -487,7 +487,8 @@ def remove_server(server: ToolServer, *, user: Any = None, actor: str = "") -> N
         )
 
 
-def _agent(agent: Agent | str) -> Agent:
+def agent_named(agent: Agent | str) -> Agent:
+    """``agent`` itself, or the agent of that name; ToolRegistryError when there is none."""
     if isinstance(agent, Agent):
         return agent
     try:
@@ -507,7 +508,7 @@ def grant(
     agent: Agent | str, target: str, *, requires_approval: bool = False, user: Any = None, actor: str = ""
 ) -> ToolGrant:
     """Let ``agent`` use ``SERVER`` or ``SERVER:TOOL``; granting again changes only the approval flag."""
-    agent = _agent(agent)
+    agent = agent_named(agent)
     if agent.status == Agent.Status.RETIRED:
         raise ToolRegistryError(f"agent {agent.name} is retired")
     server_name, tool = parse_target(target)
@@ -548,28 +549,10 @@ def grant(
     return created
 
 
-APPROVAL_WORDS = {True: "each call approved by a person", False: "no approval needed"}
-
-
-def grant_in_words(agent: Agent | str, target: str, *, requires_approval: bool = False, actor: str = "") -> str:
-    """Grant as :func:`grant` does, and say what changed: a grant given again was reported as
-    "Granted" whether it was new, unchanged, or had just lost its approval."""
-    agent = _agent(agent)
-    server_name, tool = parse_target(target)
-    before = ToolGrant.objects.filter(agent=agent, server__name=server_name, tool=tool).first()
-    given = grant(agent, target, requires_approval=requires_approval, actor=actor)
-    how = APPROVAL_WORDS[given.requires_approval]
-    if before is None:
-        return f"Granted {given.target} to {agent.name} ({how})."
-    if before.requires_approval == given.requires_approval:
-        return f"{agent.name} already holds {given.target} ({how}): nothing changed."
-    return f"Changed {agent.name}'s grant of {given.target}: {how} (was: {APPROVAL_WORDS[before.requires_approval]})."
-
-
 def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = "") -> list[ToolGrant]:
     """Remove the grant named exactly ``SERVER`` or ``SERVER:TOOL``; the agent's grants on that
-    server that still let it use what was revoked (see :func:`still_granted`)."""
-    agent = _agent(agent)
+    server that still let it use what was revoked (`grant_wording.still_granted` says them)."""
+    agent = agent_named(agent)
     server_name, tool = parse_target(target)
     server = _server(server_name)
     with transaction.atomic():
@@ -589,21 +572,3 @@ def revoke(agent: Agent | str, target: str, *, user: Any = None, actor: str = ""
         )
     left = ToolGrant.objects.filter(agent=agent, server=server).select_related("agent", "server")
     return [g for g in left if not g.tool] if tool else list(left)
-
-
-def still_granted(left: list[ToolGrant]) -> str:
-    """What a revoke left the agent of what it revoked, in words ("" for nothing).
-
-    Revoking a tool's own grant does not take the tool away when the agent holds its whole server:
-    the server's grant decides about it then, so revoking a grant that asked for approval lets the
-    agent call the tool with no approval. "Revoked workspace:calculate" alone read as if it could
-    no longer call it at all.
-    """
-    if not left:
-        return ""
-    if len(left) == 1 and not left[0].tool:
-        return (
-            f"It can still call it through its grant of {left[0].target} ({APPROVAL_WORDS[left[0].requires_approval]})."
-        )
-    held = ", ".join(f"{g.target} ({APPROVAL_WORDS[g.requires_approval]})" for g in left)
-    return f"It still holds {held}."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.governance import tool_registry
+from orchestrator.governance import grant_wording
 from orchestrator.governance.tool_registry import ToolRegistryError
 from orchestrator.management import console
 
@@ -19,7 +19,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, agent, target, approval, **options):
         try:
-            said = tool_registry.grant_in_words(agent, target, requires_approval=approval, actor=console.cli_actor())
+            said = grant_wording.grant_in_words(agent, target, requires_approval=approval, actor=console.cli_actor())
         except ToolRegistryError as error:
             raise CommandError(error.sentence) from None
         self.stdout.write(said)

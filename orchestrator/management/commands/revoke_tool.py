@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from orchestrator.governance import tool_registry
+from orchestrator.governance import grant_wording, tool_registry
 from orchestrator.governance.tool_registry import ToolRegistryError
 from orchestrator.management import console
 
@@ -22,5 +22,5 @@ class Command(BaseCommand):
         except ToolRegistryError as error:
             raise CommandError(error.sentence) from None
         self.stdout.write(
-            " ".join(filter(None, [f"Revoked {target} from {agent}.", tool_registry.still_granted(left)]))
+            " ".join(filter(None, [f"Revoked {target} from {agent}.", grant_wording.still_granted(left)]))
         )
