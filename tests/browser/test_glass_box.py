@@ -14,10 +14,10 @@ from orchestrator.engine import runs
 from orchestrator.engine.agent_steps import Decision, Step
 from orchestrator.models import Attempt, TaskRun
 from orchestrator.tools import workspace
-from tests.agent_steps import loop_steps, record_step
 from tests.browser.test_narrow import PHONE, overflow
 from tests.browser.test_run_page import assert_not_reloaded, open_run, poll
 from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, tool_turn
+from tests.scripted_agent_path import loop_steps, record_step
 
 pytestmark = [pytest.mark.browser]
 

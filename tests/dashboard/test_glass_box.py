@@ -24,10 +24,10 @@ from orchestrator.readmodels import run_export
 from orchestrator.readmodels.steps import NO_STEPS_ENDED
 from orchestrator.tools import sessions, workspace
 from orchestrator.tools.toolbox import Toolbox
-from tests.agent_steps import loop_steps, record_loop, record_step
 from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, request, tool_turn
 from tests.orchestrator.readmodels.conftest import start
 from tests.orchestrator.tools.conftest import grant_of, server_spec
+from tests.scripted_agent_path import loop_steps, record_loop, record_step
 
 pytestmark = pytest.mark.django_db
 

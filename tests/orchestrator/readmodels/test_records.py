@@ -157,8 +157,8 @@ def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifact
     """The path as the glass box shows it, per attempt: a call with its approval and result, a
     refused call, the model calls; tasks whose agent took no step have no path."""
     from orchestrator.engine.agent_steps import Decision
-    from tests.agent_steps import record_loop
     from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, echo, tool_turn
+    from tests.scripted_agent_path import record_loop
 
     scope = run.tasks.get(subtask__key="scope")
     provider = ScriptedProvider(tool_turn(("echo", {"text": "hi"}), ("rm", {"path": "/"})), answer("Done."))
@@ -198,8 +198,8 @@ def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifact
 
 
 def test_a_long_result_is_one_cut_line_in_the_markdown_and_says_how_long_it_was(run, artifacts_dir):
-    from tests.agent_steps import record_loop
     from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, tool_turn
+    from tests.scripted_agent_path import record_loop
 
     scope = run.tasks.get(subtask__key="scope")
     long_text = "line of output\n" * 2000

@@ -14,8 +14,8 @@ from orchestrator.models import Attempt, TaskRun
 from orchestrator.readmodels.steps import activities, attempt_path, attempt_paths, current_activity, task_path
 from orchestrator.readmodels.tasks import task_views
 from orchestrator.tools import full_results
-from tests.agent_steps import loop_steps, record_loop, record_step
 from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, echo, tool_turn
+from tests.scripted_agent_path import loop_steps, record_loop, record_step
 
 from .conftest import start
 
