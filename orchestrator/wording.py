@@ -12,6 +12,8 @@ bottom of the stack where both may use them:
 - `counted`: "1 task", "2 tasks", "0 tasks".
 - `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
   static/dashboard/run/format.js).
+- `time_limit`: a timeout as a person sets it: whole seconds as whole seconds (1 s, not 1.0 s),
+  anything else as `duration` shows it (1.2 s, 12 s, 2 min 30 s).
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
   a non-zero amount ("<1%") nor 100% before the whole is reached (99%).
 - `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
@@ -107,6 +109,14 @@ def duration(seconds: float | None) -> str:
         return f"{hours} h {minutes:02d} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def time_limit(seconds: float | None) -> str:
+    """A timeout as a person sets it: "1 s", "5 s" (whole seconds without a ".0"); anything else as
+    `duration` shows it: "1.2 s" for 1.23456, "12 s" for what is left of a task's 12.3457 s."""
+    if seconds is not None and 0 <= seconds < 60 and float(seconds).is_integer():
+        return f"{int(seconds)} s"
+    return duration(seconds)
 
 
 def tool_call_outcome(is_error: bool, seconds: float | None, server_start_s: float | None = None) -> str:

@@ -37,6 +37,7 @@ from mcp.client.stdio import get_default_environment, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from orchestrator import wording
 from orchestrator.tools import stdio_launcher
 from orchestrator.tools.servers import ServerSpec, ToolInfo
 
@@ -131,9 +132,7 @@ async def discover(spec: ServerSpec, *, cwd: Path | None = None, timeout_s: floa
                 async with connect(spec, cwd=cwd, errlog=errlog) as session:
                     return await list_tools(session)
         except TimeoutError:
-            raise ToolServerError(
-                describe_failure(spec, f"did not complete the MCP handshake within {timeout_s:g} s", errlog)
-            ) from None
+            raise ToolServerError(describe_failure(spec, no_handshake_within(timeout_s), errlog)) from None
         except Exception as exc:  # every failure becomes one line for people
             raise ToolServerError(describe_failure(spec, explain(exc), errlog)) from None
 
@@ -157,6 +156,11 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, httpx2.HTTPError):
         return f"could not be reached: {type(exc).__name__}: {exc}"
     return f"failed: {type(exc).__name__}: {exc}"
+
+
+def no_handshake_within(timeout_s: float) -> str:
+    """What a server that never finished starting did: "did not complete the MCP handshake within 20 s"."""
+    return f"did not complete the MCP handshake within {wording.time_limit(timeout_s)}"
 
 
 def describe_failure(spec: ServerSpec, what: str, errlog: IO[str] | None = None) -> str:

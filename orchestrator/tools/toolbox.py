@@ -51,6 +51,7 @@ from django.conf import settings
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
 
+from orchestrator import wording
 from orchestrator.providers.base import ToolSpec
 from orchestrator.tools import results, sessions
 from orchestrator.tools.results import ToolResult
@@ -109,9 +110,7 @@ class _Connection:
             except TimeoutError:
                 self._retire(cancel=True)
                 raise sessions.ToolServerError(
-                    sessions.describe_failure(
-                        self.spec, f"did not complete the MCP handshake within {self.start_timeout_s:g} s"
-                    )
+                    sessions.describe_failure(self.spec, sessions.no_handshake_within(self.start_timeout_s))
                 ) from None
             except sessions.ToolServerError:
                 self._retire()
@@ -265,14 +264,15 @@ class Toolbox:
         timeout: float,
     ) -> ToolResult:
         """One call on an open session, under its timeout; a failure as an error result."""
+        too_late = f"did not answer {tool.tool} within {wording.time_limit(timeout)}"
         try:
             async with asyncio.timeout(timeout + 5.0):  # the SDK's own timeout should come first
                 answer = await session.call_tool(tool.tool, arguments, read_timeout_seconds=timeout)
         except TimeoutError:
-            return ToolResult.error(connection.failure(f"did not answer {tool.tool} within {timeout:g} s"))
+            return ToolResult.error(connection.failure(too_late))
         except MCPError as exc:
             if exc.code == mcp_types.REQUEST_TIMEOUT:
-                return ToolResult.error(connection.failure(f"did not answer {tool.tool} within {timeout:g} s"))
+                return ToolResult.error(connection.failure(too_late))
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 connection.mark_dead()
             return ToolResult.error(connection.failure(f"{sessions.explain(exc)} during {tool.tool}"))

@@ -1,5 +1,5 @@
-"""Budgets and their shares in words: a budget as a person sets it ($0.50); a share rounded to the
-nearest percent, never 0% of a spend, never 100% early."""
+"""Budgets, time limits and shares in words: a budget as a person sets it ($0.50), a time limit
+too (1 s); a share rounded to the nearest percent, never 0% of a spend, never 100% early."""
 
 from __future__ import annotations
 
@@ -61,3 +61,19 @@ def test_a_refusal_reads_as_a_sentence_on_its_own(clause, shown):
 )
 def test_a_budget_reads_as_a_person_sets_it(amount, text):
     assert wording.budget(amount) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (1, "1 s"),  # as it was set, not "1.0 s"
+        (5.0, "5 s"),
+        (1.23456, "1.2 s"),  # once "1.23456 s"
+        (12.3457, "12 s"),  # what was left of a task's time, as `duration` shows it
+        (0.5, "0.5 s"),
+        (150, "2 min 30 s"),
+        (None, "—"),
+    ],
+)
+def test_a_time_limit_reads_as_a_person_sets_it(seconds, text):
+    assert wording.time_limit(seconds) == text

@@ -72,6 +72,17 @@ def test_a_tool_that_hangs_fails_that_call_only(test_tools, tmp_path):
     assert (after.text, after.is_error, starts) == ("still here", False, 1)
 
 
+def test_a_fractional_timeout_reads_as_durations_do_elsewhere(test_tools, tmp_path):
+    """Once "did not answer hang within 1.23456 s"."""
+
+    async def main():
+        async with toolbox(test_tools, tmp_path, call_timeout_s=1.23456) as box:
+            return await box.call("hang", {})
+
+    hung = run(main())
+    assert hung.is_error and "did not answer hang within 1.2 s" in hung.text
+
+
 # How long the slow server sleeps before it answers the MCP handshake.
 SLOW_START_S = 1.5
 
