@@ -196,8 +196,6 @@ def preflight_view(request, token: str):
         "refusal": refusal,
         "predicted": format_duration(checked.predicted_duration_s),
         "duration_note": checked.duration_note("the run's cap"),
-        "critical_path": format_duration(checked.critical_path_s),
-        "total_work": format_duration(checked.total_work_s),
         "budget_percent": wording.percent(checked.estimate_usd, checked.budget_usd),
         "budget_percent_text": wording.percent_text(checked.estimate_usd, checked.budget_usd),
         "decisions": checked.decisions(plan_review=settings.require_plan_approval),

@@ -189,13 +189,18 @@ class Preflight:
         return self.duration_binding.text
 
     def duration_note(self, cap_name: str) -> str:
-        """What the predicted duration assumes and what sets it, naming the cap once: "set by the
-        default cap of 4" when the cap binds, else "at the default cap of 4, set by the critical
-        path" (or an agent's limit). `cap_name` says whose cap it is ("the default cap")."""
+        """What the predicted duration assumes and what sets it, naming the cap and each number
+        once: "set by the default cap of 2: critical path 0.6 s, total work 1.2 s" when the cap
+        binds, "at the default cap of 4, set by the critical path (0.6 s); total work 1.2 s", "at
+        the default cap of 4, set by the writer's limit of 1 at once: critical path 0.2 s, total
+        work 0.6 s". `cap_name` says whose cap it is ("the default cap")."""
         cap = f"{cap_name} of {self.cap}"
+        path, work = wording.duration(self.critical_path_s), wording.duration(self.total_work_s)
         if self.duration_binding.kind == "cap":
-            return f"set by {cap}"
-        return f"at {cap}, set by {self.duration_bound}"
+            return f"set by {cap}: critical path {path}, total work {work}"
+        if self.duration_binding == makespan.CRITICAL_PATH:
+            return f"at {cap}, set by the critical path ({path}); total work {work}"
+        return f"at {cap}, set by {self.duration_bound}: critical path {path}, total work {work}"
 
     @property
     def widest_layer(self) -> int:

@@ -56,16 +56,21 @@ def _duration_note(client, plan) -> str:
     return re.search(r'id="plan-duration">.*?<div class="stat-note">(.*?)</div>', page, re.S).group(1)
 
 
-def test_the_plan_pages_duration_names_the_default_cap_once(launcher, make_agent, make_plan, settings):
+def test_the_plan_pages_duration_names_the_default_cap_and_each_number_once(launcher, make_agent, make_plan, settings):
     settings.GLASSBOX_DEFAULT_CAP = 4
     make_agent("researcher", max_concurrency=8)
     make_agent("writer", max_concurrency=1)
     wide = make_plan({f"probe_{n}": ("researcher", []) for n in range(8)})
-    assert _duration_note(launcher, wide) == "set by the default cap of 4"
+    assert _duration_note(launcher, wide) == "set by the default cap of 4: critical path 0.2 s, total work 1.6 s"
     chain = make_plan({"scope": ("researcher", []), "write": ("researcher", ["scope"])})
-    assert _duration_note(launcher, chain) == "at the default cap of 4, set by the critical path"
+    assert (
+        _duration_note(launcher, chain) == "at the default cap of 4, set by the critical path (0.4 s); total work 0.4 s"
+    )
     drafts = make_plan({f"draft_{n}": ("writer", []) for n in range(3)})
-    assert _duration_note(launcher, drafts) == "at the default cap of 4, set by the writer&#x27;s limit of 1 at once"
+    assert (
+        _duration_note(launcher, drafts)
+        == "at the default cap of 4, set by the writer&#x27;s limit of 1 at once: critical path 0.2 s, total work 0.6 s"
+    )
 
 
 def test_launch_again_starts_a_new_run_with_the_same_settings(launcher, finished):

@@ -129,11 +129,17 @@ def test_a_wide_step_under_the_cap_takes_rounds(demo_agents):
     assert checked.critical_path_s == pytest.approx(0.6) and checked.total_work_s == pytest.approx(1.2)
     assert checked.predicted_duration_s == pytest.approx(0.8)
     assert checked.duration_bound == "the run's cap of 2"
-    assert checked.duration_note("the default cap") == "set by the default cap of 2"
+    assert (
+        checked.duration_note("the default cap") == "set by the default cap of 2: critical path 0.6 s, total work 1.2 s"
+    )
     assert checked.steps_note == "3 steps, up to 2 in parallel (the widest step has 4)"
     wide = preflight.check_document(RESEARCH_BRIEF, cap=4, budget_usd=BUDGET)
     assert wide.predicted_duration_s == pytest.approx(0.6) and wide.duration_bound == "the critical path"
-    assert wide.duration_note("the default cap") == "at the default cap of 4, set by the critical path"
+    # Once "…, set by the critical path: critical path 0.6 s, total work 1.2 s".
+    assert (
+        wide.duration_note("the default cap")
+        == "at the default cap of 4, set by the critical path (0.6 s); total work 1.2 s"
+    )
     assert wide.steps_note == "3 steps, up to 4 in parallel"
 
 
