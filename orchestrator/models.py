@@ -132,6 +132,19 @@ class ProviderLimit(models.Model):
         """Admission keeps to a request rate learned from 429s (none configured or reported)."""
         return not self.requests_per_minute and bool(self.learned_requests_per_minute)
 
+    # Both prices at 0 is the default a row is made with (a limit set for its rates alone, a model
+    # seed_demo has no list price for): nothing tells it apart from a price of 0 set on purpose,
+    # so it counts as no price, and a run on it says its cost leaves the model's tokens out.
+    UNPRICED_HELP = (
+        "USD per million tokens. With both prices at 0 (the default) the model counts as unpriced: "
+        "its runs say their cost leaves its tokens out, and the budget cannot stop its calls."
+    )
+
+    @property
+    def is_priced(self) -> bool:
+        """Someone set a price: either price above 0 (both at 0 is the default, not a price)."""
+        return bool(self.input_price_per_mtok or self.output_price_per_mtok)
+
     # Anthropic bills prompt-cache reads at 0.1× and (5-minute) cache writes at 1.25× the base
     # input price (https://docs.anthropic.com/en/docs/about-claude/pricing); both are reported
     # apart from `input_tokens` in the API's usage.

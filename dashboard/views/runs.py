@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels import prices
 from orchestrator.readmodels.launchers import launchers
 from orchestrator.readmodels.tasks import StripSegment, count_text, counts_by_run, rejected_at_gate, state_strip
 from orchestrator.readmodels.totals import run_idle_text
@@ -45,6 +46,7 @@ class RunRow:
     launched_by: str  # as its run.created event recorded: "alice", "root from the command line"
     states: dict[str, int] = field(default_factory=dict)  # tasks by state
     rejected: list[str] = field(default_factory=list)  # keys of its tasks rejected at their gate
+    unpriced: dict[str, int] = field(default_factory=dict)  # tokens on models with no price (prices.unpriced_by_run)
 
     @property
     def succeeded(self) -> int:
@@ -89,6 +91,16 @@ class RunRow:
     def budget_used_text(self) -> str:
         return wording.percent_text(self.run.cost_usd, self.run.budget_usd)
 
+    @property
+    def unpriced_short(self) -> str:
+        """Under its cost, what the cost leaves out: "+ 1,212 tokens with no price", or ""."""
+        return prices.unpriced_short(self.unpriced)
+
+    @property
+    def unpriced_text(self) -> str:
+        """The same, whole, as the run page's Cost card says it (the note's title)."""
+        return prices.unpriced_text(self.unpriced)
+
 
 def run_rows(runs) -> list[RunRow]:
     now = timezone.now()
@@ -96,6 +108,7 @@ def run_rows(runs) -> list[RunRow]:
     states = counts_by_run(run.pk for run in runs)
     rejected = rejected_at_gate(run.pk for run in runs if states.get(run.pk, {}).get(TaskRun.State.SKIPPED))
     launched_by = launchers([run.pk for run in runs])
+    unpriced = prices.unpriced_by_run(run.pk for run in runs)
     rows = []
     for run in runs:
         if run.started_at:
@@ -115,6 +128,7 @@ def run_rows(runs) -> list[RunRow]:
                 launched_by=launched_by[run.pk],
                 states=states.get(run.pk, {}),
                 rejected=rejected.get(run.pk, []),
+                unpriced=unpriced.get(run.pk, {}),
             )
         )
     return rows

@@ -81,6 +81,7 @@ class ProviderLimitForm(forms.ModelForm):
     class Meta:
         model = ProviderLimit
         fields = list(registry.LIMIT_FIELDS)
+        help_texts = {field: ProviderLimit.UNPRICED_HELP for field in ("input_price_per_mtok", "output_price_per_mtok")}
         error_messages = {
             field: {"min_value": ProviderLimit.NO_ZERO_LIMIT} for field in ProviderLimit.CONFIGURED_LIMITS
         }

@@ -139,7 +139,7 @@ def provider_limit(agent: Agent) -> ProviderLimit | None:
 
 def worst_case_cost(input_tokens: int, agent: Agent, limit: ProviderLimit | None) -> Decimal:
     """The most one attempt can cost: reserved at admission, settled with the real usage."""
-    if limit is None or not (limit.input_price_per_mtok or limit.output_price_per_mtok):
+    if limit is None or not limit.is_priced:
         return Decimal("0")
     return limit.cost(input_tokens, agent.max_output_tokens)
 

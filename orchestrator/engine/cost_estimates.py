@@ -254,7 +254,7 @@ def estimate(
         tokens = basis.tokens(input_tokens)
         inputs.setdefault(name, []).append(tokens[0])
         limit = price_list.get((agent.provider, agent.model))
-        if limit is None:
+        if limit is None or not limit.is_priced:
             entry[2] = False
             continue
         entry[1] += limit.cost(*tokens)

@@ -160,6 +160,16 @@ class Preflight:
         return sorted({f"{line.provider}:{line.model}" for line in self.agents if not line.priced})
 
     @property
+    def unpriced_note(self) -> str:
+        """What the estimate leaves out ("" when every model has a price), on New run's pre-flight
+        and the plan page alike: "No price is known for simulated:x: counted as $0 (set prices in
+        the admin under provider limits)."."""
+        if not self.unpriced_models:
+            return ""
+        models = ", ".join(self.unpriced_models)
+        return f"No price is known for {models}: counted as $0 (set prices in the admin under provider limits)."
+
+    @property
     def over_budget(self) -> bool:
         return self.ok and self.estimate_usd > self.budget_usd
 

@@ -1,5 +1,6 @@
 """What a run cost, per agent and per model, from its attempts (failed attempts cost money too),
-and the tokens it used on models without a price, which no cost counts (`unpriced_tokens`)."""
+and the tokens its tasks used on models without a price, which no cost counts (`unpriced_tokens`;
+the rule and its words live in `prices`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any, TypedDict
 
 from django.db.models import Count, Sum
 
-from orchestrator import sql
-from orchestrator.models import Agent, Attempt, ProviderLimit, Run
+from orchestrator.models import Agent, Attempt, Run
 
+from . import prices
 from .tasks import TaskState, agents_of, task_states
 
 
@@ -63,60 +64,19 @@ def by_model(run: Run) -> list[CostLine]:
 # --- Tokens no price counts ----------------------------------------------------------------------
 
 
-def price_list() -> dict[tuple[str, str], ProviderLimit]:
-    """Every provider:model with a price (a ProviderLimit row: its prices, 0 included, are what
-    a call is charged), read in one statement."""
-    return {
-        (limit.provider, limit.model): limit for limit in sql.objects(ProviderLimit, order_by=("provider", "model"))
-    }
-
-
 def unpriced_tokens(
-    tasks: Iterable[TaskState], agents: Mapping[int, Agent], priced: Iterable[tuple[str, str]]
+    tasks: Iterable[TaskState], agents: Mapping[int, Agent], price_list: prices.Prices
 ) -> dict[str, int]:
     """The tokens the run's tasks used on models without a price ("provider:model" -> tokens, in
     name order; none used, none named): the run's cost counts them as $0, and the budget, which
     reserves and settles in dollars, cannot stop their calls. `tasks`: every task of the run,
     finished or not (a task's tokens count every attempt's, a running one's so far too); `agents`:
-    theirs; `priced`: the provider:model pairs with a price (`price_list`)."""
-    known = set(priced)
-    used: dict[str, int] = {}
-    for task in tasks:
-        agent = agents.get(task.agent_id)
-        if agent is None or (agent.provider, agent.model) in known or not task.spent_tokens:
-            continue
-        name = f"{agent.provider}:{agent.model}"
-        used[name] = used.get(name, 0) + task.spent_tokens
-    return dict(sorted(used.items()))
-
-
-def unpriced_text(used: Mapping[str, int]) -> str:
-    """What the run's cost leaves out, in one sentence ("" when every model it used has a price):
-    "anthropic:claude-x has no price: its 1,212 tokens are not in the cost, and the budget cannot
-    stop them (set prices in the admin under provider limits)". The run page's Cost card and
-    `run_status` say it alike."""
-    if not used:
-        return ""
-    total = sum(used.values())
-    if len(used) == 1:
-        (name,) = used
-        subject, have, its = name, "has", "its"
-    else:
-        names = [f"{name} ({_tokens(tokens)})" for name, tokens in used.items()]
-        subject, have, its = f"{', '.join(names[:-1])} and {names[-1]}", "have", "their"
-    verb, them = ("is", "it") if total == 1 else ("are", "them")
-    return (
-        f"{subject} {have} no price: {its} {_tokens(total)} {verb} not in the cost, and the budget cannot stop {them}"
-        " (set prices in the admin under provider limits)"
-    )
-
-
-def _tokens(count: int) -> str:
-    """ "1,212 tokens", "1 token"."""
-    return f"{count:,} token{'' if count == 1 else 's'}"
+    theirs; `price_list`: every ProviderLimit (`prices.price_list`)."""
+    used = ((agent.provider, agent.model, task.spent_tokens) for task in tasks if (agent := agents.get(task.agent_id)))
+    return prices.unpriced(used, price_list)
 
 
 def run_unpriced_text(run: Run) -> str:
-    """`unpriced_text` of a run, its tasks and agents read here (`run_status`)."""
+    """`prices.unpriced_text` of a run, its tasks and agents read here (`run_status`)."""
     tasks = task_states(run)
-    return unpriced_text(unpriced_tokens(tasks, agents_of(tasks), price_list()))
+    return prices.unpriced_text(unpriced_tokens(tasks, agents_of(tasks), prices.price_list()))

@@ -24,7 +24,7 @@ from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
 from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
-from orchestrator.readmodels import launchers
+from orchestrator.readmodels import launchers, prices
 from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, LiveTokens
 from orchestrator.readmodels.template_items import TemplateItems
 
@@ -221,13 +221,23 @@ class RunRecord(Record):
         )
     )
     cost_usd: Money
+    unpriced_tokens: dict[str, int] = Field(
+        description=(
+            'Tokens the run used on models without a price ("provider:model" -> tokens; {} when every '
+            "model it used has one): cost_usd counts them as $0 and the budget cannot stop their calls. "
+            "unpriced_note says it in words, as the run page's Cost card does."
+        )
+    )
+    unpriced_note: str
     reserved_usd: Money
     peak_running: int
     last_event_seq: int
 
     @classmethod
-    def of(cls, run: Run, launcher: str | None = None) -> Self:
-        """The run's record (`launcher` read from its events when not given)."""
+    def of(cls, run: Run, launcher: str | None = None, unpriced: dict[str, int] | None = None) -> Self:
+        """The run's record (`launcher` and `unpriced`, its `prices.unpriced_by_run`, read when not given)."""
+        if unpriced is None:
+            unpriced = prices.unpriced_by_run([run.pk]).get(run.pk, {})
         return cls(
             id=run.pk,
             plan=run.plan_id,
@@ -245,6 +255,8 @@ class RunRecord(Record):
             input_tokens=run.input_tokens,
             output_tokens=run.output_tokens,
             cost_usd=run.cost_usd,
+            unpriced_tokens=unpriced,
+            unpriced_note=prices.unpriced_text(unpriced),
             reserved_usd=run.reserved_usd,
             peak_running=run.peak_running,
             last_event_seq=run.last_event_seq,
@@ -252,9 +264,10 @@ class RunRecord(Record):
 
     @classmethod
     def many(cls, objects: list) -> list[Self]:
-        """A page of runs, their launchers read in one query."""
+        """A page of runs, their launchers and their unpriced tokens read in one query each."""
         names = launchers.launchers(run.pk for run in objects)
-        return [cls.of(run, names[run.pk]) for run in objects]
+        unpriced = prices.unpriced_by_run(run.pk for run in objects)
+        return [cls.of(run, names[run.pk], unpriced.get(run.pk, {})) for run in objects]
 
 
 class AttemptRecord(Record):

@@ -244,6 +244,7 @@ def run_markdown(run: Run) -> str:
         f"- Status: {r['status']}" + (f" ({_one_line(r['summary'])})" if r["summary"] else ""),
         f"- Started: {r['started_at'] or 'not started'}; finished: {r['finished_at'] or 'not finished'}",
         f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; {tokens}",
+        *([f"  - {r['unpriced_note']}"] if r["unpriced_note"] else []),
         f"- Tasks: {len(data['tasks'])}",
         "",
     ]

@@ -21,7 +21,7 @@ from django.utils import timezone
 from orchestrator import wording
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 
-from . import costs, eta, other_runs
+from . import costs, eta, other_runs, prices
 from .tasks import (
     DISPLAY_ORDER,
     STATE_LABELS,
@@ -66,13 +66,13 @@ def _effective_cap(
     elsewhere: other_runs.OtherRuns,
     price_list: Mapping[tuple[str, str], ProviderLimit] | None = None,
 ) -> EffectiveCap:
-    """`effective_cap` of these agents; `price_list`: every ProviderLimit (`costs.price_list`),
+    """`effective_cap` of these agents; `price_list`: every ProviderLimit (`prices.price_list`),
     read here when not given."""
     candidates = [(run.cap, "run cap")]
     provider_cap = None
     if agents:
         pairs = {(a.provider, a.model) for a in agents}
-        every_limit = costs.price_list() if price_list is None else price_list
+        every_limit = prices.price_list() if price_list is None else price_list
         limits = [pl for pair, pl in every_limit.items() if pair in pairs]
         # The in-flight cap in force of each limit that has one (every pair must have one to count).
         limited = [cap for cap in (pl.effective_in_flight or pl.max_in_flight for pl in limits) if cap]
@@ -192,7 +192,7 @@ class Totals:
     def unpriced_note(self) -> str:
         """The Cost card's word on the tokens no price counts ("" when every model used has one):
         without it, a run on an unpriced model read "$0.00 of $10.00 · 0% used", as if free."""
-        return costs.unpriced_text(self.unpriced_tokens)
+        return prices.unpriced_text(self.unpriced_tokens)
 
     @property
     def input_tokens(self) -> int:
@@ -367,7 +367,8 @@ class Totals:
     def estimate_note(self, finished: bool) -> str:
         """The estimate the run was launched with, and at the end the cost set against it:
         "estimated $0.0150: it cost 82% of that", "… 2.4× that", "estimated $0.0906; it never
-        started" ("" without an estimate)."""
+        started" ("" without an estimate). Tokens with no price are in neither (the estimate
+        counts their models at $0 too): then "its priced tokens cost 82% of that"."""
         if self.estimate_usd is None:
             return ""
         if self.estimate_usd <= 0:
@@ -378,7 +379,8 @@ class Totals:
         if not finished:  # (a run awaiting its plan's approval has not started: the estimate alone)
             return f"{estimated} before it started" if self.started else estimated
         ratio = self.cost_usd / self.estimate_usd
-        return f"{estimated}: it cost {f'{ratio:.1f}×' if ratio >= 2 else f'{round(100 * ratio)}% of'} that"
+        what = "its priced tokens" if self.unpriced_tokens else "it"
+        return f"{estimated}: {what} cost {f'{ratio:.1f}×' if ratio >= 2 else f'{round(100 * ratio)}% of'} that"
 
     @property
     def cost_percent(self) -> int:
@@ -436,7 +438,7 @@ def totals(
     agents = {pk: agent for pk, agent in every_agent.items() if pk in of_unfinished}
     # The providers' limits and prices, read once: for the in-flight caps of the agents with work
     # left, and for the models without a price that have used tokens (of any task, ended or not).
-    limits = costs.price_list() if agents or any(v.spent_tokens for v in tasks) else {}
+    limits = prices.price_list() if agents or any(v.spent_tokens for v in tasks) else {}
     elsewhere = (elsewhere if elsewhere is not None else other_runs.other_runs(run, list(agents))).on(
         {(agent.provider, agent.model) for agent in agents.values()}
     )

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from orchestrator.engine import reruns, runs
 from orchestrator.governance import tokens
-from orchestrator.models import Agent, Checkpoint, Event, Plan, Run
+from orchestrator.models import Agent, Attempt, Checkpoint, Event, Plan, Run, TaskRun
 from orchestrator.readmodels.records import RunRecord
 from orchestrator.readmodels.totals import totals as totals_of
 
@@ -223,6 +223,24 @@ def test_a_run_says_who_launched_it_in_words_from_the_command_line_too(api, two_
         viewer.get("/runs", limit=3)
     assert len(three_runs.captured_queries) == len(one_run.captured_queries)  # no read per run
     assert error(viewer.get("/runs", status="bogus"))["code"] == "invalid_request"
+
+
+def test_a_run_says_what_its_cost_leaves_out_on_a_model_with_no_price(api, two_runs):
+    """The API's runs gave cost_usd "0" for a run on a model with no price, as if free."""
+    first, second = two_runs
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    task = first.tasks.get(subtask__key="a")
+    tokens = {"input_tokens": 1_000, "output_tokens": 212}  # an ended attempt's, settled on its task
+    Attempt.objects.update_or_create(task_run=task, number=1, defaults={"state": Attempt.State.SUCCEEDED, **tokens})
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.SUCCEEDED, **tokens)
+    viewer = api["viewer"]
+    listed = {r["id"]: r for r in viewer.get("/runs").json()["items"]}
+    one = viewer.get(f"/runs/{first.pk}").json()["run"]
+    for record in (listed[first.pk], one):
+        assert record["unpriced_tokens"] == {"simulated:sim-unpriced": 1_212}
+        assert record["unpriced_note"] == totals_of(first).unpriced_note  # as the Cost card says it
+        assert record["unpriced_note"].startswith("simulated:sim-unpriced has no price: its 1,212 tokens")
+    assert (listed[second.pk]["unpriced_tokens"], listed[second.pk]["unpriced_note"]) == ({}, "")
 
 
 def test_get_a_run_with_tasks_totals_and_checkpoints(api, two_runs):

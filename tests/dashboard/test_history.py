@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from orchestrator.engine import runs
-from orchestrator.models import Run
+from orchestrator.models import ProviderLimit, Run
 from tests.conftest import fast_latency
 from tests.conftest import run_here as run_all
 
@@ -162,3 +162,17 @@ def test_no_url_a_person_can_reach_by_trimming_gives_a_404(client, make_agent, m
     assert {"/", "/runs/", f"/runs/{run.pk}/tasks/", f"/runs/{run.pk}/checkpoints/{checkpoint.pk}/subtasks/a/"} <= seen
     assert client.get("/").url == "/runs/"
     assert client.get(f"/approvals/{checkpoint.pk}/").url == f"/runs/{run.pk}/#checkpoint-{checkpoint.pk}"
+
+
+def test_the_plan_pages_estimate_names_the_models_it_counts_at_0(launcher, make_agent, make_plan):
+    """The plan page's estimate counted a model with no price as $0 and did not say so, as New
+    run's pre-flight does."""
+    make_agent("researcher")
+    plan = make_plan({"scope": ("researcher", [])})
+    unpriced = re.search(r'id="plan-unpriced">(.*?)</div>', launcher.get(f"/plans/{plan.pk}/").text)
+    assert unpriced is not None
+    assert unpriced.group(1) == (
+        "No price is known for simulated:sim-1: counted as $0 (set prices in the admin under provider limits)."
+    )
+    ProviderLimit.objects.create(provider="simulated", model="sim-1", input_price_per_mtok=3)
+    assert 'id="plan-unpriced"' not in launcher.get(f"/plans/{plan.pk}/").text

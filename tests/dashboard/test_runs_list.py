@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -10,7 +11,7 @@ from django.utils import timezone
 
 from dashboard.views.runs import format_duration
 from orchestrator.engine import runs
-from orchestrator.models import Event, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Event, Run, TaskRun
 
 pytestmark = pytest.mark.django_db
 
@@ -164,3 +165,23 @@ def test_the_strip_calls_held_back_what_the_run_page_calls_held_back(client, per
     assert '<rect class="state-waiting"' in strip and "<title>1 held back</title>" in strip
     assert "<title>1 ready</title>" in strip  # the one no cap holds back is still ready
     assert "<title>2 ready</title>" not in strip
+
+
+def test_a_rows_cost_says_what_it_leaves_out_on_a_model_with_no_price(client, personas, two_runs, demo_agents):
+    """A run on a model with no price read "$0.00 of $10.00" in the list, as if free."""
+    first, second = two_runs
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    task = first.tasks.get(subtask__key="a")
+    tokens = {"input_tokens": 1_000, "output_tokens": 212}  # an ended attempt's, settled on its task
+    Attempt.objects.update_or_create(task_run=task, number=1, defaults={"state": Attempt.State.SUCCEEDED, **tokens})
+    TaskRun.objects.filter(pk=task.pk).update(**tokens)
+    client.force_login(personas["viewer"])
+    for url in [*PAGES, f"/plans/{first.plan_id}/"]:
+        html = client.get(url).text
+        row = re.search(rf'<tr id="(?:run-row|plan-run)-{first.pk}">(.*?)</tr>', html, re.S).group(1)
+        note = re.search(r'<div class="cost-unpriced" title="([^"]*)">([^<]*)</div>', row)
+        assert note is not None, url
+        assert note.group(2) == "+ 1,212 tokens with no price"
+        assert note.group(1).startswith("simulated:sim-unpriced has no price: its 1,212 tokens are not in the cost")
+        other = re.search(rf'<tr id="(?:run-row|plan-run)-{second.pk}">(.*?)</tr>', html, re.S).group(1)
+        assert "cost-unpriced" not in other  # nothing used

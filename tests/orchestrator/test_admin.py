@@ -361,7 +361,7 @@ def test_provider_limit_edits_are_audited_and_engine_fields_read_only(client, db
 
 
 def _limit_form(model: str, **values: str) -> dict:
-    """The provider limit form's fields for a new simulated model: no limits, free, but `values`."""
+    """The provider limit form's fields for a new simulated model: no limits, no price, but `values`."""
     return {
         "provider": "simulated",
         "model": model,
@@ -396,12 +396,17 @@ def test_the_admin_names_every_bad_provider_limit_value_at_once_and_saves_nothin
     assert not ProviderLimit.objects.exists() and not Event.objects.filter(type__startswith="provider_limit").exists()
 
 
-def test_a_blank_provider_limit_means_no_limit_and_a_price_of_0_is_free(client, db):
+def test_a_blank_provider_limit_means_no_limit_and_prices_of_0_are_no_price(client, db):
+    """Both prices at 0 is the default a limit is made with: nothing tells it from a price set on
+    purpose, so it counts as none, and the form says so under the prices."""
     client.force_login(staff_in("Agent admin"))
+    form = client.get(reverse("admin:orchestrator_providerlimit_add")).content.decode()
+    assert form.count("With both prices at 0 (the default) the model counts as unpriced") == 2
     data = _limit_form("free", output_tokens_per_minute="1")
     assert client.post(reverse("admin:orchestrator_providerlimit_add"), data).status_code == 302
     limit = ProviderLimit.objects.get(model="free")
     assert (limit.requests_per_minute, limit.output_tokens_per_minute, limit.output_price_per_mtok) == (None, 1, 0)
+    assert not limit.is_priced
 
 
 def test_deleting_a_provider_limit_in_the_admin_is_audited(client, superuser):

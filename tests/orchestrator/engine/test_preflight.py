@@ -75,6 +75,19 @@ def test_models_without_a_price_are_named_and_count_as_zero(demo_agents):
     assert not any(line.priced for line in checked.agents)
 
 
+def test_a_limit_with_both_prices_at_0_is_no_price(demo_agents):
+    """A limit set for its rates alone: its model was counted as priced, at $0, and not named."""
+    ProviderLimit.objects.create(provider="simulated", model="sim-1", max_in_flight=4)
+    checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=BUDGET)
+    assert checked.unpriced_models == ["simulated:sim-1"]
+    assert not any(line.priced for line in checked.agents)
+    assert checked.unpriced_note == (
+        "No price is known for simulated:sim-1: counted as $0 (set prices in the admin under provider limits)."
+    )
+    ProviderLimit.objects.update(output_price_per_mtok=15)
+    assert preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=BUDGET).unpriced_note == ""
+
+
 def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
     checked = preflight.check_document(FEATURE_PIPELINE, cap=4, budget_usd=Decimal("0.1"))
     assert checked.over_budget and not checked.can_launch

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from orchestrator import events
 from orchestrator.engine import attempt_ends, dispatch, execution, runs
-from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
+from orchestrator.models import Agent, Attempt, Checkpoint, Event, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels.records import CheckpointRecord, EventRecord
 from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
@@ -249,6 +249,18 @@ def test_the_markdown_of_a_run_under_way_counts_its_tokens_so_far_as_the_tokens_
 
     runs.cancel(run)
     assert cost_line(run).endswith("; tokens: 1,067 (1,027 in, 40 out)")  # ended: no longer "so far"
+
+
+def test_the_markdown_says_what_the_cost_leaves_out_on_a_model_with_no_price(launched):
+    """As the run page's Cost card: the tokens of a model with no price are not in the cost."""
+    run = launched({"a": ("researcher", []), "b": ("writer", ["a"])})
+    assert "has no price" not in run_markdown(run)
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    streaming_attempt(run)
+    lines = run_markdown(run).splitlines()
+    said = lines[lines.index(cost_line(run)) + 1]
+    assert said == f"  - {totals(run).unpriced_note}"
+    assert said.startswith("  - simulated:sim-unpriced has no price: its 1,035 tokens are not in the cost")
 
 
 def test_the_markdown_of_a_cancelled_run_says_what_its_stopping_attempt_has_not_counted_yet(launched):

@@ -9,9 +9,15 @@ from orchestrator.engine import attempt_ends, execution, runs
 from orchestrator.models import Agent, Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels import other_runs
+<<<<<<< HEAD
 from orchestrator.readmodels.costs import unpriced_text
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, agents_of, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, totals
+=======
+from orchestrator.readmodels.prices import unpriced_text
+from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, agents_of, task_states, task_views
+from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
+>>>>>>> 1abb485 (A model whose prices are both 0 counts as unpriced; the runs lists, the API's runs, the Markdown export and the plan page say what a cost leaves out ("+ 1,212 tokens with no price"), and the cost against the estimate says "its priced tokens cost 33% of that")
 
 from .conftest import start, succeed
 
@@ -252,6 +258,45 @@ def test_an_ended_runs_totals_read_the_prices_once(launched, django_assert_num_q
         result = totals(run, states, elsewhere=elsewhere, agents=agents)
     assert len([q for q in captured.captured_queries if "orchestrator_providerlimit" in q["sql"]]) == 1
     assert result.unpriced_tokens == {"simulated:sim-unpriced": 1_212}
+
+
+def test_a_provider_limit_with_both_prices_at_0_is_no_price(launched):
+    """A limit made for its rates alone keeps the default prices of 0: its runs' cost read $0.00
+    with no word of the tokens it leaves out, as if someone had set the model free."""
+    ProviderLimit.objects.create(provider="simulated", model="sim-rates-only", max_in_flight=4)
+    Agent.objects.filter(name="researcher").update(model="sim-rates-only")
+    run = launched({"a": ("researcher", [])})
+    succeed(run.tasks.get(subtask__key="a"), tokens=(1_000, 212))
+    assert totals(run).unpriced_tokens == {"simulated:sim-rates-only": 1_212}
+    assert totals(run).unpriced_note.startswith("simulated:sim-rates-only has no price: its 1,212 tokens")
+    ProviderLimit.objects.filter(model="sim-rates-only").update(output_price_per_mtok=Decimal("0.5"))
+    assert totals(run).unpriced_note == ""  # one price set is a price
+
+
+def _ended_at(run: Run, *, estimate: str, cost: str) -> Run:
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.SUCCEEDED,
+        started_at=timezone.now() - timedelta(seconds=5),
+        finished_at=timezone.now(),
+        estimate_usd=Decimal(estimate),
+        cost_usd=Decimal(cost),
+    )
+    run.refresh_from_db()
+    return run
+
+
+def test_the_cost_against_the_estimate_says_it_counts_priced_tokens_only_when_some_have_no_price(launched):
+    """The estimate counts an unpriced model at $0 and so does the cost: "it cost 50% of that"
+    left out that the unpriced tokens are in neither."""
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    run = launched({"a": ("researcher", []), "w": ("writer", ["a"])})
+    succeed(run.tasks.get(subtask__key="w"), tokens=(500, 500))
+    _ended_at(run, estimate="0.0100", cost="0.0050")
+    assert totals(run).against_estimate == "estimated $0.0100: it cost 50% of that"
+    succeed(run.tasks.get(subtask__key="a"), tokens=(1_000, 212))
+    assert totals(run).against_estimate == "estimated $0.0100: its priced tokens cost 50% of that"
+    _ended_at(run, estimate="0.0100", cost="0.0250")
+    assert totals(run).against_estimate == "estimated $0.0100: its priced tokens cost 2.5× that"
 
 
 def test_the_unpriced_note_names_each_model_with_its_tokens():
