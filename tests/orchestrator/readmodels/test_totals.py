@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+from decimal import Decimal
+
 import pytest
 from django.utils import timezone
 
@@ -9,15 +12,9 @@ from orchestrator.engine import attempt_ends, execution, runs
 from orchestrator.models import Agent, Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels import other_runs
-<<<<<<< HEAD
-from orchestrator.readmodels.costs import unpriced_text
+from orchestrator.readmodels.prices import unpriced_text
 from orchestrator.readmodels.tasks import DISPLAY_ORDER, agents_of, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, totals
-=======
-from orchestrator.readmodels.prices import unpriced_text
-from orchestrator.readmodels.tasks import DISPLAY_ORDER, TaskState, agents_of, task_states, task_views
-from orchestrator.readmodels.totals import effective_cap, pace, totals, work_took
->>>>>>> 1abb485 (A model whose prices are both 0 counts as unpriced; the runs lists, the API's runs, the Markdown export and the plan page say what a cost leaves out ("+ 1,212 tokens with no price"), and the cost against the estimate says "its priced tokens cost 33% of that")
 
 from .conftest import start, succeed
 
