@@ -14,63 +14,134 @@ from __future__ import annotations
 
 import functools
 import logging
-from datetime import timedelta
+from collections import defaultdict
+from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from orchestrator import events
-from orchestrator.engine import admission, dispatch, scheduler, tool_approvals
+from orchestrator import events, sql
+from orchestrator.engine import admission, dispatch, scheduler, settlement, tool_approvals
 from orchestrator.engine.retries import schedule_retry_or_fail
-from orchestrator.engine.settlement import settle
-from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 from orchestrator.providers.base import Usage
 
 log = logging.getLogger(__name__)
 State = TaskRun.State
+USAGE_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")  # as Usage's
+
+
+# Expired attempts of one run reaped in one transaction, at most this many: a worker killed under
+# 50 attempts of a run had them reaped one transaction each, the run locked 50 times over, and
+# its last retry started seconds after its first.
+REAP_BATCH = 100
 
 
 def reap_expired() -> int:
     """Declare running attempts with an expired lease lost, and retry their tasks."""
+    return sum(len(outcomes) for outcomes in reap_by_run().values())
+
+
+def reap_by_run() -> dict[int, list[str]]:
+    """`reap_expired`, by run: each run's expired attempts in one transaction (`reap_run`, in
+    batches of REAP_BATCH), and what each reaped task came to (see `reap_run`)."""
     now = timezone.now()
-    expired = list(
-        TaskRun.objects.filter(state=State.RUNNING, lease_expires_at__lt=now).values_list(
-            "pk", "run_id", "attempt_count"
+    expired: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    rows = TaskRun.objects.filter(state=State.RUNNING, lease_expires_at__lt=now).order_by("run_id", "pk")
+    for task_id, run_id, number in rows.values_list("pk", "run_id", "attempt_count"):
+        expired[run_id].append((task_id, number))
+    outcomes: dict[int, list[str]] = {}
+    for run_id, tasks in expired.items():
+        for start in range(0, len(tasks), REAP_BATCH):
+            outcomes.setdefault(run_id, []).extend(reap_run(run_id, tasks[start : start + REAP_BATCH], now))
+    return {run_id: reaped for run_id, reaped in outcomes.items() if reaped}
+
+
+class Lost(NamedTuple):
+    """A running attempt found lost under its run's lock, and why."""
+
+    attempt_id: int
+    number: int
+    worker: str
+    usage: Usage
+    task: TaskRun
+
+    @property
+    def message(self) -> str:
+        return f"lease expired: worker {self.worker or self.task.lease_owner} stopped responding"
+
+
+def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list[str]:
+    """Declare lost the attempts (task id, attempt number) of run `run_id` whose lease expired
+    before `now`, and retry their tasks, in one transaction holding the run's lock; what each
+    reaped task came to ("retry scheduled", "failed", or "cancelled" when another's failure
+    stopped the run under fail_fast).
+
+    Exactly once: under the run's lock the attempts are locked (before their tasks, as in every
+    transaction that changes both), and a task is reaped only while it is still running that
+    attempt with its lease expired — one that heartbeated, ended or was reaped by another
+    process meanwhile is left alone.
+    """
+    with events.atomic():
+        run = scheduler.lock_run(run_id)
+        lost = _still_lost(expired, now)
+        if not lost:
+            return []
+        # The usage its host last saved is what it is known to have used: it is kept and counted.
+        settled = settlement.settlements(
+            [(a.attempt_id, a.usage, admission.provider_limit(a.task.agent)) for a in lost]
         )
-    )
-    reaped = 0
-    for task_id, run_id, number in expired:
-        with events.atomic():
-            run = scheduler.lock_run(run_id)
-            task = (
-                TaskRun.objects.select_related("subtask", "agent")
-                .filter(pk=task_id, state=State.RUNNING, attempt_count=number, lease_expires_at__lt=now)
-                .first()
-            )
-            if task is None:
-                continue  # it heartbeated or finished meanwhile
-            attempt = Attempt.objects.get(task_run=task, number=number)
-            message = f"lease expired: worker {attempt.worker or task.lease_owner} stopped responding"
-            # The usage its host last saved is what it is known to have used: it is kept and counted.
-            saved = Usage(
-                attempt.input_tokens, attempt.output_tokens, attempt.cache_read_tokens, attempt.cache_creation_tokens
-            )
-            settle(attempt.pk, saved, admission.provider_limit(task.agent), run_id=run.pk, task_id=task.pk)
-            Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.LOST, finished_at=now, error=message)
+        by_message: dict[str, list[settlement.Settlement]] = defaultdict(list)
+        for a, s in zip(lost, settled, strict=True):
+            by_message[a.message].append(s)
+        for message, group in by_message.items():
+            settlement.apply_settlements(group, run_id=run.pk, state=Attempt.State.LOST, finished_at=now, error=message)
+        for a, s in zip(lost, settled, strict=True):
+            if s.counts:
+                sql.update(TaskRun, s.task_totals(), pk=a.task.pk)
             events.record(
                 "attempt.lost",
                 run=run,
-                task=task,
-                message=f"attempt {number} lost: {message}",
-                payload={"attempt": number, "worker": attempt.worker},
+                task=a.task,
+                message=f"attempt {a.number} lost: {a.message}",
+                payload={"attempt": a.number, "worker": a.worker},
             )
-            # Its calls awaiting approval will never run: no question is left open for nobody.
-            tool_approvals.close_open([task.pk], f"attempt {number} lost: {message}")
-            schedule_retry_or_fail(run, task, message, retryable=True, own_fault=True, retry_after=0)
-            reaped += 1
-    return reaped
+        # Their calls awaiting approval will never run: no question is left open for nobody.
+        asking = set(
+            Checkpoint.objects.filter(
+                task_run_id__in=[a.task.pk for a in lost], kind=Checkpoint.Kind.TOOL, status=Checkpoint.Status.PENDING
+            ).values_list("task_run_id", flat=True)
+        )
+        for a in lost:
+            if a.task.pk in asking:
+                tool_approvals.close_open([a.task.pk], f"attempt {a.number} lost: {a.message}")
+        return [
+            "cancelled"
+            if run.is_finished  # the failure of one before it stopped the run (fail_fast)
+            else schedule_retry_or_fail(run, a.task, a.message, retryable=True, own_fault=True, retry_after=0)
+            for a in lost
+        ]
+
+
+def _still_lost(expired: list[tuple[int, int]], now: datetime) -> list[Lost]:
+    """Those of the `expired` (task id, attempt number) still running that attempt with the
+    lease expired before `now`, their attempts locked; in the order of their tasks."""
+    names = ("pk", "task_run_id", "number", "worker", *USAGE_FIELDS)
+    locked = sql.select(Attempt, names, order_by=("pk",), lock=True, match=(("task_run_id", "number"), expired))
+    attempts = {(row[1], row[2]): row for row in locked}
+    tasks = (
+        TaskRun.objects.select_related("subtask", "agent")
+        .filter(pk__in=[task_id for task_id, _ in expired], state=State.RUNNING, lease_expires_at__lt=now)
+        .order_by("pk")
+    )
+    return [
+        Lost(row[0], row[2], row[3], Usage(*row[4:]), task)
+        for task in tasks
+        if (row := attempts.get((task.pk, task.attempt_count))) is not None
+    ]
 
 
 def requeue_stale() -> int:
@@ -115,15 +186,14 @@ def runs_with_due_work() -> list[int]:
 
 def tick() -> dict[str, int]:
     """One pass of crash recovery and timers. Safe to run in many processes at once."""
-    reaped = reap_expired()
+    reaped = reap_by_run()
     requeued = requeue_stale()
     advanced = 0
     due = set(runs_with_due_work())
-    if reaped:  # a task that failed for good may finish its run or skip its downstream
-        due |= set(
-            Run.objects.filter(status=Run.Status.RUNNING, tasks__state=State.FAILED).values_list("pk", flat=True)
-        )
+    # A task that failed for good may finish its run or skip its downstream: its run takes a step,
+    # one per run however many of its tasks were reaped.
+    due |= {run_id for run_id, outcomes in reaped.items() if "failed" in outcomes}
     for run_id in sorted(due):
         scheduler.advance(run_id)
         advanced += 1
-    return {"reaped": reaped, "requeued": requeued, "advanced": advanced}
+    return {"reaped": sum(map(len, reaped.values())), "requeued": requeued, "advanced": advanced}

@@ -1,0 +1,140 @@
+"""The reaper: a killed worker's attempts are declared lost and retried, exactly once each, a run's
+attempts together in one transaction (its lock taken once per batch), their saved usage kept."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from orchestrator.engine import execution, reaper, retries, runs, scheduler
+from orchestrator.models import Attempt, Event, Run, TaskRun
+from orchestrator.providers.base import Usage
+
+State = TaskRun.State
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def running_wave(make_agent, make_plan, count: int):
+    """A run of `count` independent tasks, every one running on worker "w1"; their claims."""
+    make_agent("researcher", max_concurrency=count, max_retries=2)
+    run = runs.launch(make_plan({f"t{n:02d}": ("researcher", []) for n in range(count)}), cap=count, budget_usd="100")
+    queued = Attempt.objects.filter(task_run__run=run, state=Attempt.State.QUEUED).values_list("pk", flat=True)
+    claims = list(execution.claim_attempts(list(queued), "w1").values())
+    assert len(claims) == count
+    return run, claims
+
+
+def expire(claims) -> None:
+    """The worker was killed: nothing renews these leases any more, and they run out."""
+    ids = [claim.task.pk for claim in claims]
+    TaskRun.objects.filter(pk__in=ids).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+
+def count_run_locks(monkeypatch) -> list[int]:
+    taken: list[int] = []
+    real = scheduler.lock_run
+
+    def lock_run(run_id: int):
+        taken.append(run_id)
+        return real(run_id)
+
+    monkeypatch.setattr(scheduler, "lock_run", lock_run)
+    return taken
+
+
+def test_a_killed_workers_attempts_of_one_run_are_lost_and_retried_once_each_in_one_pass(
+    make_agent, make_plan, priced_limit, monkeypatch
+):
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 30.0)  # no retry starts here
+    run, claims = running_wave(make_agent, make_plan, 60)
+    # What its host saved before it died: every attempt used something.
+    execution.save_progress(
+        [
+            (c, execution.Progress("so far", 10, Usage(input_tokens=10 + n, output_tokens=n)))
+            for n, c in enumerate(claims)
+        ]
+    )
+    expire(claims)
+    locks = count_run_locks(monkeypatch)
+
+    assert reaper.reap_expired() == 60
+    assert locks == [run.pk]  # one transaction for the run, not one per attempt
+    assert reaper.reap_expired() == 0  # a second pass (another process's tick) finds nothing
+
+    attempts = Attempt.objects.filter(task_run__run=run, number=1)
+    assert set(attempts.values_list("state", flat=True)) == {Attempt.State.LOST}
+    assert set(attempts.values_list("error", flat=True)) == {"lease expired: worker w1 stopped responding"}
+    tasks = TaskRun.objects.filter(run=run)
+    assert set(tasks.values_list("state", "attempt_count", "fault_count")) == {(State.READY, 1, 1)}
+    assert all(task.not_before is not None and "w1 stopped responding" in task.error for task in tasks)
+    for kind in ("attempt.lost", "task.retry_scheduled"):
+        per_task = Event.objects.filter(run=run, type=kind).values_list("task_run_id", flat=True)
+        assert sorted(per_task) == sorted(c.task.pk for c in claims), kind
+    # The usage their host saved is kept on each attempt and counted once, on the task and the run.
+    run.refresh_from_db()
+    assert (run.input_tokens, run.output_tokens) == (sum(10 + n for n in range(60)), sum(range(60)))
+    assert run.reserved_usd == 0 and run.cost_usd == sum(a.cost_usd for a in attempts)
+    for n, claim in enumerate(claims):
+        task = tasks.get(pk=claim.task.pk)
+        assert (task.input_tokens, task.output_tokens) == (10 + n, n)
+
+    # Their retries: new attempts, one per task, once the back-off has passed.
+    tasks.update(not_before=timezone.now())
+    reaper.tick()
+    assert Attempt.objects.filter(task_run__run=run, number=2).count() == 60
+    assert Attempt.objects.filter(task_run__run=run).count() == 120
+
+
+def test_a_run_with_more_expired_attempts_than_a_batch_is_reaped_in_batches(make_agent, make_plan, monkeypatch):
+    monkeypatch.setattr(reaper, "REAP_BATCH", 4)
+    run, claims = running_wave(make_agent, make_plan, 10)
+    expire(claims)
+    locks = count_run_locks(monkeypatch)
+    assert reaper.reap_expired() == 10
+    assert locks == [run.pk] * 3
+    assert Event.objects.filter(run=run, type="attempt.lost").count() == 10
+
+
+def test_an_attempt_that_heartbeated_after_the_reaper_looked_is_left_alone(make_agent, make_plan, monkeypatch):
+    """The reaper lists the expired leases, then locks the run: a lease renewed in between is no
+    longer expired when it looks again under the lock, and that attempt keeps running."""
+    run, claims = running_wave(make_agent, make_plan, 3)
+    expire(claims)
+    real = scheduler.lock_run
+
+    def renew_first_then_lock(run_id: int):
+        execution.renew_leases("w1", [claims[0].task.pk])
+        return real(run_id)
+
+    monkeypatch.setattr(scheduler, "lock_run", renew_first_then_lock)
+    assert reaper.reap_expired() == 2
+    alive = TaskRun.objects.get(pk=claims[0].task.pk)
+    assert alive.state == State.RUNNING and alive.lease_owner == "w1"
+    assert Attempt.objects.get(task_run=alive, number=1).state == Attempt.State.RUNNING
+    assert not Event.objects.filter(task_run=alive, type="attempt.lost").exists()
+
+
+def test_under_fail_fast_the_first_lost_task_out_of_retries_stops_the_run_and_the_others_are_cancelled(
+    make_agent, make_plan
+):
+    make_agent("researcher", max_concurrency=3, max_retries=0)
+    run = runs.launch(
+        make_plan({key: ("researcher", []) for key in ("a", "b", "c")}),
+        cap=3,
+        failure_policy=Run.FailurePolicy.FAIL_FAST,
+    )
+    queued = Attempt.objects.filter(task_run__run=run).values_list("pk", flat=True)
+    claims = list(execution.claim_attempts(list(queued), "w1").values())
+    expire(claims)
+    assert reaper.reap_expired() == 3
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+    states = sorted(TaskRun.objects.filter(run=run).values_list("state", flat=True))
+    assert states == [State.CANCELLED, State.CANCELLED, State.FAILED]
+    # Every attempt of the dead worker is lost, said once, and holds nothing of the budget.
+    assert set(Attempt.objects.filter(task_run__run=run).values_list("state", flat=True)) == {Attempt.State.LOST}
+    assert Event.objects.filter(run=run, type="attempt.lost").count() == 3
+    assert Event.objects.filter(run=run, type="task.failed").count() == 1
+    assert run.reserved_usd == 0
