@@ -7,13 +7,14 @@ A sentence may change wording at any time; a code is part of the data (events ca
 database is queried by it), so codes are never renamed.
 
 The sentences carry no countdown: a reason stays the same while its cause lasts, so a waiting
-task writes one event, not one per tick.
+task writes one event, not one per tick. A moment in one (a retry's, a provider's back-off's end)
+is a time of day in UTC, labelled so, as every time the run page shows ("since 10:02:07 UTC").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import ClassVar
 
 
@@ -26,10 +27,15 @@ class Wait:
 
     @property
     def message(self) -> str:
-        return self.template.format(**{f.name: getattr(self, f.name) for f in fields(self)})
+        return self.template.format(**{f.name: _in_utc(getattr(self, f.name)) for f in fields(self)})
 
     def __str__(self) -> str:
         return self.message
+
+
+def _in_utc(value):
+    """A moment as the sentences give it: in UTC, whatever zone it came in (they say "UTC")."""
+    return value.astimezone(UTC) if isinstance(value, datetime) and value.tzinfo else value
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,7 @@ class ProviderBackoff(Wait):
     """The provider answered 429/529 or reported an empty budget: nothing is sent until ``until``."""
 
     code = "provider_backoff"
-    template = "provider {provider} backing off after a rate-limit answer, until {until:%H:%M:%S}"
+    template = "provider {provider} backing off after a rate-limit answer, until {until:%H:%M:%S} UTC"
     provider: str  # as shown: "anthropic:claude-…"
     until: datetime
 
@@ -142,7 +148,7 @@ class RetryBackoff(Wait):
     retry up only at its next admission)."""
 
     code = "retry_backoff"
-    template = "retrying from {not_before:%H:%M:%S} after: {error:.150}"
+    template = "retrying from {not_before:%H:%M:%S} UTC after: {error:.150}"
     not_before: datetime
     error: str
 

@@ -54,4 +54,4 @@ def test_a_task_waiting_for_its_retry_says_from_when_not_a_countdown_that_stays(
     (row,) = task_views(run)  # what the page's row and run_status say
     task = TaskRun.objects.get(pk=row.pk)
     assert row.state_label == "held back"
-    assert row.wait_reason == f"retrying from {task.not_before:%H:%M:%S} after: {lost}"
+    assert row.wait_reason == f"retrying from {task.not_before:%H:%M:%S} UTC after: {lost}"

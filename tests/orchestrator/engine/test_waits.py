@@ -1,7 +1,7 @@
 """Typed wait reasons: a stable code for the engine, a sentence for people."""
 
 import importlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -45,7 +45,9 @@ def test_the_sentences_read_as_before():
     assert waits.RunCap(3).message == "run cap reached (3 queued or running)"
     assert waits.AgentInactive("researcher", "retired").message == "agent researcher is retired, not active"
     assert waits.RateLimitOutput("anthropic:m").message == "provider anthropic:m output tokens per minute used up"
-    assert waits.ProviderBackoff("p:m", datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC)).message.endswith("until 12:30:05")
+    assert waits.ProviderBackoff("p:m", datetime(2026, 1, 1, 12, 30, 5, tzinfo=UTC)).message.endswith(
+        "until 12:30:05 UTC"
+    )
     assert str(waits.Budget()) == "run budget would be exceeded"
 
 
@@ -80,3 +82,15 @@ def test_the_migration_backfills_codes_of_existing_rows_from_their_sentences(dem
     TaskRun.objects.filter(pk=c.pk).update(wait_reason="", wait_code="")
     backfill.backfill(apps, None)
     assert dict(run.tasks.values_list("subtask__key", "wait_code")) == {"a": "run_cap", "b": "", "c": ""}
+
+
+def test_a_retry_and_a_back_off_name_their_moment_in_utc_labelled_as_the_run_pages_times():
+    """The run page labels its times UTC ("since 10:02:07 UTC"); a retry's moment read bare
+    ("retrying from 12:30:05"), a person in another zone took it for theirs. A moment given in
+    another zone is said in UTC."""
+    paris = timezone(timedelta(hours=1))
+    moment = datetime(2026, 1, 1, 13, 30, 5, tzinfo=paris)  # 12:30:05 UTC
+    retry = waits.RetryBackoff(moment, "lease expired: worker w1 stopped responding")
+    assert retry.message == "retrying from 12:30:05 UTC after: lease expired: worker w1 stopped responding"
+    backoff = waits.ProviderBackoff("anthropic:claude-x", moment)
+    assert backoff.message == "provider anthropic:claude-x backing off after a rate-limit answer, until 12:30:05 UTC"

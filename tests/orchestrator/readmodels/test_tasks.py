@@ -176,7 +176,7 @@ def test_a_tasks_note_says_why_it_is_where_it_is_as_its_row_and_run_status_say_i
     for key in ("running", "retry_runs"):
         start(by_key[key])
     lost = "lease expired: worker vm:19929 stopped responding"
-    retrying = f"retrying from 09:14:03 after: {lost}"
+    retrying = f"retrying from 09:14:03 UTC after: {lost}"
     changes = {
         "waiting": {"state": State.READY, "wait_reason": "run cap reached (1 running)"},
         "queued": {"state": State.QUEUED, "wait_reason": "run cap reached (1 running)"},
