@@ -5,6 +5,8 @@
 - A queued attempt that no worker claimed in time is handed to the broker again (the Redis
   broker loses a task whose worker dies; a process can die between commit and enqueue).
 - Runs with ready work whose backoff or rate-limit wait has passed are advanced.
+- A running attempt whose worker went silent (before its lease runs out), or was heard again,
+  is said so on open pages (orchestrator.engine.silences).
 
 `tick()` runs from a q2 Schedule (the safety net every minute) and from a ticker thread in every
 worker process (every second, see orchestrator.engine.ticker), so recovery takes seconds, not minutes.
@@ -24,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events, sql
-from orchestrator.engine import admission, dispatch, scheduler, settlement, tool_approvals
+from orchestrator.engine import admission, dispatch, scheduler, settlement, silences, tool_approvals
 from orchestrator.engine.retries import schedule_retry_or_fail
 from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 from orchestrator.providers.base import Usage
@@ -186,6 +188,7 @@ def runs_with_due_work() -> list[int]:
 
 def tick() -> dict[str, int]:
     """One pass of crash recovery and timers. Safe to run in many processes at once."""
+    said = silences.announce()
     reaped = reap_by_run()
     requeued = requeue_stale()
     advanced = 0
@@ -196,4 +199,4 @@ def tick() -> dict[str, int]:
     for run_id in sorted(due):
         scheduler.advance(run_id)
         advanced += 1
-    return {"reaped": sum(map(len, reaped.values())), "requeued": requeued, "advanced": advanced}
+    return {"reaped": sum(map(len, reaped.values())), "requeued": requeued, "advanced": advanced, **said}

@@ -23,6 +23,7 @@ from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
 from .live_tokens import NO_LIVE_TOKENS, LiveTokens, live_tokens
 from .records import PartialOutputRecord, TaskRecord
+from .silence import Silence, silence_of
 from .steps import activities
 
 State = TaskRun.State
@@ -219,7 +220,7 @@ class TaskNote(NamedTuple):
     styles a kind its own way (the page's row gives an activity its own colour and cuts an error
     short; `run_status` says "waiting: …"). `kind` is "" when there is nothing to say."""
 
-    kind: Literal["activity", "waiting", "error", "summary", ""]
+    kind: Literal["silent", "activity", "waiting", "error", "summary", ""]
     text: str
 
 
@@ -252,6 +253,9 @@ class TaskView(TaskRecord):
     live_output_tokens: int
     gate: str
     activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
+    # A running task whose worker missed its lease renewals: since when, and until when it waits
+    # for it (readmodels/silence.py), else "".
+    silence: str = ""
     # What its attempts before its last re-run spent (engine/reruns.py): part of its record's
     # totals and the run's, not of what this start spends (`tokens`, `cost_now_usd`).
     earlier_attempts: int
@@ -270,15 +274,19 @@ class TaskView(TaskRecord):
             earlier_attempts=task.earlier_attempts,
             earlier_tokens=task.earlier_tokens,
             earlier_cost_usd=task.earlier_cost_usd,
+            silence=_silence_text(task.state, task.lease_owner, task.lease_expires_at),
             **shown(task.state, task.progress, task.wait_reason, activity),
         )
 
     @classmethod
     def of_values(cls, values: dict[str, Any]) -> Self:
-        """The view of a task read as plain values: VIEW_COLUMNS by their field names (`task_views`)."""
+        """The view of a task read as plain values: VIEW_COLUMNS by their field names, and its
+        LEASE_COLUMNS (`task_views`)."""
+        owner, expires = values.pop("lease_owner"), values.pop("lease_expires_at")
         return cls(
             **{
                 **values,
+                "silence": _silence_text(values["state"], owner, expires),
                 "live_input_tokens": 0,
                 "live_output_tokens": 0,
                 **shown(values["state"], values["progress"], values["wait_reason"]),
@@ -328,13 +336,16 @@ class TaskView(TaskRecord):
     @property
     def note(self) -> TaskNote:
         """Why the task is where it is, as its row on the run page and `run_status` say it (the task
-        panel's head says its activity or wait, and its error on a line of its own): what its
+        panel's head says its activity or wait, and its error on a line of its own): that its
+        worker has gone silent (what its agent was doing is then no longer news), else what its
         agent is doing now ("step 2 · calling workspace:calculate"), else what it waits for (never
         while queued: it was let through, and a reason it still has is from before), else
         the error it ended with when it ended without success, else its summary.
 
         A task keeps its last attempt's error while it waits for a retry and while the retry runs:
         that error is the past, not why the task waits or what it does."""
+        if self.silence:
+            return TaskNote("silent", self.silence)
         if self.activity:
             return TaskNote("activity", self.activity)
         if self.wait_reason and self.state != State.QUEUED:
@@ -363,8 +374,15 @@ def tasks_query(run_id: int):
 VIEW_COLUMNS = {
     name: {"id": "pk", "key": "subtask__key", "title": "subtask__title", "agent": "agent__name"}.get(name, name)
     for name in TaskView.model_fields
-    if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity")
+    if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity", "silence")
 } | {"gate": "subtask__gate"}
+# What a view reads besides, for its `silence`.
+LEASE_COLUMNS = ("lease_owner", "lease_expires_at")
+
+
+def _silence_text(state: str, worker: str, lease_expires_at: datetime | None) -> str:
+    silence = silence_of(state, worker, lease_expires_at)
+    return silence.text if silence else ""
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
@@ -373,9 +391,10 @@ def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[Ta
     query = TaskRun.objects.filter(run_id=run_id).order_by("subtask__position", "pk")
     if task_ids is not None:
         query = query.filter(pk__in=list(task_ids))
-    names = tuple(VIEW_COLUMNS)
+    names = (*VIEW_COLUMNS, *LEASE_COLUMNS)
     views = [
-        TaskView.of_values(dict(zip(names, row, strict=True))) for row in query.values_list(*VIEW_COLUMNS.values())
+        TaskView.of_values(dict(zip(names, row, strict=True)))
+        for row in query.values_list(*VIEW_COLUMNS.values(), *LEASE_COLUMNS)
     ]
     live = live_tokens(views)
     doing = activities(views)
@@ -421,6 +440,8 @@ class TaskState:
     # the wait for the reviewer (its `finished_at` is when the review was approved). The pace of
     # the run's ETA measures the work (eta.py).
     worked_until: datetime | None
+    lease_owner: str = ""
+    lease_expires_at: datetime | None = None
     live_input_tokens: int = 0
     live_output_tokens: int = 0
 
@@ -431,6 +452,11 @@ class TaskState:
     @property
     def is_terminal(self) -> bool:
         return self.state in TaskRun.TERMINAL
+
+    @property
+    def silence(self) -> Silence | None:
+        """Its worker's silence while it runs (the agent's lane says it), else None."""
+        return silence_of(self.state, self.lease_owner, self.lease_expires_at)
 
     @property
     def spent_tokens(self) -> int:
@@ -447,7 +473,7 @@ class TaskState:
 STATE_FIELDS = tuple(
     name
     for name in TaskState.__dataclass_fields__
-    if name not in ("pk", "key", "title", "worked_until", "live_input_tokens", "live_output_tokens")
+    if name not in ("pk", "key", "title", "worked_until", "live_input_tokens", "live_output_tokens", *LEASE_COLUMNS)
 )
 
 
@@ -463,7 +489,7 @@ def task_states(run: Run | int, *, running_only: bool = False) -> list[TaskState
     rows = (
         query.annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
         .order_by("subtask__position", "pk")
-        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until")
+        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until", *LEASE_COLUMNS)
     )
     states = [TaskState(*row) for row in rows]
     live = live_tokens(states)

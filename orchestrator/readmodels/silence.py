@@ -1,0 +1,92 @@
+"""A running task whose worker has gone quiet: what the page and `run_status` say of it between
+the worker's death and the end of its lease.
+
+A worker's agent host renews the leases of the attempts it runs every third of GLASSBOX_LEASE_S
+(engine/host.py; execution.renew_leases), each renewal setting the lease to end GLASSBOX_LEASE_S
+after it: so a running task's lease says when its worker was last heard of (its end less
+GLASSBOX_LEASE_S, as every write of a running task's lease sets it). Once that is SILENT_AFTER
+renewals ago, a renewal was missed beyond a late beat: the worker is dead or stalled, and the
+reaper retries the task when the lease runs out unless the worker speaks again. Until then the
+task read "running" as if all were fine, for up to GLASSBOX_LEASE_S (15 s by default).
+
+The words name moments, not a count of seconds (a page that no event redraws would keep a count
+that stopped being true at once): "no word from worker vm:4121 since 10:30:52 UTC — retried when
+its lease runs out at 10:31:07 UTC if it stays silent". Derived from the task's row alone, so the
+task row, the panel's head, the agent's lane and `run_status` say it without a query of their own.
+The ticker's check (engine/silences.py) records when a task turns silent and when it is heard
+again, so that open pages redraw it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from orchestrator.models import TaskRun
+
+# Renewals a worker may miss before its task reads silent: one late beat is not news.
+SILENT_AFTER = 2
+
+
+def renewal_s() -> float:
+    """How often a worker renews its leases (the host's heartbeat that the database hears)."""
+    return settings.GLASSBOX_LEASE_S / 3
+
+
+def silent_after_s() -> float:
+    """How long without a renewal makes a running task's worker read silent."""
+    return SILENT_AFTER * renewal_s()
+
+
+@dataclass(frozen=True)
+class Silence:
+    """A running task's worker has not renewed its lease for `silent_after_s` or more."""
+
+    worker: str
+    heard_at: datetime  # its last renewal
+    lease_expires_at: datetime
+    now: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.now - self.heard_at).total_seconds()
+
+    @property
+    def text(self) -> str:
+        """The task's note while its worker is silent (the row, the panel's head, run_status)."""
+        since = f"no word from worker {self.worker or '?'} since {clock(self.heard_at)}"
+        if self.now >= self.lease_expires_at:
+            return f"{since} — its lease ran out at {clock(self.lease_expires_at)}: retried at the reaper's next pass"
+        return f"{since} — retried when its lease runs out at {clock(self.lease_expires_at)} if it stays silent"
+
+    @property
+    def short(self) -> str:
+        """As the agent's lane says it beside the task: "no word since 10:30:52 UTC"."""
+        return f"no word since {clock(self.heard_at)}"
+
+
+def clock(moment: datetime) -> str:
+    """A time of day as the run page gives it: in UTC, labelled so ("10:31:07 UTC")."""
+    return f"{moment.astimezone(UTC):%H:%M:%S} UTC"
+
+
+def silence_of(
+    state: str, worker: str, lease_expires_at: datetime | None, now: datetime | None = None
+) -> Silence | None:
+    """The silence of a task with these columns, or None while its worker is heard (or it is not
+    running)."""
+    if state != TaskRun.State.RUNNING or lease_expires_at is None:
+        return None
+    now = now or timezone.now()
+    heard_at = lease_expires_at - timedelta(seconds=settings.GLASSBOX_LEASE_S)
+    if (now - heard_at).total_seconds() < silent_after_s():
+        return None
+    return Silence(worker, heard_at, lease_expires_at, now)
+
+
+def silent_lease_bound(now: datetime) -> datetime:
+    """A running task whose lease ends by this reads silent at `now` (the same rule, for a query)."""
+    return now + timedelta(seconds=settings.GLASSBOX_LEASE_S - silent_after_s())
