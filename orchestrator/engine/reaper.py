@@ -93,8 +93,10 @@ def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list
         if not lost:
             return []
         # The usage its host last saved is what it is known to have used: it is kept and counted.
+        agents = {(a.task.agent.provider, a.task.agent.model): a.task.agent for a in lost}
+        limits = {model: admission.provider_limit(agent) for model, agent in agents.items()}  # a read per model
         settled = settlement.settlements(
-            [(a.attempt_id, a.usage, admission.provider_limit(a.task.agent)) for a in lost]
+            [(a.attempt_id, a.usage, limits[a.task.agent.provider, a.task.agent.model]) for a in lost]
         )
         by_message: dict[str, list[settlement.Settlement]] = defaultdict(list)
         for a, s in zip(lost, settled, strict=True):
