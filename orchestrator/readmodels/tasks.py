@@ -254,8 +254,8 @@ class TaskView(TaskRecord):
     gate: str
     activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
     # A running task whose worker missed its lease renewals: since when, and until when it waits
-    # for it (readmodels/silence.py), else "".
-    silence: str = ""
+    # for it (readmodels/silence.py), else None.
+    silence: Silence | None = None
     # What its attempts before its last re-run spent (engine/reruns.py): part of its record's
     # totals and the run's, not of what this start spends (`tokens`, `cost_now_usd`).
     earlier_attempts: int
@@ -274,7 +274,7 @@ class TaskView(TaskRecord):
             earlier_attempts=task.earlier_attempts,
             earlier_tokens=task.earlier_tokens,
             earlier_cost_usd=task.earlier_cost_usd,
-            silence=_silence_text(task.state, task.lease_owner, task.lease_expires_at),
+            silence=silence_of(task.state, task.lease_owner, task.lease_expires_at),
             **shown(task.state, task.progress, task.wait_reason, activity),
         )
 
@@ -286,7 +286,7 @@ class TaskView(TaskRecord):
         return cls(
             **{
                 **values,
-                "silence": _silence_text(values["state"], owner, expires),
+                "silence": silence_of(values["state"], owner, expires),
                 "live_input_tokens": 0,
                 "live_output_tokens": 0,
                 **shown(values["state"], values["progress"], values["wait_reason"]),
@@ -345,7 +345,7 @@ class TaskView(TaskRecord):
         A task keeps its last attempt's error while it waits for a retry and while the retry runs:
         that error is the past, not why the task waits or what it does."""
         if self.silence:
-            return TaskNote("silent", self.silence)
+            return TaskNote("silent", self.silence.text)
         if self.activity:
             return TaskNote("activity", self.activity)
         if self.wait_reason and self.state != State.QUEUED:
@@ -378,11 +378,6 @@ VIEW_COLUMNS = {
 } | {"gate": "subtask__gate"}
 # What a view reads besides, for its `silence`.
 LEASE_COLUMNS = ("lease_owner", "lease_expires_at")
-
-
-def _silence_text(state: str, worker: str, lease_expires_at: datetime | None) -> str:
-    silence = silence_of(state, worker, lease_expires_at)
-    return silence.text if silence else ""
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
