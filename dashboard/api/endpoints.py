@@ -21,16 +21,8 @@ from orchestrator.engine.launching import launch_document
 from orchestrator.engine.run_settings import RunSettings
 from orchestrator.governance import registry
 from orchestrator.models import Agent, Checkpoint, Plan, Run, TaskRun
-from orchestrator.readmodels.records import (
-    AgentRecord,
-    CheckpointRecord,
-    EventRecord,
-    Record,
-    RunRecord,
-    RunTotals,
-    TaskRunRecord,
-    event_rows,
-)
+from orchestrator.readmodels.checkpoint_event_records import CheckpointRecord, EventRecord, event_rows
+from orchestrator.readmodels.records import AgentRecord, Record, RunRecord, RunTotals, TaskRunRecord
 from orchestrator.readmodels.run_export import checkpoint_records, run_tasks, task_run_records
 from orchestrator.readmodels.snapshot import read_snapshot
 

@@ -1,7 +1,7 @@
 """The API's request and response schemas.
 
-A response carries the records of orchestrator/readmodels/records.py (the same models as the
-JSON download and the audit export), so the OpenAPI document describes exactly what is sent;
+A response carries the records of orchestrator/readmodels/records.py and, for checkpoints and
+events, checkpoint_event_records.py (the same models as the JSON download and the audit export), so the OpenAPI document describes exactly what is sent;
 this module adds only the API's own envelopes: pages, run detail, totals, errors. Money is a
 decimal string ("0.001234"), times are ISO 8601 strings.
 """
@@ -28,14 +28,8 @@ from pydantic.config import JsonDict
 
 from orchestrator.engine import run_settings
 from orchestrator.models import Checkpoint
-from orchestrator.readmodels.records import (
-    AgentRecord,
-    CheckpointRecord,
-    EventRecord,
-    RunRecord,
-    RunTotals,
-    TaskRunRecord,
-)
+from orchestrator.readmodels.checkpoint_event_records import CheckpointRecord, EventRecord
+from orchestrator.readmodels.records import AgentRecord, RunRecord, RunTotals, TaskRunRecord
 
 # Ids fit a signed 64-bit column; larger numbers are refused as invalid, not looked up.
 MAX_ID = 2**63 - 1
@@ -114,7 +108,7 @@ class ErrorOut(Schema):
     error: ErrorInfo
 
 
-# --- Output: the records of orchestrator/readmodels/records.py, in envelopes ----------------------
+# --- Output: the records of orchestrator/readmodels/ (records, checkpoint_event_records), in envelopes --
 
 
 class CheckpointWithRun(CheckpointRecord):

@@ -1,7 +1,7 @@
 """The audit log as CSV or JSON Lines, streamed row by row so that any size fits in memory.
 
 Both formats have the same columns (COLUMNS): the fields of the Event record that the
-API sends (orchestrator/readmodels/records.py), plus the acting user's id. JSON Lines is the
+API sends (orchestrator/readmodels/checkpoint_event_records.py), plus the acting user's id. JSON Lines is the
 faithful one: one JSON object per event, the payload as a nested object. CSV is for spreadsheets: the payload is a JSON text
 in one cell, and a text cell that a spreadsheet would run as a formula (starting with =, +, -,
 @, tab or carriage return) gets a leading apostrophe, because messages and comments are
@@ -23,7 +23,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import QuerySet
 
 from orchestrator.models import Event
-from orchestrator.readmodels.records import EventRecord, event_rows
+from orchestrator.readmodels.checkpoint_event_records import EventRecord, event_rows
 
 CHUNK_SIZE = 2000
 

@@ -3,10 +3,12 @@
 Each record is a pydantic model built from its Django row by one classmethod (`RunRecord.of(run)`).
 The same classes are the JSON API's response schemas (django-ninja reads them, so the OpenAPI
 document describes exactly what is sent), the JSON download of a run (`run_export`, format
-`glassbox.run/1`), its Markdown export, the audit log export (`EventRecord`) and the run page's
-task rows (`readmodels.tasks.TaskView` extends `TaskRecord`). Add a field here and every one
-of them has it. A subclass that adds fields keeps `of(row)` and fills them through the base's
-`build(row, **more)`, so every `of` has a signature its base accepts.
+`glassbox.run/1`), its Markdown export and the run page's task rows (`readmodels.tasks.TaskView`
+extends `TaskRecord`). Add a field here and every one of them has it. A subclass that adds fields
+keeps `of(row)` and fills them through the base's `build(row, **more)`, so every `of` has a
+signature its base accepts. A run's checkpoints and events have their records, built on this
+module's `Record` and `Time`, in `checkpoint_event_records` (the API, the download and the audit
+export read them there).
 
 Inside Python a record holds typed values (Decimal money, aware datetimes); every dump, in
 Python or JSON mode, writes money as a decimal string ("0.001234", never a float), times as
@@ -20,10 +22,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Self
 
-from django.db.models import QuerySet
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, InstanceOf, PlainSerializer, WithJsonSchema
 
-from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Event, Plan, Run, Subtask, TaskRun
+from orchestrator.models import Agent, Attempt, Checkpoint, Dependency, Plan, Run, Subtask, TaskRun
 from orchestrator.readmodels import launchers, prices
 from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, LiveTokens
 from orchestrator.readmodels.template_items import TemplateItems
@@ -496,107 +497,7 @@ class TaskRunRecord(TaskRecord):
         )
 
 
-# --- Checkpoint, Event ----------------------------------------------------------------------------
-
-
-class CheckpointRecord(Record):
-    id: int
-    kind: str
-    task: str | None
-    status: str
-    # What became of it in words: "approved", or "closed without a decision: the run was cancelled".
-    outcome: str
-    # When it opened, the last time (a retried or re-run task asks again; its events keep each opening).
-    created_at: Time
-    decided_by: str | None
-    decided_at: Time
-    comment: str
-    # The plan checkpoint's plan version (under review while pending, decided after); "" for a task's.
-    plan_version: str
-
-    @classmethod
-    def of(cls, checkpoint: Checkpoint) -> Self:
-        return cls.build(checkpoint)
-
-    @classmethod
-    def build(cls, checkpoint: Checkpoint, **more: Any) -> Self:
-        """The checkpoint's record; `more` sets the fields a subclass adds."""
-        task_run = checkpoint.task_run  # None for a run-level checkpoint (no query then)
-        return cls(
-            id=checkpoint.pk,
-            kind=checkpoint.kind,
-            task=task_run.subtask.key if task_run is not None else None,
-            status=checkpoint.status,
-            outcome=checkpoint.outcome,
-            created_at=checkpoint.created_at,
-            decided_by=checkpoint.decider or None,
-            decided_at=checkpoint.decided_at,
-            comment=checkpoint.comment,
-            plan_version=checkpoint.plan_version,
-            **more,
-        )
-
-
-# What an event's record, an audit export's row and a row of the run page's log read of the event
-# and its relations: the task's key and the agent's name, not the task's output, the subtask's
-# instructions or the agent's prompt and settings, which a bare select_related reads for every row
-# (a real agent's run makes them large; the live view reads log rows at most frames).
-EVENT_ROW_FIELDS = (
-    "id",
-    "created_at",
-    "run_id",
-    "seq",
-    "type",
-    "actor_kind",
-    "actor_name",
-    "actor_user_id",
-    "message",
-    "payload",
-    "task_run__subtask__key",
-    "agent__name",
-)
-
-
-def event_rows(events: QuerySet[Event]) -> QuerySet[Event]:
-    """These events with what their records and log rows show of their task and agent, no more."""
-    return events.select_related("task_run__subtask", "agent").only(*EVENT_ROW_FIELDS)
-
-
-class EventRecord(Record):
-    id: int
-    created_at: Time
-    run: int | None
-    seq: int | None
-    type: str
-    actor_kind: str
-    actor: str
-    task: str | None
-    agent: str | None
-    message: str
-    payload: dict[str, Any]
-
-    @classmethod
-    def of(cls, event: Event) -> Self:
-        return cls.build(event)
-
-    @classmethod
-    def build(cls, event: Event, **more: Any) -> Self:
-        """The event's record (read through `event_rows`); `more` sets a subclass's fields."""
-        task_run, agent = event.task_run, event.agent  # either may be None (no query then)
-        return cls(
-            id=event.pk,
-            created_at=event.created_at,
-            run=event.run_id,
-            seq=event.seq,
-            type=event.type,
-            actor_kind=event.actor_kind,
-            actor=event.actor_name,
-            task=task_run.subtask.key if task_run is not None else None,
-            agent=agent.name if agent is not None else None,
-            message=event.message,
-            payload=dict(event.payload or {}),
-            **more,
-        )
+# --- Run totals -------------------------------------------------------------------------------
 
 
 class RunTotals(Record):

@@ -1,12 +1,13 @@
 """The whole record of one run, for people to download: JSON (`glassbox.run/1`) and Markdown.
 
-`RunExport` is built from the records of orchestrator/readmodels/records.py, so the download
-has the same fields and formats as the JSON API, plus the path of every agent that used tools
-(`paths`: its steps as the glass box shows them, orchestrator/readmodels/steps.py). `run_markdown`
-writes the same content as a document: the final output first, then every task's, each with its
-path. A task's text that is not its result (the partial text of a failed, timed-out or
-cancelled attempt, or an output its review rejected) is labelled as such in both, as the run page
-heads it: in the JSON it is `partial_output.text`, and the task's `output` is null.
+`RunExport` is built from the records of orchestrator/readmodels/records.py (its checkpoints'
+from checkpoint_event_records.py), so the download has the same fields and formats as the JSON
+API, plus the path of every agent that used tools (`paths`: its steps as the glass box shows them,
+orchestrator/readmodels/steps.py). `run_markdown` writes the same content as a document: the final
+output first, then every task's, each with its path. A task's text that is not its result (the
+partial text of a failed, timed-out or cancelled attempt, or an output its review rejected) is
+labelled as such in both, as the run page heads it: in the JSON it is `partial_output.text`, and
+the task's `output` is null.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any, Literal, Self
 from orchestrator import wording
 from orchestrator.models import Event, Run, TaskRun
 
+from .checkpoint_event_records import CheckpointRecord
 from .live_tokens import NO_LIVE_TOKENS, live_tokens
-from .records import AgentRecord, CheckpointRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .records import AgentRecord, PlanRecord, Record, RunRecord, TaskRunRecord
 from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
 from .tasks import run_tokens

@@ -1,5 +1,6 @@
 """One record per row, everywhere: the API's schema and answers, the JSON download of a run and
-the audit export all carry the fields of orchestrator/readmodels/records.py, with the same values."""
+the audit export all carry the fields of orchestrator/readmodels/records.py (checkpoints and events:
+checkpoint_event_records.py), with the same values."""
 
 from __future__ import annotations
 
@@ -15,14 +16,8 @@ from orchestrator import events
 from orchestrator.engine import dispatch, runs
 from orchestrator.governance import audit_export
 from orchestrator.models import Event
-from orchestrator.readmodels.records import (
-    AgentRecord,
-    AttemptRecord,
-    CheckpointRecord,
-    EventRecord,
-    RunRecord,
-    TaskRunRecord,
-)
+from orchestrator.readmodels.checkpoint_event_records import CheckpointRecord, EventRecord
+from orchestrator.readmodels.records import AgentRecord, AttemptRecord, RunRecord, TaskRunRecord
 from orchestrator.readmodels.run_export import RunExport
 from orchestrator.readmodels.tasks import TaskView
 

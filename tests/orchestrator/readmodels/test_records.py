@@ -6,14 +6,11 @@ import json
 from decimal import Decimal
 
 import pytest
-from django.db import transaction
 from django.utils import timezone
 
-from orchestrator import events
 from orchestrator.engine import attempt_ends, dispatch, execution, runs
-from orchestrator.models import Agent, Attempt, Checkpoint, Event, TaskRun
+from orchestrator.models import Agent, Attempt, TaskRun
 from orchestrator.providers.base import Usage
-from orchestrator.readmodels.records import CheckpointRecord, EventRecord
 from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
 from orchestrator.readmodels.totals import totals
 
@@ -71,29 +68,6 @@ def test_run_export_is_json_with_exact_money_and_times(run, admin_user):
     assert (attempt["worker"], attempt["output_tokens"], attempt["duration_s"]) == ("w:1", 20, 0.0)
     assert attempt["started_at"].endswith("+00:00")
     assert {a["name"] for a in data["agents"]} == {"researcher", "writer"}
-
-
-def test_checkpoint_and_event_records(run, admin_user):
-    cp = Checkpoint.objects.create(run=run, task_run=run.tasks.get(subtask__key="w"), kind=Checkpoint.Kind.AFTER)
-    runs.decide(cp, approve=False, user=admin_user, comment="no")
-    cp.refresh_from_db()
-    assert CheckpointRecord.of(cp).model_dump(mode="json") == {
-        "id": cp.pk,
-        "kind": "after",
-        "task": "w",
-        "status": "rejected",
-        "outcome": "rejected",
-        "created_at": cp.created_at.isoformat(),
-        "decided_by": admin_user.username,
-        "decided_at": cp.decided_at.isoformat(),
-        "comment": "no",
-        "plan_version": "",
-    }
-    with transaction.atomic():
-        events.record("task.progress", run=run, task=run.tasks.get(subtask__key="a"), payload={"progress": 3})
-    event = EventRecord.of(Event.objects.filter(run=run).latest("seq")).model_dump(mode="json")
-    assert (event["type"], event["task"], event["agent"]) == ("task.progress", "a", "researcher")
-    assert event["payload"] == {"progress": 3}
 
 
 def test_a_record_answers_a_template_lookup_as_an_item_like_its_attribute(run):
