@@ -316,19 +316,28 @@ def wait_again(run: Run, which: Q, *, user, why: str) -> None:
     failed (or cancelled, or skipped below a failure) stays skipped. Sent back, it was skipped again
     by the next step, and the log said "waits again: s skipped by a person" then "upstream c did
     not succeed" in the same second. Decided in dependency order, each on its upstreams as they
-    will be (those sent back count as waiting, those kept as they are)."""
+    will be (those sent back count as waiting, those kept as they are).
+
+    A task that stays skipped names the upstreams that still block it where its reason named one
+    a person has now skipped or retried (scheduler.restate_blockers)."""
     which_ids = dict(run.tasks.filter(which).values_list("subtask_id", "pk"))
     if not which_ids:
         return
     rows = scheduler.read_tasks(run)
     shape = run_shape.of(run, {row.pk for row in rows.values()})
     edges = [(up, sid) for sid, sub in shape.subtasks.items() for up in sub.upstreams]
-    back = []
+    back, kept = [], {}
     for layer in dag.layers(list(shape.subtasks), edges):
         for sid in layer:
-            if sid in which_ids and not scheduler.ready_rule(rows, shape.subtasks[sid].upstreams)[0]:
+            if sid not in which_ids:
+                continue
+            blockers = scheduler.ready_rule(rows, shape.subtasks[sid].upstreams)[0]
+            if not blockers:
                 rows[sid].state, rows[sid].skip_cascades = State.PENDING, False
                 back.append(which_ids[sid])
+            elif rows[sid].state == State.SKIPPED:
+                kept[which_ids[sid]] = [shape.subtasks[u].key for u in blockers]
+    scheduler.restate_blockers(run, kept, user=user)
     moved = list(TaskRun.objects.filter(pk__in=back).order_by("subtask__position").select_related("subtask"))
     if not moved:
         return

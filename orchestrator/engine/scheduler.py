@@ -198,7 +198,7 @@ def promote_pending(run: Run, shape: run_shape.RunShape, rows: dict[int, TaskRow
             fresh.append(row)
             events.record("task.ready", run=run, task=row)
         elif new == State.SKIPPED:
-            reason = f"upstream {', '.join(shape.subtasks[u].key for u in blockers)} did not succeed"
+            reason = blocked_reason([shape.subtasks[u].key for u in blockers])
             transitions.move_where(
                 TaskRun.objects.filter(pk=row.pk),
                 State.SKIPPED,
@@ -243,6 +243,37 @@ def ready_rule(rows: dict[int, TaskRow], upstreams: Sequence[int]) -> tuple[list
 
 
 _BLOCKING = frozenset({State.FAILED, State.CANCELLED})
+
+
+_BLOCKED = ("upstream ", " did not succeed")
+
+
+def blocked_reason(blocker_keys: Sequence[str]) -> str:
+    """Why the ready rule skipped a task, naming the upstreams that block it."""
+    return f"{_BLOCKED[0]}{', '.join(blocker_keys)}{_BLOCKED[1]}"
+
+
+def blockers_named(reason: str) -> list[str]:
+    """The upstream keys a `blocked_reason` names ([] for any other reason: a rejected gate's)."""
+    if not (reason.startswith(_BLOCKED[0]) and reason.endswith(_BLOCKED[1])):
+        return []
+    return reason[len(_BLOCKED[0]) : -len(_BLOCKED[1])].split(", ")
+
+
+def restate_blockers(run: Run, blockers: dict[int, list[str]], *, user) -> None:
+    """Each task that stays skipped (by pk, with the keys of the upstreams that now block it) whose
+    reason names an upstream that no longer blocks it is given the reason it has now, with a
+    `task.skipped` event saying it stays so: a task below two failures said "upstream b did not
+    succeed" after a person skipped b, while c, which had also failed, kept it skipped. A reason
+    still true (every upstream it names still blocks) is left as it is, and nothing is said."""
+    tasks = TaskRun.objects.filter(pk__in=blockers, state=State.SKIPPED).select_related("subtask")
+    for task in sorted(tasks, key=lambda t: t.subtask.position):
+        if not set(blockers_named(task.error)) - set(blockers[task.pk]):
+            continue
+        reason = blocked_reason(blockers[task.pk])
+        TaskRun.objects.filter(pk=task.pk).update(error=reason)
+        message = f"stays skipped: {reason}"
+        events.record("task.skipped", run=run, task=task, user=user, message=message, payload={"reason": reason})
 
 
 def skip_cascading(task: TaskRun, reason: str) -> None:

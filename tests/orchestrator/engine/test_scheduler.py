@@ -8,6 +8,7 @@ import sys
 
 import pytest
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator.engine import runs, scheduler
@@ -192,6 +193,34 @@ def test_skipping_the_failed_task_of_a_failed_run_reopens_it_and_says_so(demo_ag
     assert states(run) == {"a": "skipped", "b": "queued"}
     reopened = Event.objects.get(run=run, type="run.reopened")
     assert (reopened.message, reopened.actor_user) == ("run reopened by a skip of a", personas["launcher"])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("action", ["skip", "retry"])
+def test_a_task_kept_skipped_by_another_failure_names_that_one_not_the_one_a_person_handled(
+    demo_agents, make_plan, personas, action
+):
+    """d is below a and b. a failed first (d: "upstream a did not succeed"), then b failed. A person
+    skips or retries a: d stays skipped because of b, and says so. It still blamed a, which no longer
+    held it back (a skip lets downstream go on), on the page, in run_status and in the export."""
+    plan = make_plan({"a": ("researcher", []), "b": ("coder", []), "d": ("writer", ["a", "b"])})
+    run = runs.launch(plan)
+    finish(run, "a", State.FAILED, error="boom")
+    finish(run, "b", State.FAILED, error="bang")
+    assert run.tasks.get(subtask__key="d").error == "upstream a did not succeed"
+    a = run.tasks.get(subtask__key="a")
+    if action == "skip":
+        runs.skip_task(a, user=personas["launcher"])
+    else:
+        runs.retry_task(a, user=personas["launcher"])
+    d = run.tasks.get(subtask__key="d")
+    assert (d.state, d.error) == ("skipped", "upstream b did not succeed")
+    said = list(Event.objects.filter(run=run, task_run=d).values_list("type", "message"))
+    assert said[-1] == ("task.skipped", "stays skipped: upstream b did not succeed")
+    # Handled again, nothing more is said: its reason did not change.
+    before = Event.objects.filter(run=run, task_run=d).count()
+    runs.wait_again(run, Q(pk=d.pk), user=None, why="again")
+    assert Event.objects.filter(run=run, task_run=d).count() == before
 
 
 @pytest.mark.django_db
