@@ -243,8 +243,15 @@ class AttemptPath:
     def no_steps(self) -> str:
         """What an attempt without rows says: "yet" only while a step may still come. An agent
         without tools answers in one model call and records no steps: said so, as a reader of an
-        ended attempt's empty path concluded that the agent had done nothing."""
-        return NO_STEPS_ENDED if self.ended else "No step recorded yet."
+        ended attempt's empty path concluded that the agent had done nothing. An attempt that
+        ended before its model wrote a token has no text to point to: it said "its text is the
+        output above" over "No output." (a timed-out call)."""
+        if not self.ended:
+            return "No step recorded yet."
+        assert self.attempt is not None  # ended
+        if not self.attempt.output_tokens:
+            return f"No steps were recorded: the attempt ended ({self.attempt.get_state_display().lower()}) before its model wrote anything."
+        return NO_STEPS_ENDED
 
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:

@@ -173,6 +173,7 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
     it were its result, and its path ended "No step recorded yet." although the task was over."""
     task = look(run)
     end_task(task, TaskRun.State.FAILED, 3, Attempt.State.FAILED, "The first half of a sent", "simulated failure")
+    Attempt.objects.filter(task_run=task).update(output_tokens=6)  # each wrote its text
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 3 (failed)" in html and "<h3>Output" not in html
     assert "The first half of a sent" in html
@@ -186,9 +187,21 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
 def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewer, run):
     task = look(run)
     end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "Streamed until the cancel", "run cancelled")
+    Attempt.objects.filter(task_run=task).update(output_tokens=4)
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 1 (cancelled)" in html
     assert NO_STEPS_ENDED in words(html) and " yet" not in words(html)
+
+
+def test_an_attempt_that_ended_before_its_model_wrote_anything_does_not_point_to_an_output(viewer, run):
+    """A call that hung until the timeout left no text: its path said "its text is the output
+    above" right under "No output."."""
+    task = look(run)
+    end_task(task, TaskRun.State.FAILED, 1, Attempt.State.TIMED_OUT, error="timed out after 5 s")
+    text = words(panel(viewer, run, task))
+    assert "No output." in text
+    assert "No steps were recorded: the attempt ended (timed out) before its model wrote anything." in text
+    assert NO_STEPS_ENDED not in text
 
 
 def test_a_lost_attempts_text_is_shown_with_it_as_kept_not_applied(viewer, run):
