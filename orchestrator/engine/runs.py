@@ -228,6 +228,16 @@ def downstream_closure(task: TaskRun) -> list[int]:
     return list(seen)
 
 
+def given_up_because_of(task: TaskRun) -> Q:
+    """The tasks that gave up because `task` failed: those skipped below it, and the work fail_fast
+    stopped when it failed. A person's retry or skip of it sends them back to wait (wait_again). A
+    skip left the fail_fast stop in place: the run reopened and ended at once, "failed" with the
+    summary "0 of 5 tasks failed", its other tasks still "run stopped: breaks failed"."""
+    return Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True) | Q(
+        state=State.CANCELLED, error__endswith="(fail_fast)"
+    )
+
+
 def retry_task(task: TaskRun, *, user=None) -> TaskRun:
     """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
     with events.atomic():
@@ -253,13 +263,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
         events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
         # Tasks that gave up because of this one wait for it again, and so does work that
         # fail_fast stopped when it failed.
-        wait_again(
-            run,
-            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True)
-            | Q(state=State.CANCELLED, error__endswith="(fail_fast)"),
-            user=user,
-            why=f"{task.key} retried",
-        )
+        wait_again(run, given_up_because_of(task), user=user, why=f"{task.key} retried")
         if run.is_finished:
             reopen(run, user=user, why=f"a retry of {task.key}")
     scheduler.advance(task.run_id)
@@ -292,13 +296,8 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
         events.record(
             "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}
         )
-        # Tasks skipped because it failed go on without it.
-        wait_again(
-            run,
-            Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True),
-            user=user,
-            why=f"{task.key} skipped by a person",
-        )
+        # Tasks skipped because it failed go on without it, and so does work fail_fast stopped.
+        wait_again(run, given_up_because_of(task), user=user, why=f"{task.key} skipped by a person")
         if run.is_finished:
             reopen(run, user=user, why=f"a skip of {task.key}")
     scheduler.advance(task.run_id)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine import attempt_ends, execution, retries, runs
-from orchestrator.models import Attempt, Run, TaskRun
+from orchestrator.models import Attempt, Event, Run, TaskRun
 from orchestrator.providers.base import ProviderError
 from orchestrator.readmodels.tasks import task_views
 
@@ -36,6 +36,28 @@ def test_a_fail_fast_run_stops_at_its_first_failure_and_cancels_the_rest(make_ag
     assert run.summary.startswith("stopped at the first failure (fail_fast): a: bad options")
     assert states == {"a": State.FAILED, "b": State.CANCELLED, "c": State.CANCELLED}
     assert run.tasks.get(subtask__key="b").error == "run stopped: a failed (fail_fast)"
+
+
+@pytest.mark.django_db
+def test_skipping_the_task_that_stopped_a_fail_fast_run_lets_the_stopped_work_go_on(
+    make_agent, make_plan, no_broker, personas
+):
+    """A person skips the failure that stopped a fail_fast run: the work it stopped goes on without
+    it, as after a retry. The run reopened and ended at once, "failed" with the summary "0 of 3
+    tasks failed; 1 skipped by a person", b and c still "run stopped: a failed (fail_fast)"."""
+    make_agent("researcher")
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", ["a", "b"])})
+    run = runs.launch(plan, cap=4, failure_policy=Run.FailurePolicy.FAIL_FAST)
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run, task_run__subtask__key="a").pk, "w1")
+    attempt_ends.fail(claim, "bad options", error=ProviderError("bad options", retryable=False))
+    runs.skip_task(run.tasks.get(subtask__key="a"), user=personas["launcher"])
+    run.refresh_from_db()
+    tasks = {t.subtask.key: t for t in run.tasks.select_related("subtask")}
+    assert run.status == Run.Status.RUNNING
+    assert (tasks["b"].state, tasks["b"].error) == (State.QUEUED, "")
+    assert (tasks["c"].state, tasks["c"].error) == (State.PENDING, "")
+    said = dict(Event.objects.filter(run=run, type="task.reset").values_list("task_run__subtask__key", "message"))
+    assert said == {"b": "waits again: a skipped by a person", "c": "waits again: a skipped by a person"}
 
 
 @pytest.mark.django_db
