@@ -10,6 +10,7 @@ brings the rest); a plain form post is redirected back to the page with a messag
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from django.contrib import messages
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseRedirect, JsonResponse
@@ -300,18 +301,19 @@ def run_launch_again(request, run_id: int):
 # --- Task controls ------------------------------------------------------------------------------
 
 
-def _task_action(request, run_id: int, task_id: int, action, message: str):
-    """Apply a task control through the engine and answer with the parts it changed."""
+def _task_action(request, run_id: int, task_id: int, action, message: str | Callable[[TaskRun], str]):
+    """Apply a task control through the engine and answer with the parts it changed (`message`:
+    the answer, with {key}, or a function of the task that says what the action came to)."""
     run = _run(run_id)
     task = _task(run, task_id)
     try:
-        action(task, user=request.user)
+        done = action(task, user=request.user)
     except runs.ActionError as error:
         return _answer(request, run, message=error.sentence, ok=False)
     return _answer(
         request,
         run,
-        message=message.format(key=task.subtask.key),
+        message=message(done) if callable(message) else message.format(key=task.subtask.key),
         ok=True,
         parts=RUN_PARTS,
         tasks=[task.pk],
@@ -328,7 +330,7 @@ def run_task_retry(request, run_id: int, task_id: int):
 @require_POST
 @permission_required(CONTROL_RUN)
 def run_task_skip(request, run_id: int, task_id: int):
-    return _task_action(request, run_id, task_id, runs.skip_task, "{key} skipped: tasks below it go on without it.")
+    return _task_action(request, run_id, task_id, runs.skip_task, run_tasks.skip_said)
 
 
 @require_POST

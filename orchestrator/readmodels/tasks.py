@@ -540,3 +540,23 @@ def agents_of(states: Iterable[TaskState]) -> dict[int, Agent]:
 def task_view(task: TaskRun) -> TaskView:
     (view,) = task_views(task.run_id, [task.pk])
     return view
+
+
+def skip_said(task: TaskRun) -> str:
+    """What a person's skip of `task` came to, for the answer to it: the tasks directly below it go
+    on without it, unless another upstream that did not succeed keeps them skipped. The answer
+    said "tasks below it go on without it" over a fan-in that stayed skipped because of another
+    failed branch (and of a final task, which has none below it)."""
+    below = TaskRun.objects.filter(
+        run_id=task.run_id, subtask__upstream_edges__upstream_id=task.subtask_id
+    ).select_related("subtask")
+    if not below:
+        return f"{task.subtask.key} skipped."
+    kept = sorted(
+        (t for t in below if t.state == TaskRun.State.SKIPPED and t.skip_cascades), key=lambda t: t.subtask.position
+    )
+    if not kept:
+        return f"{task.subtask.key} skipped: tasks below it go on without it."
+    stays = "; ".join(f"{t.subtask.key} stays skipped: {t.error}" for t in kept[:3])
+    more = f"; {len(kept) - 3} more stay skipped" if len(kept) > 3 else ""
+    return f"{task.subtask.key} skipped; {stays}{more}."

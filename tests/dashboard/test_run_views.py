@@ -304,6 +304,27 @@ def test_retry_and_skip_a_task(login, personas, brief):
     assert Event.objects.filter(run=brief, type="task.skipped", task_run=a, actor_user=personas["launcher"]).exists()
 
 
+def test_skipping_a_task_says_what_its_skip_came_to_below_it(login, personas, brief):
+    """a and b failed; write, below both, was skipped for a. Skipping a said "tasks below it go on
+    without it" while write stayed skipped for b; skipping b then lets write go on, and says so."""
+    from tests.orchestrator.engine.steps import finish
+
+    client = login(personas["launcher"])
+    finish(brief, "scope")
+    finish(brief, "a", TaskRun.State.FAILED, error="boom")
+    finish(brief, "b", TaskRun.State.FAILED, error="bang")
+
+    def skip(key):
+        response = client.post(url("run_task_skip", brief, task(brief, key).pk), HTTP_HX_REQUEST="true")
+        assert response.status_code == 200
+        return " ".join(re.sub(r"<[^>]+>", " ", response.content.decode()).split())
+
+    assert "a skipped; write stays skipped: upstream b did not succeed." in skip("a")
+    assert "b skipped: tasks below it go on without it." in skip("b")
+    assert task(brief, "write").state == TaskRun.State.QUEUED
+    assert "write skipped." in skip("write")  # a final task: nothing below it to go on
+
+
 def test_approver_cannot_control_and_launcher_cannot_decide(login, personas, brief):
     assert login(personas["approver"]).post(url("run_cancel", brief)).status_code == 403
     cp = Checkpoint.objects.create(run=brief, task_run=task(brief, "write"), kind=Checkpoint.Kind.AFTER)
