@@ -193,3 +193,33 @@ def test_the_event_log_and_the_task_table_are_read_on_a_390_px_screen(
     expect(page.get_by_text("Scroll the table sideways for progress, tokens, cost and attempts.")).to_be_hidden()
     expect(page.get_by_role("columnheader", name="Message")).to_be_visible()
     assert not scrolls_sideways(page, ".tasks-box")
+
+
+def test_the_plan_under_review_shows_each_subtasks_instructions_across_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """At 390 px the plan review was a table scrolled sideways inside its box: each row showed the
+    title, the agent and the upstreams, and the instructions a person is asked to read and edit
+    lay out of view to the right. Each subtask now stacks, its instructions box the screen's width."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan(
+        {
+            "scope": ("researcher", [], {"instructions": "Frame the question in one paragraph."}),
+            "a": ("researcher", ["scope"]),
+            "merge": ("writer", ["scope", "a"]),
+        }
+    )
+    run = runs.launch(plan, require_plan_approval=True)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#plan-subtask-scope textarea")).to_have_value("Frame the question in one paragraph.")
+    screenshot(page, "plan-review-390")
+    for selector, count in ((".plan-table textarea", 3), (".plan-table button", 6)):  # Save and Remove
+        shown = boxes(page, selector)
+        assert len(shown) == count, (selector, shown)
+        assert all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in shown), (selector, shown)
+    assert min(box["right"] - box["left"] for box in boxes(page, ".plan-table textarea")) > 200
+    assert not scrolls_sideways(page, ".plan-review")
+    after = page.locator("#plan-subtask-merge td").nth(2)  # its heading hidden, the cell says what it is
+    assert after.evaluate("td => getComputedStyle(td, '::before').content") == '"After: "'
+    expect(after).to_have_text("scope, a")
