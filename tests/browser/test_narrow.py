@@ -223,3 +223,24 @@ def test_the_plan_under_review_shows_each_subtasks_instructions_across_a_390_px_
     after = page.locator("#plan-subtask-merge td").nth(2)  # its heading hidden, the cell says what it is
     assert after.evaluate("td => getComputedStyle(td, '::before').content") == '"After: "'
     expect(after).to_have_text("scope, a")
+
+
+def test_the_runs_list_shows_each_runs_status_progress_and_cost_across_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """At 390 px the runs list was a table scrolled sideways: a run's goal and half its status
+    ("Awaiting appr") in view, its progress, elapsed time, cost and launcher off-screen."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])})
+    waiting = runs.launch(plan, require_plan_approval=True)
+    page.goto("/runs/")
+    row = page.locator(f"#run-row-{waiting.pk}")
+    expect(row.locator(".badge.status-awaiting_approval")).to_have_text("Awaiting approval")
+    screenshot(page, "runs-390")
+    for selector in (".badge", ".state-strip", "meter", "td"):
+        shown = boxes(page, f"#run-row-{waiting.pk} {selector}")
+        assert shown and all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in shown), (selector, shown)
+    assert not scrolls_sideways(page, "#runs-table .table-wrap")
+    elapsed = row.locator("td").nth(4)  # its heading hidden, the cell says what it is
+    assert elapsed.evaluate("td => getComputedStyle(td, '::before').content") == '"Elapsed: "'
