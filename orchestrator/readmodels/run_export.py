@@ -16,6 +16,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any, Literal, Self
 
 from orchestrator import wording
@@ -214,6 +215,12 @@ def path_line(step: dict[str, Any]) -> str:
     return line
 
 
+def _when(moment: datetime | None, otherwise: str) -> str:
+    """A moment as a reader reads it, as the pages say it: "2026-11-28 10:53:26 UTC" (it was the
+    JSON's "2026-11-28T10:53:26.368409+00:00")."""
+    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment else otherwise
+
+
 def tokens_text(run: Run) -> str:
     """The run's tokens as its page's Tokens card counts them (`run_tokens`): of a run under way,
     "tokens so far: 1,035 (1,027 in, 0 out, 8 streaming)", its running attempts' input and
@@ -237,14 +244,15 @@ def run_markdown(run: Run) -> str:
     """
     with read_snapshot():
         data = run_export(run)
-        tokens = tokens_text(Run.objects.get(pk=run.pk))
+        now = Run.objects.get(pk=run.pk)
+        tokens = tokens_text(now)
     r = data["run"]
     finals = set(data["final_tasks"])
     lines = [
         f"# Run {r['id']}: {_one_line(r['goal'])}",
         "",
         f"- Status: {r['status']}" + (f" ({_one_line(r['summary'])})" if r["summary"] else ""),
-        f"- Started: {r['started_at'] or 'not started'}; finished: {r['finished_at'] or 'not finished'}",
+        f"- Started: {_when(now.started_at, 'not started')}; finished: {_when(now.finished_at, 'not finished')}",
         f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; {tokens}",
         *([f"  - {r['unpriced_note']}"] if r["unpriced_note"] else []),
         f"- Tasks: {len(data['tasks'])}",

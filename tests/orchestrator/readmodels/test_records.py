@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from orchestrator.engine import attempt_ends, dispatch, execution, runs
-from orchestrator.models import Agent, Attempt, TaskRun
+from orchestrator.models import Agent, Attempt, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels.run_export import EXPORT_FORMAT, run_export, run_markdown
 from orchestrator.readmodels.totals import totals
@@ -94,6 +94,16 @@ def test_markdown_puts_the_final_output_first(run):
     assert text.startswith(f"# Run {run.pk}: Line one line two\n")
     assert text.index("## Result") < text.index("# Final") < text.index("## Every task") < text.index("Scope output.")
     assert "_No output: boom_" in text
+
+
+def test_markdown_says_when_the_run_started_and_finished_as_a_person_reads_a_time(run):
+    """It gave the JSON's timestamps: "Started: 2026-11-28T10:53:26.368409+00:00"."""
+    from datetime import UTC, datetime
+
+    Run.objects.filter(pk=run.pk).update(started_at=datetime(2026, 11, 28, 10, 53, 26, 368409, tzinfo=UTC))
+    assert "- Started: 2026-11-28 10:53:26 UTC; finished: not finished\n" in run_markdown(run)
+    Run.objects.filter(pk=run.pk).update(finished_at=datetime(2026, 11, 28, 11, 0, 13, tzinfo=UTC))
+    assert "- Started: 2026-11-28 10:53:26 UTC; finished: 2026-11-28 11:00:13 UTC\n" in run_markdown(run)
 
 
 def test_both_downloads_label_a_tasks_partial_output_as_the_page_heads_it(run):
