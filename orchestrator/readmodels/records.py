@@ -312,6 +312,20 @@ class AttemptRecord(Record):
 OUTPUT_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.AWAITING_REVIEW, TaskRun.State.RUNNING, TaskRun.State.QUEUED)
 
 
+# The ends other than success, in the order an outcome lists them.
+ENDED_OTHERWISE = (TaskRun.State.FAILED, TaskRun.State.CANCELLED, TaskRun.State.SKIPPED)
+
+
+def progress_shown(state: str, progress: int) -> int | None:
+    """A task's progress as a person reads it: its saved percentage while under way, 100 once it
+    succeeded (whatever its last streamed value was), and None for a task that ended otherwise
+    (failed, cancelled, skipped): how far its last attempt got is not how much of it is done (a
+    rejected review read "100%", a cancelled task "15%")."""
+    if state == TaskRun.State.SUCCEEDED:
+        return 100
+    return None if state in ENDED_OTHERWISE else progress
+
+
 def is_partial_output(task: TaskRun) -> bool:
     """Is the task's output the partial text of an attempt that ended without a result?"""
     return bool(task.output) and task.state not in OUTPUT_STATES
@@ -405,7 +419,13 @@ class TaskRecord(Record):
     agent: str
     state: str
     wait_reason: str
-    progress: int
+    progress: int | None = Field(
+        description=(
+            "How much of the task is done, in percent, as its panel and run_status give it: how far its "
+            "running attempt got while it is under way, 100 once it succeeded, and null for a task that "
+            "failed, was cancelled or skipped (how far its last attempt got is not how much of it is done)."
+        )
+    )
     # The task's result (or, while it runs, the text its attempt streams, as the page heads it
     # "Output"). In a TaskRunRecord (the API, the downloads) it is null when the task has none: a
     # failed, cancelled or skipped task's text is its `partial_output`, never its output.
@@ -444,7 +464,7 @@ class TaskRecord(Record):
             agent=task.agent.name,
             state=task.state,
             wait_reason=task.wait_reason,
-            progress=task.progress,
+            progress=progress_shown(task.state, task.progress),
             output=task.output,
             summary=task.summary,
             error=task.error,

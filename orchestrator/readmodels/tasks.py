@@ -22,7 +22,7 @@ from orchestrator import sql
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
 from .live_tokens import NO_LIVE_TOKENS, LiveTokens, live_tokens
-from .records import PartialOutputRecord, TaskRecord
+from .records import ENDED_OTHERWISE, PartialOutputRecord, TaskRecord, progress_shown
 from .silence import Silence, silence_of
 from .steps import activities
 
@@ -118,9 +118,6 @@ def state_strip(counts: Mapping[str, int]) -> list[StripSegment]:
 
 
 MIN_SEGMENT = 1.5
-
-# The ends other than success, in the order an outcome lists them.
-ENDED_OTHERWISE = (State.FAILED, State.CANCELLED, State.SKIPPED)
 
 
 def outcome_text(counts: Mapping[str, int], total: int, rejected: Sequence[str] = ()) -> str:
@@ -228,11 +225,11 @@ NO_NOTE = TaskNote("", "")
 
 
 def shown(state: str, progress: int, wait_reason: str, activity: str = "") -> dict[str, Any]:
-    """What a TaskView shows otherwise than its task's columns say: a succeeded task's progress is
-    100 whatever its last streamed value was, a ready task held back is `waiting`, and only a
-    running task has an activity."""
+    """What a TaskView shows otherwise than its task's columns say: its progress as its record
+    gives it (`progress_shown`), a ready task held back is `waiting`, and only a running task has
+    an activity."""
     return {
-        "progress": 100 if state == State.SUCCEEDED else progress,
+        "progress": progress_shown(state, progress),
         "display_state": display_state(state, wait_reason),
         "activity": activity if state == State.RUNNING else "",
     }
@@ -241,8 +238,8 @@ def shown(state: str, progress: int, wait_reason: str, activity: str = "") -> di
 class TaskView(TaskRecord):
     """A task as the run page shows it: its record plus display state and live token burn.
 
-    `progress` is 100 for a succeeded task whatever its last streamed value was; `progress_text`
-    is how the task panel and `run_status` give it.
+    `progress` is its record's (100 for a succeeded task whatever its last streamed value was, None
+    for one that ended otherwise); `progress_text` is how the task panel and `run_status` give it.
     """
 
     agent_id: int
@@ -302,16 +299,9 @@ class TaskView(TaskRecord):
         return STATE_LABELS.get(self.display_state, self.display_state)
 
     @property
-    def progress_percent(self) -> int | None:
-        """Its progress as a person reads it: `progress` while under way, 100 once succeeded, and
-        None for a task that ended otherwise (failed, cancelled, skipped): how far its last attempt
-        got is not how much of it is done (a rejected review read "100%", a skipped task "5%")."""
-        return None if self.state in ENDED_OTHERWISE else self.progress
-
-    @property
     def progress_text(self) -> str:
-        """`progress_percent` as the task panel and `run_status` give it: "40%", or "—"."""
-        return "—" if self.progress_percent is None else f"{self.progress_percent}%"
+        """`progress` as the task panel and `run_status` give it: "40%", or "—"."""
+        return "—" if self.progress is None else f"{self.progress}%"
 
     @property
     def input_tokens_so_far(self) -> int:

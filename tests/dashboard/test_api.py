@@ -667,6 +667,32 @@ def test_a_running_attempts_tokens_count_in_its_tasks_record_as_in_the_task_pane
     assert (run_input, totals_input) == (1_027, 1_027)
 
 
+def test_a_task_that_ended_otherwise_has_no_progress_in_its_record_as_on_its_panel(api, two_runs):
+    """The API said `progress: 15` for a cancelled task whose panel and run_status say "—": how far
+    its last attempt got is not how much of it is done. Its record gives the panel's progress: the
+    streamed percentage while it runs, null once it was cancelled (or failed, or skipped), 100 once
+    it succeeded whatever it last streamed."""
+    from orchestrator.readmodels.tasks import task_views
+
+    first, _ = two_runs
+    streaming_first_attempt(first)  # task a has streamed 5%
+
+    def progress():
+        tasks = api["viewer"].get(f"/runs/{first.pk}").json()["tasks"]
+        panels = {view.key: view.progress_text for view in task_views(first)}
+        return {task["key"]: (task["progress"], panels[task["key"]]) for task in tasks}
+
+    assert progress() == {"a": (5, "5%"), "b": (0, "0%")}
+    assert api["launcher"].post(f"/runs/{first.pk}/cancel").status_code == 200
+    assert set(first.tasks.values_list("state", flat=True)) == {TaskRun.State.CANCELLED}
+    assert progress() == {"a": (None, "—"), "b": (None, "—")}
+
+    first.tasks.filter(subtask__key="a").update(state=TaskRun.State.SUCCEEDED, progress=60)
+    assert progress()["a"] == (100, "100%")
+    schema = api["viewer"].get("/openapi.json").json()["components"]["schemas"]["TaskRunRecord"]
+    assert "null for a task that failed, was cancelled or skipped" in schema["properties"]["progress"]["description"]
+
+
 def test_the_schema_says_which_task_and_run_tokens_are_settled_and_which_run_now(api):
     schemas = api["viewer"].get("/openapi.json").json()["components"]["schemas"]
     task = schemas["TaskRunRecord"]["properties"]
