@@ -15,6 +15,7 @@ from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels import prices
 from orchestrator.readmodels.launchers import launchers
+from orchestrator.readmodels.run_counts import run_counts
 from orchestrator.readmodels.tasks import StripSegment, count_text, counts_by_run, rejected_at_gate, state_strip
 from orchestrator.readmodels.totals import run_idle_text
 from orchestrator.wording import counted
@@ -152,13 +153,7 @@ def runs_queryset():
 def runs_context(request) -> dict:
     paginator = Paginator(runs_queryset(), RUNS_PER_PAGE)
     page = paginator.get_page(request.GET.get("page"))
-    totals = Run.objects.aggregate(active=Count("pk", filter=~Q(status__in=Run.FINISHED)), total=Count("pk"))
-    return {
-        "page": page,
-        "rows": run_rows(page.object_list),
-        "active_runs": totals["active"],
-        "total_runs": totals["total"],
-    }
+    return {"page": page, "rows": run_rows(page.object_list), "run_counts": run_counts()}
 
 
 @permission_required(VIEW_RUN)

@@ -108,6 +108,18 @@ def test_who_launched_each_run_is_read_in_one_query(client, personas, two_runs, 
     assert len(event_reads) == 1, event_reads
 
 
+def test_the_line_over_the_table_says_which_runs_run_and_which_wait(client, personas, two_runs):
+    """It said "2 runs, 2 in progress." of a run awaiting approval and a paused one: neither is in
+    progress. Each status that has not ended is named, as its badge in the table names it."""
+    first, second = two_runs
+    Run.objects.filter(pk=first.pk).update(status=Run.Status.PAUSED)
+    client.force_login(personas["viewer"])
+    for url in PAGES:
+        text = re.sub(r"\s+", " ", client.get(url).text)
+        assert "2 runs, 1 paused, 1 awaiting approval." in text
+        assert "in progress" not in text
+
+
 def test_the_table_alone_is_the_partial_the_page_includes(client, personas, two_runs):
     client.force_login(personas["viewer"])
     table = client.get("/runs/table/").text
