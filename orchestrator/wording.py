@@ -17,6 +17,10 @@ bottom of the stack where both may use them:
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
   a non-zero amount ("<1%") nor 100% before the whole is reached (99%).
 - `rate_wait`: what holds a model call back, by its wait code: "the provider's request budget".
+- `TASK_STATE_LABELS`, `task_is`: a task's state as a person reads it, a label ("needs approval",
+  the run page's badge) or what the task is, said after its name ("task start has succeeded",
+  "task brief needs approval"), never the state's code ("is succeeded", "is waiting gate"). The
+  engine's refusals and the pages both say them.
 - `Refusal`, `sentence`: a refusal's message is a clause, so that it reads after a colon ("Run not
   launched: estimated cost … is over the budget"); shown on its own (the run page's flash, the
   approvals inbox, a command's error) it is a sentence ("Run 3 already ended (succeeded): it
@@ -170,3 +174,45 @@ RATE_WAITS = {
 def rate_wait(code: str) -> str:
     """What a wait of this code waits for: rate_wait("rate_limit_requests") == "the provider's request budget"."""
     return RATE_WAITS.get(code, "the provider's rate budget")
+
+
+# A task's states as the run page's badges, legend and counts name them, by state (TaskRun.State's
+# values, data, never renamed; "waiting" is the page's state of a ready task a cap or a retry
+# delay holds back).
+TASK_STATE_LABELS = {
+    "pending": "pending",
+    "waiting_gate": "needs approval",
+    "ready": "ready",
+    "waiting": "held back",
+    "throttled": "throttled",
+    "queued": "queued",
+    "running": "running",
+    "awaiting_review": "in review",
+    "succeeded": "succeeded",
+    "failed": "failed",
+    "skipped": "skipped",
+    "cancelled": "cancelled",
+}
+
+# What a task in each state is, said after its name, in its label's words.
+TASK_STATE_CLAUSES = {
+    "pending": "is pending",
+    "waiting_gate": "needs approval",
+    "ready": "is ready",
+    "waiting": "is held back",
+    "throttled": "is throttled",
+    "queued": "is queued",
+    "running": "is running",
+    "awaiting_review": "is in review",
+    "succeeded": "has succeeded",
+    "failed": "has failed",
+    "skipped": "was skipped",
+    "cancelled": "was cancelled",
+}
+
+
+def task_is(state: str) -> str:
+    """What a task in `state` is, after its name: task_is("succeeded") == "has succeeded" ("task
+    start has succeeded: only a failed, cancelled or skipped task can be retried"),
+    task_is("waiting_gate") == "needs approval"."""
+    return TASK_STATE_CLAUSES.get(state, f"is {state}")

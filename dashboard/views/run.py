@@ -30,7 +30,7 @@ from orchestrator.readmodels.run_export import run_export, run_markdown
 from orchestrator.readmodels.snapshot import read_snapshot
 from orchestrator.readmodels.steps import attempt_path
 from orchestrator.tools import workspace
-from orchestrator.wording import counted
+from orchestrator.wording import counted, task_is
 
 from .. import fragments
 from ..markdown import render_markdown
@@ -169,7 +169,7 @@ def run_task_output(request, run_id: int, task_id: int):
             return HttpResponse(render_markdown(task.output))
         heading = run_tasks.output_heading(task, task.attempts.order_by("-number").first())
         return HttpResponse(format_html('<p class="muted">{}:</p>{}', heading, render_markdown(task.output)))
-    reason = task.error if task.is_terminal and task.error else f"the task is {task.get_state_display().lower()}"
+    reason = task.error if task.is_terminal and task.error else f"the task {task_is(task.state)}"
     return HttpResponse(format_html('<p class="muted">No output: {}.</p>', reason))
 
 

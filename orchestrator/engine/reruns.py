@@ -60,7 +60,7 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
             raise ActionError(f"run {run.pk} has not started: its plan waits for approval")
         if task.state not in RERUNNABLE:
             raise ActionError(
-                f"task {task.key} is {task.get_state_display().lower()}: only a task that has finished "
+                f"task {task.key} {wording.task_is(task.state)}: only a task that has finished "
                 "(succeeded, failed, skipped or cancelled) can be re-run"
             )
         below = runs.downstream_closure(task)

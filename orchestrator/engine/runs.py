@@ -245,7 +245,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
         task = TaskRun.objects.select_related("run", "subtask", "agent").get(pk=task.pk)
         if task.state not in (State.FAILED, State.CANCELLED, State.SKIPPED):
             raise ActionError(
-                f"task {task.key} is {task.get_state_display().lower()}: only a failed, cancelled or skipped task can be retried"
+                f"task {task.key} {wording.task_is(task.state)}: only a failed, cancelled or skipped task can be retried"
             )
         if run.status == Run.Status.CANCELLED:
             raise ActionError(f"run {run.pk} was cancelled: launch it again instead")

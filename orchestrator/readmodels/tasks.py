@@ -18,7 +18,7 @@ from typing import Any, Literal, NamedTuple, Self
 
 from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 
-from orchestrator import sql
+from orchestrator import sql, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
 from .live_tokens import NO_LIVE_TOKENS, LiveTokens, live_tokens
@@ -47,20 +47,9 @@ DISPLAY_ORDER = (
     State.SKIPPED,
     State.CANCELLED,
 )
-STATE_LABELS = {
-    State.PENDING: "pending",
-    State.WAITING_GATE: "needs approval",
-    State.READY: "ready",
-    WAITING: "held back",
-    State.THROTTLED: "throttled",
-    State.QUEUED: "queued",
-    State.RUNNING: "running",
-    State.AWAITING_REVIEW: "in review",
-    State.SUCCEEDED: "succeeded",
-    State.FAILED: "failed",
-    State.SKIPPED: "skipped",
-    State.CANCELLED: "cancelled",
-}
+# Each display state's label (the badges, the legend, the counts): wording's, which the engine's
+# refusals say too ("task start needs approval: …").
+STATE_LABELS: Mapping[str, str] = wording.TASK_STATE_LABELS
 
 
 # The order of a state strip, left to right: what ended (good news first), what is under way,

@@ -304,6 +304,21 @@ def test_retry_and_skip_a_task(login, personas, brief):
     assert Event.objects.filter(run=brief, type="task.skipped", task_run=a, actor_user=personas["launcher"]).exists()
 
 
+def test_a_refusal_and_a_missing_output_say_the_tasks_state_as_its_badge_does(login, personas, brief):
+    """They read "Task scope is succeeded: only …" and "No output: the task is waiting gate.": the
+    state's code after "is". They say it in the words of the task's badge."""
+    client = login(personas["launcher"])
+    scope, write = task(brief, "scope"), task(brief, "write")
+    TaskRun.objects.filter(pk=scope.pk).update(state=TaskRun.State.SUCCEEDED, finished_at=timezone.now())
+    TaskRun.objects.filter(pk=write.pk).update(state=TaskRun.State.WAITING_GATE)
+    response = client.post(url("run_task_retry", brief, scope.pk), HTTP_HX_REQUEST="true")
+    assert response["X-Glassbox-Refused"] == "1"
+    refusal = "Task scope has succeeded: only a failed, cancelled or skipped task can be retried"
+    assert f'<span class="run-flash-text">{refusal}</span>' in response.content.decode()
+    output = client.get(url("run_task_output", brief, write.pk)).content.decode()
+    assert output == '<p class="muted">No output: the task needs approval.</p>'
+
+
 def test_skipping_a_task_says_what_its_skip_came_to_below_it(login, personas, brief):
     """a and b failed; write, below both, was skipped for a. Skipping a said "tasks below it go on
     without it" while write stayed skipped for b; skipping b then lets write go on, and says so."""

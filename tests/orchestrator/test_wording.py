@@ -77,3 +77,15 @@ def test_a_budget_reads_as_a_person_sets_it(amount, text):
 )
 def test_a_time_limit_reads_as_a_person_sets_it(seconds, text):
     assert wording.time_limit(seconds) == text
+
+
+def test_every_task_state_has_a_label_and_a_clause_in_its_words():
+    """A refusal read "task start is succeeded" and "is waiting gate": each state, the page's
+    "waiting" too, says what the task is in its label's words, never its code."""
+    from orchestrator.models import TaskRun
+
+    states = {*TaskRun.State.values, "waiting"}
+    assert set(wording.TASK_STATE_LABELS) == states == set(wording.TASK_STATE_CLAUSES)
+    assert not [said for said in wording.TASK_STATE_CLAUSES.values() if "_" in said]
+    assert (wording.task_is("succeeded"), wording.task_is("waiting_gate")) == ("has succeeded", "needs approval")
+    assert all(wording.TASK_STATE_LABELS[state] in wording.task_is(state) for state in states)  # the badge's words
