@@ -27,6 +27,7 @@ from asgiref.sync import async_to_sync
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.utils import load_backend
 
+from orchestrator import wording
 from orchestrator.engine import cluster
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ async def _timed(
     try:
         extra = await asyncio.wait_for(work(), timeout_s)
     except TimeoutError:
-        result["error"] = f"timed out after {timeout_s:g} s"
+        result["error"] = f"timed out after {wording.time_limit(timeout_s)}"
         log.warning("health: %s (%s) timed out after %s s", name, backend, timeout_s)
     except Exception as exc:
         result["error"] = type(exc).__name__

@@ -57,6 +57,7 @@ try:  # the SDK's HTTP client: httpx2 from SDK 2.x on, httpx before
 except ImportError:  # pragma: no cover - older SDKs
     import httpx as sdk_http  # type: ignore[no-redef]  # the same API under its older name
 
+from orchestrator import wording
 from orchestrator.providers.base import (
     BUDGETS,
     AgentRequest,
@@ -219,7 +220,7 @@ def map_error(exc: Exception, *, timeout_s: float | None = None, model: str = ""
             error.feedback = rate_limit_feedback(model, exc.response.headers)
         return error
     if isinstance(exc, anthropic.APITimeoutError | sdk_http.TimeoutException):
-        within = f" within {timeout_s:g} s" if timeout_s else ""
+        within = f" within {wording.time_limit(timeout_s)}" if timeout_s else ""
         return ProviderTimeout(f"anthropic: no answer{within} (timed out)")
     if isinstance(exc, anthropic.APIConnectionError):
         return ProviderError(f"anthropic: could not reach {base_url()}: {exc}", retryable=True)
@@ -241,7 +242,7 @@ def _map_status_error(exc: anthropic.APIStatusError) -> ProviderError:
     else:
         text = f"anthropic {status} {error_type}: {detail}"
     if retry_after is not None:
-        text += f"; retry after {retry_after:g} s"
+        text += f"; retry after {wording.time_limit(retry_after)}"
     if exc.request_id:
         text += f" (request {exc.request_id})"
     if status == 429 or error_type == "rate_limit_error":

@@ -194,3 +194,21 @@ def test_the_stop_grace_covers_a_lease_and_a_margin(settings):
     assert serve_command.stop_timeout_s() == 60 + serve_command.STOP_MARGIN_S
     settings.GLASSBOX_LEASE_S = 3
     assert serve_command.stop_timeout_s() == serve_command.MIN_STOP_TIMEOUT_S
+
+
+def test_a_restarts_delay_reads_as_a_person_sets_a_time_limit():
+    """After six quick deaths a cluster's restart waited the longest backoff and serve said
+    "restarting it in 60 s"; it says the wait as wording.time_limit does: "1 min 00 s"."""
+    from io import StringIO
+    from types import SimpleNamespace
+
+    said = StringIO()
+    command = serve_command.Command(stderr=said)
+    cluster = serve_command.Child("qcluster-1", [], {}, started_at=100.0, failures=6)
+    cluster.process = SimpleNamespace(returncode=-9, poll=lambda: -9)  # died by SIGKILL
+    command.clusters = [cluster]
+    command.publisher = SimpleNamespace(publish=lambda report: None)
+    command.schedule_restart(cluster, now=101.0)
+    assert said.getvalue() == (
+        "qcluster-1 was killed by SIGKILL on its own; restarting it in 1 min 00 s (0 of 1 qclusters running).\n"
+    )

@@ -40,6 +40,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
+from orchestrator import wording
 from orchestrator.engine.cluster import SERVE_ID_ENV, publish_supervisor_report
 from orchestrator.management.commands.seed_demo import (
     APPROVER_PASSWORD_ENV,
@@ -350,7 +351,7 @@ class Command(BaseCommand):
         cluster.restart_at = now + delay
         running = sum(not c.exited for c in self.clusters)
         self.stderr.write(
-            f"{cluster.name} {cluster.last_exit} on its own; restarting it in {delay:g} s "
+            f"{cluster.name} {cluster.last_exit} on its own; restarting it in {wording.time_limit(delay)} "
             f"({running} of {len(self.clusters)} qclusters running)."
         )
         self.publish()

@@ -7,6 +7,7 @@ import json
 import socket
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import connections
 from django_q.conf import Conf
@@ -119,6 +120,17 @@ def test_a_server_that_never_answers_times_out_instead_of_hanging_the_probe(redi
     assert (broker["ok"], broker["error"]) == (False, "timed out after 0.5 s")
     assert broker["latency_ms"] >= 500
     assert report["checks"]["database"]["ok"] and report["checks"]["channel_layer"]["ok"]
+
+
+def test_a_timeout_reads_as_a_person_sets_a_time_limit():
+    """A probe's timeout of 1.23456 s read "timed out after 1.23456 s"; a time limit is said
+    as wording.time_limit says it everywhere else: "1.2 s"."""
+
+    async def never_answers() -> dict:
+        raise TimeoutError
+
+    result = async_to_sync(health._timed)("broker", "redis", never_answers, 1.23456)
+    assert (result["ok"], result["error"]) == (False, "timed out after 1.2 s")
 
 
 def test_no_channel_layer_configured_is_unavailable(settings):

@@ -337,6 +337,22 @@ def test_an_unreachable_server_is_a_retryable_connection_error(settings):
     assert error.retryable and "could not reach http://127.0.0.1:9" in error.message
 
 
+def test_the_waits_an_error_names_read_as_a_person_sets_a_time_limit():
+    """An error said "retry after 12.3457 s" of a retry-after of 12.345678 s (an HTTP date's wait
+    is seldom whole) and "no answer within 600 s": the time limits' own words elsewhere say "12 s"
+    and "10 min 00 s" (wording.time_limit), as a tool's timeout does."""
+    import anthropic
+
+    from orchestrator.providers.anthropic import map_error, sdk_http
+
+    request = sdk_http.Request("POST", "http://127.0.0.1:9/v1/messages")
+    response = sdk_http.Response(429, headers={"retry-after": "12.345678"}, request=request)
+    limited = map_error(anthropic.RateLimitError("rate limited", response=response, body=None))
+    assert "; retry after 12 s" in limited.message
+    timeout = map_error(anthropic.APITimeoutError(request=request), timeout_s=600)
+    assert timeout.message == "anthropic: no answer within 10 min 00 s (timed out)"
+
+
 def test_retry_after_is_read_as_seconds_or_as_an_http_date():
     assert parse_retry_after("7") == 7.0
     assert parse_retry_after("0.5") == 0.5
