@@ -183,6 +183,24 @@ def quick_config(profiles: list[str]) -> Config:
 # --- The machine -----------------------------------------------------------------------------------
 
 
+PROBE_STEPS = 10_000_000
+
+
+def cpu_probe_s(repeats: int = 3) -> float:
+    """Seconds a fixed pure-Python loop of `PROBE_STEPS` additions takes, best of `repeats`: the
+    machine's speed for one thread on the day. Shared machines here have run it in 0.86 s on one
+    day and 1.5 s on another, and every CPU-bound figure of a run moved with it (the statement
+    counts did not), so two runs compare only beside their probes."""
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        total = 0
+        for step in range(PROBE_STEPS):
+            total += step
+        best = min(best, time.perf_counter() - began)
+    return round(best, 3)
+
+
 def machine_info() -> dict:
     info: dict[str, Any] = {
         "cores": os.cpu_count(),
@@ -480,7 +498,7 @@ def run_benchmark(config: Config, *, keep_workdir: bool = False) -> dict:
     results: dict[str, Any] = {
         "mode": config.mode,
         "config": config.to_json(),
-        "machine": machine_info(),
+        "machine": {**machine_info(), **({"cpu_probe_s_at_start": cpu_probe_s()} if config.mode == "full" else {})},
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "profiles": {},
     }
@@ -498,6 +516,8 @@ def run_benchmark(config: Config, *, keep_workdir: bool = False) -> dict:
         else:
             shutil.rmtree(root, ignore_errors=True)
     results["elapsed_s"] = round(time.monotonic() - started, 1)
+    if config.mode == "full":
+        results["machine"]["cpu_probe_s_at_end"] = cpu_probe_s()
     from . import report
 
     results["summary"] = report.summarize(results)

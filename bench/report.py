@@ -296,6 +296,19 @@ def _table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _probe_text(machine: dict) -> str:
+    """The probe at the run's start and end, in words; "not measured" for results older than it."""
+    start, end = machine.get("cpu_probe_s_at_start"), machine.get("cpu_probe_s_at_end")
+    if start is None:
+        return "not measured"
+    at_end = f", {end:.2f} s at its end" if end is not None else ""
+    return (
+        f"{start:.2f} s at the run's start{at_end} (a 10-million-step Python loop, best of 3): CPU-bound "
+        "figures (CPU per task, and the makespans through them) scale with it, so compare runs of "
+        "different days beside it"
+    )
+
+
 def markdown(results: dict, plots: dict[str, str]) -> str:
     s = results["summary"]
     config = results["config"]
@@ -315,6 +328,7 @@ def markdown(results: dict, plots: dict[str, str]) -> str:
         ["CPU", f"{machine.get('cpu', '?')}, {machine.get('cores')} cores"],
         ["memory", f"{machine.get('memory_gib', '?')} GiB"],
         ["load average when the run started", ", ".join(str(x) for x in machine.get("load_average_at_start", []))],
+        ["CPU speed probe (bench/harness.py `cpu_probe_s`; lower is faster)", _probe_text(machine)],
         ["Python / SQLite", f"{machine.get('python')} / {machine.get('sqlite')}"],
         ["platform", machine.get("platform", "?")],
     ]

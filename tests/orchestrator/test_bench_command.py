@@ -13,8 +13,9 @@ import sys
 
 import pytest
 
-from bench import dags, strategies
+from bench import dags, harness, strategies
 from bench.harness import percentile
+from bench.report import _probe_text
 from tests.conftest import ROOT
 
 
@@ -82,3 +83,18 @@ def test_percentile_interpolates_between_ranks():
     assert percentile([], 50) is None
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert math.isclose(percentile([0.0, 10.0], 95), 9.5)
+
+
+def test_cpu_probe_times_its_fixed_loop(monkeypatch):
+    monkeypatch.setattr(harness, "PROBE_STEPS", 200_000)
+    short = harness.cpu_probe_s(repeats=1)
+    monkeypatch.setattr(harness, "PROBE_STEPS", 4_000_000)
+    long = harness.cpu_probe_s(repeats=1)
+    assert 0 < short < long  # twenty times the steps cannot take less
+
+
+def test_machine_table_gives_the_probe_of_the_runs_start_and_end():
+    both = _probe_text({"cpu_probe_s_at_start": 0.861, "cpu_probe_s_at_end": 0.9})
+    assert both.startswith("0.86 s at the run's start, 0.90 s at its end (a 10-million-step Python loop")
+    assert _probe_text({"cpu_probe_s_at_start": 1.5}).startswith("1.50 s at the run's start (")
+    assert _probe_text({}) == "not measured"  # results from before the probe
