@@ -114,10 +114,11 @@ def elapsed_text(run: Run, progress) -> str:
 
 
 def timestamp(moment) -> str:
-    """A time in the local time zone (settings.TIME_ZONE), to the second; "-" when unset."""
+    """A time in the local time zone (settings.TIME_ZONE, UTC), to the second and named as the
+    pages name it ("2026-11-28 14:48:10 UTC"); "-" when unset."""
     if moment is None:
         return "-"
-    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def shorten(text: str, width: int) -> str:

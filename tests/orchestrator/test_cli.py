@@ -16,6 +16,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from datetime import UTC
 from io import StringIO
 
 import pytest
@@ -313,6 +314,8 @@ def test_runs_lists_runs_newest_first(gated_run, demo_agents, make_plan):
     assert columns(lines[2])[-2:] == ["alice from the command line", "Second goal"]
     assert columns(lines[3])[:3] == [str(first.pk), "running", "0 of 2 succeeded"]
     assert columns(lines[3])[-2] == "system"  # launched by neither a person nor the command line
+    started = second.started_at.astimezone(UTC)  # named as the pages name their times
+    assert columns(lines[2])[4] == f"{started:%Y-%m-%d %H:%M:%S} UTC"
 
 
 @pytest.mark.django_db
