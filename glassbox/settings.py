@@ -350,5 +350,5 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 11 * 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = 6 * 1024 * 1024
 
 # Separation of duties: the person who launched a run cannot approve its plan checkpoint
-# (orchestrator/engine/runs.py decide()). On by default; 0 turns it off (e.g. a one-person install).
+# (orchestrator/engine/decisions.py decide()). On by default; 0 turns it off (e.g. a one-person install).
 GLASSBOX_SEPARATION_OF_DUTIES = env_bool("GLASSBOX_SEPARATION_OF_DUTIES", True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from orchestrator.engine import tool_approvals
-from orchestrator.engine.runs import downstream_closure
+from orchestrator.engine.task_controls import downstream_closure
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.wording import counted
 

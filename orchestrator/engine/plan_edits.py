@@ -21,8 +21,8 @@ from __future__ import annotations
 from django.db.models.deletion import ProtectedError
 
 from orchestrator import events, plans
-from orchestrator.engine import runs, scheduler
-from orchestrator.engine.runs import ActionError
+from orchestrator.engine import run_launch, scheduler
+from orchestrator.engine.action_errors import ActionError
 from orchestrator.models import Checkpoint, Dependency, Plan, Run, Subtask, TaskRun
 
 
@@ -51,7 +51,7 @@ def _new_version(checkpoint: Checkpoint, plan: Plan) -> dict[str, str]:
 
 def _estimate_again(run: Run, plan: Plan) -> None:
     """The run's cost estimate for its plan as edited: a removed subtask's share was still in it."""
-    run.estimate_usd = runs.estimate_cost(plan)
+    run.estimate_usd = run_launch.estimate_cost(plan)
     run.save(update_fields=["estimate_usd"])
 
 
@@ -187,7 +187,7 @@ def remove_subtask(checkpoint: Checkpoint, subtask_key: str, user=None) -> list[
             raise ActionError(
                 f"{subtask_key} already has history in this run (events or attempts): it cannot be removed"
             ) from None
-        ranks = runs.task_ranks(plan)
+        ranks = run_launch.task_ranks(plan)
         for task_id, key in run.tasks.values_list("pk", "subtask__key"):
             TaskRun.objects.filter(pk=task_id).update(rank=ranks.get(key, 0.0))
         _estimate_again(run, plan)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from orchestrator import events, wording
-from orchestrator.engine import runs, scheduler, transitions
-from orchestrator.engine.runs import ActionError
+from orchestrator.engine import run_launch, scheduler, task_controls, transitions
+from orchestrator.engine.action_errors import ActionError
 from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 
 State = TaskRun.State
@@ -39,7 +39,7 @@ def launch_again(run: Run, *, user=None) -> Run:
             f"{'are' if len(inactive) > 1 else 'is'} no longer active: activate "
             f"{'them' if len(inactive) > 1 else 'it'} in the admin, or launch another plan"
         )
-    return runs.launch(
+    return run_launch.launch(
         run.plan,
         cap=run.cap,
         budget_usd=run.budget_usd,
@@ -63,7 +63,7 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
                 f"task {task.key} {wording.task_is(task.state)}: only a task that has finished "
                 "(succeeded, failed, skipped or cancelled) can be re-run"
             )
-        below = runs.downstream_closure(task)
+        below = task_controls.downstream_closure(task)
         resets = list(
             run.tasks.filter(subtask_id__in=[task.subtask_id, *below])
             .select_related("subtask")
@@ -131,7 +131,7 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
         for reset in resets[1:]:
             events.record("task.reset", run=run, task=reset, user=user, message=f"starts over: re-run from {task.key}")
         if run.is_finished:
-            runs.reopen(run, user=user, why=f"a re-run from {task.key}")
+            task_controls.reopen(run, user=user, why=f"a re-run from {task.key}")
     scheduler.advance(run.pk)
     return keys
 

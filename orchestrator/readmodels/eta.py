@@ -40,7 +40,7 @@ ETA_RUN_OUT_S = 0.5
 @dataclass(frozen=True)
 class EtaPlan:
     """What the ETA needs of a run's plan: its DAG, ready for path lengths, and each subtask's
-    estimated seconds (as the scheduler ranked them at launch: engine/runs.py)."""
+    estimated seconds (as the scheduler ranked them at launch: engine/run_launch.py)."""
 
     graph: dag.SinksFirst
     estimates: Mapping[str, float]

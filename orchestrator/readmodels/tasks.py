@@ -193,7 +193,7 @@ def display_state(state: str, wait_reason: str = "") -> str:
     """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state.
 
     The one rule of "held back": `HELD_BACK` is it as a filter, for counts read in the database
-    (the run's `held_back`, engine/runs.py)."""
+    (the run's `held_back`, readmodels/run_progress.py)."""
     return WAITING if state == State.READY and wait_reason else state
 
 
