@@ -37,7 +37,8 @@ from django.db.models import Q
 from orchestrator import wording
 from orchestrator.engine import context
 from orchestrator.governance import tool_registry
-from orchestrator.models import Agent, Attempt, Dependency, Plan, ProviderLimit, Subtask
+from orchestrator.models import Agent, Attempt, Dependency, Plan, Subtask
+from orchestrator.readmodels import prices
 
 # Succeeded attempts an agent needs before its median replaces the worst case.
 MIN_HISTORY = 3
@@ -172,10 +173,6 @@ def usage_basis(agent: Agent) -> UsageBasis:
     )
 
 
-def prices() -> dict[tuple[str, str], ProviderLimit]:
-    return {(limit.provider, limit.model): limit for limit in ProviderLimit.objects.all()}
-
-
 @dataclass(frozen=True)
 class AgentEstimate:
     """One agent's share of a plan's estimate."""
@@ -239,10 +236,10 @@ def _named(lines: Sequence[AgentEstimate]) -> str:
 def estimate(
     subtasks: Iterable[tuple[str, int]],
     agents: Mapping[str, Agent],
-    price_list: Mapping[tuple[str, str], ProviderLimit] | None = None,
+    price_list: prices.Prices | None = None,
 ) -> PlanEstimate:
     """The estimate of subtasks given as (agent name, estimated input tokens)."""
-    price_list = prices() if price_list is None else price_list
+    price_list = prices.price_list() if price_list is None else price_list
     bases: dict[str, UsageBasis] = {}
     totals: dict[str, list] = {}  # name -> [subtasks, cost, priced]
     inputs: dict[str, list[int]] = {}  # name -> the input tokens each of its subtasks is counted at

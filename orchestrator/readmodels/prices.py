@@ -19,7 +19,8 @@ from orchestrator.models import Attempt, ProviderLimit
 
 def price_list() -> dict[tuple[str, str], ProviderLimit]:
     """Every provider:model with a ProviderLimit row (its in-flight cap, its prices), read in one
-    statement. A row whose prices are both 0 has no price (`ProviderLimit.is_priced`)."""
+    statement. A row whose prices are both 0 has no price (`ProviderLimit.is_priced`). The cost
+    estimate (engine/cost_estimates.py) prices a plan from the same list."""
     return {
         (limit.provider, limit.model): limit for limit in sql.objects(ProviderLimit, order_by=("provider", "model"))
     }
