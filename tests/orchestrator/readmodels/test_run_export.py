@@ -1,4 +1,4 @@
-"""One record model per database model, and the whole-run export (JSON and Markdown)."""
+"""The whole-run export (readmodels/run_export.py): JSON and Markdown."""
 
 from __future__ import annotations
 
@@ -68,25 +68,6 @@ def test_run_export_is_json_with_exact_money_and_times(run, admin_user):
     assert (attempt["worker"], attempt["output_tokens"], attempt["duration_s"]) == ("w:1", 20, 0.0)
     assert attempt["started_at"].endswith("+00:00")
     assert {a["name"] for a in data["agents"]} == {"researcher", "writer"}
-
-
-def test_a_record_answers_a_template_lookup_as_an_item_like_its_attribute(run):
-    """Templates look names up as items first (the rows of a large run render faster for it)."""
-    from django.template import Context, Template
-
-    from orchestrator.readmodels.tasks import task_views
-
-    view = next(v for v in task_views(run, list(run.tasks.values_list("pk", flat=True))) if v.key == "a")
-    assert (view["title"], view["pk"], view["state_label"], view["is_terminal"]) == (
-        view.title,
-        view.id,
-        "failed",
-        True,
-    )
-    with pytest.raises(KeyError):
-        view["no_such_field"]
-    rendered = Template("{{ view.key }}|{{ view.state_label }}|{{ view.no_such_field }}|{{ view.tokens }}")
-    assert rendered.render(Context({"view": view})) == f"a|failed||{view.tokens}"
 
 
 def test_markdown_puts_the_final_output_first(run):
