@@ -23,7 +23,7 @@ from orchestrator import wording
 from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels.tasks import outcome_text, rejected_at_gate
+from orchestrator.readmodels.tasks import WAITING, outcome_text, rejected_at_gate
 from orchestrator.readmodels.totals import run_idle_text
 
 MANAGE = "python manage.py"
@@ -162,16 +162,17 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
     return f"Checkpoint {checkpoint.pk} waits — {checkpoint_target(checkpoint)}. Decide: {decide_hint(checkpoint.pk)}"
 
 
-# The counts of tasks under way, in the run page's words (its STATE_LABELS).
+# The counts of tasks under way (RunProgress's fields), each said by its state's label as the run
+# page says it (wording.TASK_STATE_LABELS).
 UNDER_WAY = (
-    ("running", "running"),
-    ("queued", "queued"),
-    ("ready_now", "ready"),
-    ("held_back", "held back"),
-    ("throttled", "throttled"),
-    ("needs_approval", "needs approval"),
-    ("in_review", "in review"),
-    ("pending", "pending"),
+    ("running", TaskRun.State.RUNNING),
+    ("queued", TaskRun.State.QUEUED),
+    ("ready_now", TaskRun.State.READY),
+    ("held_back", WAITING),
+    ("throttled", TaskRun.State.THROTTLED),
+    ("needs_approval", TaskRun.State.WAITING_GATE),
+    ("in_review", TaskRun.State.AWAITING_REVIEW),
+    ("pending", TaskRun.State.PENDING),
 )
 
 
@@ -185,7 +186,11 @@ def progress_counts(progress) -> str:
         TaskRun.State.CANCELLED: progress.cancelled,
         TaskRun.State.SKIPPED: progress.skipped,
     }
-    under_way = [f"{getattr(progress, name)} {words}" for name, words in UNDER_WAY if getattr(progress, name)]
+    under_way = [
+        f"{getattr(progress, name)} {wording.TASK_STATE_LABELS[state]}"
+        for name, state in UNDER_WAY
+        if getattr(progress, name)
+    ]
     rejected = rejected_at_gate([progress.run_id]).get(progress.run_id, []) if progress.skipped else []
     outcome = outcome_text(ended, progress.total, rejected)
     return " · ".join([outcome, *([", ".join(under_way)] if under_way else [])])
