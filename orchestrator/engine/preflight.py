@@ -19,7 +19,7 @@ The New-run page shows a Preflight between "Check" and "Launch" (DESIGN J1):
   at checkpoints comes on top;
 - what may stop the run for a person (`HumanDecisions`): the plan's review when asked for, its
   gates and reviews, and the tools its agents may call only with a person's approval
-  (`tool_registry.approval_grants`), named since how many calls they make is the model's choice.
+  (`grant_wording.approval_grants`), named since how many calls they make is the model's choice.
 
 Nothing is written until `launching.launch_document` (or `runs.launch` for a saved plan), which
 saves the plan and starts the run in one transaction: a refused launch leaves no plan behind.
@@ -35,7 +35,7 @@ from decimal import Decimal
 from orchestrator import plans, wording
 from orchestrator.engine import context, cost_estimates
 from orchestrator.engine.cluster import cluster_is_running
-from orchestrator.governance import tool_registry
+from orchestrator.governance import grant_wording
 from orchestrator.models import Plan, Subtask
 from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag, makespan
 
@@ -95,7 +95,7 @@ class HumanDecisions:
     when asked for, its gates and reviews) and the tools granted with approval per call."""
 
     checkpoints: int
-    approval_grants: tuple[tool_registry.ApprovalGrant, ...] = ()
+    approval_grants: tuple[grant_wording.ApprovalGrant, ...] = ()
 
     @property
     def value(self) -> str:
@@ -142,7 +142,7 @@ class Preflight:
     duration_binding: makespan.Binding = makespan.CRITICAL_PATH
     checkpoints: int = 0  # gates and reviews in the plan: people decide each one
     # The grants of the plan's agents under which each call waits for a person.
-    approval_grants: list[tool_registry.ApprovalGrant] = field(default_factory=list)
+    approval_grants: list[grant_wording.ApprovalGrant] = field(default_factory=list)
     workers_running: bool = True
 
     def decisions(self, *, plan_review: bool) -> HumanDecisions:
@@ -370,6 +370,6 @@ def _build(
         forecast=forecast,
         duration_binding=makespan.binding(work, limits, forecast.seconds),
         checkpoints=checkpoints,
-        approval_grants=tool_registry.approval_grants(line.agent for line in estimated.agents),
+        approval_grants=grant_wording.approval_grants(line.agent for line in estimated.agents),
         workers_running=cluster_is_running(),
     )

@@ -171,31 +171,6 @@ def covering_grant(grants: Iterable[ToolGrant], tool: str) -> ToolGrant | None:
     return next((g for g in grants if g.tool == tool), None) or next((g for g in grants if not g.tool), None)
 
 
-@dataclass(frozen=True)
-class ApprovalGrant:
-    """A grant under which each call waits for a person: what a run of this agent may stop for."""
-
-    agent: str
-    server: str
-    tool: str  # "" for the whole server
-
-    @property
-    def text(self) -> str:
-        """ "workspace:write_file (researcher)", or "any tool of workspace (researcher)"."""
-        target = f"{self.server}:{self.tool}" if self.tool else f"any tool of {self.server}"
-        return f"{target} ({self.agent})"
-
-
-def approval_grants(agents: Iterable[Agent]) -> list[ApprovalGrant]:
-    """The grants of these agents that require approval per call, by agent, server and tool."""
-    rows = (
-        ToolGrant.objects.filter(agent__in=[a.pk for a in agents if a.pk is not None], requires_approval=True)
-        .order_by("agent__name", "server__name", "tool")
-        .values_list("agent__name", "server__name", "tool")
-    )
-    return [ApprovalGrant(agent, server, tool) for agent, server, tool in rows]
-
-
 def holders(server: ToolServer) -> dict[str, list[tuple[str, bool]]]:
     """For each of the server's tools, the agents that may call it and whether each call needs approval."""
     by_agent: dict[str, list[ToolGrant]] = {}

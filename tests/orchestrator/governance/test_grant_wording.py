@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.governance import tool_registry
-from orchestrator.governance.grant_wording import grant_in_words, still_granted
+from orchestrator.governance.grant_wording import approval_grants, grant_in_words, still_granted
 from orchestrator.governance.tool_registry import ToolRegistryError
 from orchestrator.models import Agent, Event, Tool, ToolGrant, ToolServer
 
@@ -80,3 +80,15 @@ def test_revoking_the_only_grant_leaves_nothing_to_say(coder):
     assert tool_registry.revoke(coder, "srv:echo") == []
     assert still_granted([]) == ""
     assert not coder.tool_grants.exists()
+
+
+def test_the_grants_a_run_may_stop_for_are_those_with_approval_each_named(coder, make_agent):
+    """The pre-flight names what its agents may ask a person to approve: a tool, or a whole server."""
+    server = ToolServer.objects.get(name="srv")
+    writer = make_agent("writer")
+    ToolGrant.objects.create(agent=coder, server=server, tool="echo", requires_approval=True)
+    ToolGrant.objects.create(agent=coder, server=server, tool="add")  # no approval: never stops a run
+    ToolGrant.objects.create(agent=writer, server=server, requires_approval=True)
+    named = [grant.text for grant in approval_grants([writer, coder])]
+    assert named == ["srv:echo (coder)", "any tool of srv (writer)"]
+    assert approval_grants([make_agent("reviewer")]) == []
