@@ -71,6 +71,12 @@ def format_clock(moment: datetime) -> str:
     return f"{moment.hour:02}:{moment.minute:02}:{moment.second:02}"
 
 
+def format_utc_clock(moment: datetime | None) -> str:
+    """A time of day as the run page's sentences give it, in UTC and labelled so ("14:05:09 UTC",
+    `orchestrator/wording.py`'s `clock`); "" when unset."""
+    return "" if moment is None else wording.clock(moment)
+
+
 def wrap_between_words(identifier: str) -> SafeString:
     """`identifier`, escaped, with a <wbr> after each "_", "." and "-": a narrow column wraps it
     there ("probe_11_" / "19", "task." / "progress"), never inside a word."""

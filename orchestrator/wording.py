@@ -12,6 +12,8 @@ bottom of the stack where both may use them:
 - `counted`: "1 task", "2 tasks", "0 tasks".
 - `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
   static/dashboard/run/format.js).
+- `clock`: a time of day as every page and sentence gives it, in UTC and labelled so ("10:31:07
+  UTC"), whatever zone the moment came in.
 - `time_limit`: a timeout as a person sets it: whole seconds as whole seconds (1 s, not 1.0 s),
   anything else as `duration` shows it (1.2 s, 12 s, 2 min 30 s).
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
@@ -29,6 +31,7 @@ bottom of the stack where both may use them:
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 
 EM_DASH = "—"
@@ -113,6 +116,11 @@ def duration(seconds: float | None) -> str:
         return f"{hours} h {minutes:02d} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def clock(moment: datetime) -> str:
+    """A time of day as the run page gives it: in UTC, labelled so ("10:31:07 UTC")."""
+    return f"{moment.astimezone(UTC):%H:%M:%S} UTC"
 
 
 def time_limit(seconds: float | None) -> str:

@@ -14,6 +14,7 @@ from ..formatting import (
     format_earlier_spend,
     format_tokens,
     format_usd,
+    format_utc_clock,
     wrap_between_words,
 )
 
@@ -30,6 +31,12 @@ def duration(seconds) -> str:
 def clock(moment) -> str:
     """A time of day in the current time zone, "14:05:09" (as `time:"H:i:s"`); "" when unset."""
     return "" if moment in (None, "") else format_clock(moment)
+
+
+@register.filter
+def utc_clock(moment) -> str:
+    """A time of day in UTC, labelled so: "14:05:09 UTC" ("" when unset)."""
+    return format_utc_clock(moment or None)
 
 
 @register.filter

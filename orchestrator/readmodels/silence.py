@@ -20,12 +20,13 @@ again, so that open pages redraw it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
 from orchestrator.models import TaskRun
+from orchestrator.wording import clock
 
 # Renewals a worker may miss before its task reads silent: one late beat is not news.
 SILENT_AFTER = 2
@@ -66,11 +67,6 @@ class Silence:
     def short(self) -> str:
         """As the agent's lane says it beside the task: "no word since 10:30:52 UTC"."""
         return f"no word since {clock(self.heard_at)}"
-
-
-def clock(moment: datetime) -> str:
-    """A time of day as the run page gives it: in UTC, labelled so ("10:31:07 UTC")."""
-    return f"{moment.astimezone(UTC):%H:%M:%S} UTC"
 
 
 def silence_of(

@@ -120,7 +120,7 @@ def idle_parts(paused_since: datetime | None, paused_s: float, ended_s: float) -
     page's Elapsed card and the runs lists say it alike."""
     parts = []
     if paused_since is not None:
-        parts.append(f"paused since {paused_since:%H:%M:%S} UTC")
+        parts.append(f"paused since {wording.clock(paused_since)}")
     if paused_s >= SHOWN_S:
         parts.append(f"{wording.duration(paused_s)} {'paused before that' if paused_since else 'of it paused'}")
     if ended_s >= SHOWN_S:
@@ -281,7 +281,7 @@ class Totals:
         if self.started_at is None:
             return "waits for the plan's approval" if self.status == Run.Status.AWAITING_APPROVAL else "never started"
         idle = idle_parts(self.paused_since, self.paused_s, self.ended_s)
-        return " · ".join([f"since {self.started_at:%H:%M:%S} UTC", *idle])
+        return " · ".join([f"since {wording.clock(self.started_at)}", *idle])
 
     @property
     def not_counted_yet(self) -> str:
@@ -342,7 +342,7 @@ class Totals:
         if self.never_started:
             return "never started"
         if self.finished:
-            return f"{self.finished_at:%H:%M:%S} UTC" if self.finished_at else ""
+            return wording.clock(self.finished_at) if self.finished_at else ""
         if self.paused:
             return "nothing new starts: no ETA until it resumes"
         if self.status == Run.Status.AWAITING_APPROVAL:

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
@@ -289,6 +290,22 @@ def test_an_attempts_page_shows_the_text_kept_on_it_and_the_latest_its_tasks_out
     second = words(attempt_page(viewer, run, task, 2))
     assert "Output The second answer" in second and "Half of a first" not in second
     assert "Path 1 model call · 0 tool calls" in second and "cut off" not in second  # its one call, answered
+
+
+def test_an_attempts_times_say_utc_as_the_run_pages_other_times(viewer, run):
+    """The attempts table and the attempt's page gave "10:31:07" where every other time of the run
+    page says "10:31:07 UTC"."""
+    task = look(run)
+    started = datetime(2026, 11, 28, 10, 31, 7, tzinfo=UTC)
+    Attempt.objects.filter(task_run=task, number=1).update(
+        state=Attempt.State.SUCCEEDED, worker="host:1", started_at=started, finished_at=started + timedelta(seconds=2)
+    )
+    Attempt.objects.create(task_run=task, number=2)  # queued
+    Attempt.objects.filter(task_run=task, number=2).update(queued_at=started + timedelta(minutes=1))
+    text = words(panel(viewer, run, task))
+    assert "succeeded host:1 10:31:07 UTC 2.0 s" in text
+    assert "queued 10:32:07 UTC" in text
+    assert "started 10:31:07 UTC · took 2.0 s" in words(attempt_page(viewer, run, task, 1))
 
 
 def test_a_tool_agents_call_cut_off_by_the_cancel_is_counted_on_its_attempts_page(viewer, run):

@@ -3,6 +3,7 @@ too (1 s); a share rounded to the nearest percent, never 0% of a spend, never 10
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -77,6 +78,12 @@ def test_a_budget_reads_as_a_person_sets_it(amount, text):
 )
 def test_a_time_limit_reads_as_a_person_sets_it(seconds, text):
     assert wording.time_limit(seconds) == text
+
+
+def test_a_time_of_day_reads_in_utc_labelled_so_whatever_zone_it_came_in():
+    moment = datetime(2026, 11, 28, 10, 31, 7, 600_000, tzinfo=UTC)
+    assert wording.clock(moment) == "10:31:07 UTC"
+    assert wording.clock(moment.astimezone(timezone(timedelta(hours=-5)))) == "10:31:07 UTC"
 
 
 def test_every_task_state_has_a_label_and_a_clause_in_its_words():

@@ -13,8 +13,8 @@ from orchestrator.engine import execution, reaper, retries, runs, silences
 from orchestrator.management.commands.run_status import task_note
 from orchestrator.models import Attempt, Event, TaskRun
 from orchestrator.readmodels.lanes import lanes
-from orchestrator.readmodels.silence import clock
 from orchestrator.readmodels.tasks import TaskNote, task_views
+from orchestrator.wording import clock
 
 State = TaskRun.State
 pytestmark = pytest.mark.django_db(transaction=True)
