@@ -13,7 +13,8 @@ bottom of the stack where both may use them:
 - `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
   static/dashboard/run/format.js).
 - `clock`: a time of day as every page and sentence gives it, in UTC and labelled so ("10:31:07
-  UTC"), whatever zone the moment came in.
+  UTC"), whatever zone the moment came in; `moment`: a date and time so ("2026-11-28 10:31:07
+  UTC"), for a record read on another day (the audit log, the Markdown export).
 - `time_limit`: a timeout as a person sets it: whole seconds as whole seconds (1 s, not 1.0 s),
   anything else as `duration` shows it (1.2 s, 12 s, 2 min 30 s).
 - `percent`, `percent_text`: a share of a budget, rounded to the nearest percent, but never 0% of
@@ -121,6 +122,12 @@ def duration(seconds: float | None) -> str:
 def clock(moment: datetime) -> str:
     """A time of day as the run page gives it: in UTC, labelled so ("10:31:07 UTC")."""
     return f"{moment.astimezone(UTC):%H:%M:%S} UTC"
+
+
+def moment(value: datetime) -> str:
+    """A date and time as a record gives it: to the second, in UTC, labelled so
+    ("2026-11-28 10:31:07 UTC")."""
+    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def time_limit(seconds: float | None) -> str:

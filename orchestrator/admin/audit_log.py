@@ -17,6 +17,7 @@ from django.http import HttpResponseBadRequest, StreamingHttpResponse
 from django.urls import path, reverse
 from django.utils import timezone
 
+from orchestrator import wording
 from orchestrator.admin.base import ReadOnlyAdmin
 from orchestrator.governance import audit, audit_export
 from orchestrator.models import Event, Run
@@ -107,7 +108,7 @@ class EventAdmin(ReadOnlyAdmin):
 
     list_display = [
         "pk",
-        "created_at",
+        "time",
         "run",
         "seq",
         "type",
@@ -126,12 +127,20 @@ class EventAdmin(ReadOnlyAdmin):
         "created_at",
     ]
     list_select_related = ["run", "agent", "task_run__subtask"]
+    readonly_fields = ["time"]  # its own page says when, as the list does
     ordering = ["-id"]  # newest first, as a log is read; the exports stay in the order of the log
     search_fields = ["message", "actor_name", "type"]
     date_hierarchy = "created_at"
     show_full_result_count = False
     actions = ["export_csv", "export_jsonl"]
     change_list_template = "admin/orchestrator/event/change_list.html"
+
+    @admin.display(description="time", ordering="created_at")
+    def time(self, event: Event) -> str:
+        """When it happened to the second, in UTC and labelled so ("2026-11-28 10:31:07 UTC"): an
+        audit log is read for the order of things within a minute, where Django's own format
+        ("Nov. 28, 2026, 10:31 a.m.") gives none."""
+        return wording.moment(event.created_at)
 
     def get_urls(self):
         export = self.admin_site.admin_view(self.export_view)

@@ -16,7 +16,7 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal, Self
 
 from orchestrator import wording
@@ -218,7 +218,7 @@ def path_line(step: dict[str, Any]) -> str:
 def _when(moment: datetime | None, otherwise: str) -> str:
     """A moment as a reader reads it, as the pages say it: "2026-11-28 10:53:26 UTC" (it was the
     JSON's "2026-11-28T10:53:26.368409+00:00")."""
-    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if moment else otherwise
+    return wording.moment(moment) if moment else otherwise
 
 
 def tokens_text(run: Run) -> str:

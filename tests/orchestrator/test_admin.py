@@ -7,12 +7,14 @@ import csv
 import io
 import json
 import re
+from datetime import UTC, datetime
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import Group, User
 from django.test import AsyncClient
 from django.urls import reverse
+from django.utils import timezone
 
 from orchestrator import events
 from orchestrator.admin.base import refusal_text
@@ -88,6 +90,20 @@ def test_the_event_changelist_offers_no_add_and_no_delete(client, superuser, a_r
     assert reverse("admin:orchestrator_event_add").encode() not in page.content
     assert b"delete_selected" not in page.content
     assert b"export_csv" in page.content and b"Export as JSON Lines" in page.content
+
+
+def test_the_audit_log_gives_each_events_time_to_the_second_in_utc(client, superuser, a_run, monkeypatch):
+    """The list gave "Nov. 28, 2026, 10:31 a.m.": no seconds, no zone, for a log read for the
+    order of things."""
+    with monkeypatch.context() as patched:
+        patched.setattr(timezone, "now", lambda: datetime(2026, 11, 28, 10, 31, 7, 250_000, tzinfo=UTC))
+        event = events.record("note", run=a_run, message="the latest")
+    client.force_login(superuser)
+    listed = client.get(reverse("admin:orchestrator_event_changelist")).content.decode()
+    assert "2026-11-28 10:31:07 UTC" in listed and "10:31 a.m." not in listed
+    shown = client.get(reverse("admin:orchestrator_event_change", args=[event.pk])).content.decode()
+    assert "2026-11-28 10:31:07 UTC" in shown
+    assert client.post(reverse("admin:orchestrator_event_change", args=[event.pk]), {"time": "x"}).status_code == 403
 
 
 def test_the_event_changelist_shows_the_newest_first(client, superuser, a_run):

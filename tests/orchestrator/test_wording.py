@@ -84,6 +84,7 @@ def test_a_time_of_day_reads_in_utc_labelled_so_whatever_zone_it_came_in():
     moment = datetime(2026, 11, 28, 10, 31, 7, 600_000, tzinfo=UTC)
     assert wording.clock(moment) == "10:31:07 UTC"
     assert wording.clock(moment.astimezone(timezone(timedelta(hours=-5)))) == "10:31:07 UTC"
+    assert wording.moment(moment.astimezone(timezone(timedelta(hours=-11)))) == "2026-11-28 10:31:07 UTC"
 
 
 def test_every_task_state_has_a_label_and_a_clause_in_its_words():
