@@ -70,7 +70,10 @@ def launch(
         )
     ranks = task_ranks(plan)
     with events.atomic():
-        run = Run.objects.create(
+        # A run that starts at once starts as it is created: one moment for both. (The ORM takes
+        # `created_at` as it saves, after `started_at` was taken: a run started before it existed.)
+        now = timezone.now()
+        run = Run(
             plan=plan,
             cap=cap,
             budget_usd=budget,
@@ -78,8 +81,10 @@ def launch(
             launched_by=launched_by,
             estimate_usd=estimate,
             status=Run.Status.AWAITING_APPROVAL if require_plan_approval else Run.Status.RUNNING,
-            started_at=None if require_plan_approval else timezone.now(),
+            created_at=now,
+            started_at=None if require_plan_approval else now,
         )
+        sql.insert(Run, [run])
         EventSequence.objects.create(run=run)
         # Before the plan's approval every task says what it waits for (cleared when approved).
         held = waits.PlanApproval() if require_plan_approval else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine import runs
-from orchestrator.models import Checkpoint, Event
+from orchestrator.models import Checkpoint, Event, Run
 
 
 @pytest.fixture
@@ -133,3 +133,11 @@ def test_a_gates_decision_and_its_closing_are_worded_as_the_pages_name_it(person
     closed = [m for t, m in messages if t == "checkpoint.closed"]
     assert closed and closed[0].startswith(f"Gate checkpoint {second.pk} closed without a decision")
     assert str(second).startswith(f"Gate checkpoint {second.pk} (")
+
+
+def test_a_run_awaiting_its_plans_approval_starts_after_it_is_created(personas, pending_plan):
+    run, checkpoint = pending_plan
+    assert Run.objects.get(pk=run.pk).started_at is None
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    run = Run.objects.get(pk=run.pk)
+    assert run.started_at is not None and run.started_at > run.created_at
