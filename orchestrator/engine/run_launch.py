@@ -107,7 +107,7 @@ def launch(
             run=run,
             user=launched_by,
             actor_name=actor_name,
-            message=f"run of plan {plan.pk} created: cap {cap}, budget ${budget}, policy {failure_policy}",
+            message=f"run of plan {plan.pk} created: cap {cap}, budget {wording.budget(budget)}, policy {failure_policy}",
             payload={
                 "plan": plan.pk,
                 "cap": cap,

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 
+from orchestrator import wording
 from orchestrator.models import Event, Run
 
 from .template_items import TemplateItems
@@ -126,7 +127,7 @@ def describe_event(event: Event | LogRow) -> str:
         elif name == "latency_ms":
             parts.append(f"waited {value} ms")
         elif name == "cost_usd":
-            parts.append(f"${value}")
+            parts.append(wording.usd(value))  # as the run's cards show money: "$0.0123", not "$0.012300"
         else:
             parts.append(f"{name.replace('_', ' ')} {value}")
     return " · ".join(parts)

@@ -56,3 +56,20 @@ def test_log_rows_read_one_statement_without_the_tasks_output_or_the_agents_prom
         event_log(run)
     statement = captured.captured_queries[0]["sql"]
     assert '"output"' not in statement and "instructions" not in statement and "system_prompt" not in statement
+
+
+def test_the_log_shows_money_as_the_runs_cards_do(launched):
+    """A settled attempt's cost read "$0.012300" (its six stored decimals) and a budget "$5" in the
+    log, where the run's cards say "$0.0123" and "$5.00"."""
+    run = launched({"a": ("researcher", [])}, budget_usd="5")
+    a = run.tasks.get(subtask__key="a")
+    with transaction.atomic():
+        events.record(
+            "task.succeeded",
+            run=run,
+            task=a,
+            payload={"attempt": 1, "input_tokens": 300, "output_tokens": 40, "cost_usd": "0.012300"},
+        )
+    rows = {row.type: row for row in event_log(run, type_filter="all")}
+    assert describe_event(rows["task.succeeded"]) == "attempt 1 · output tokens 40 · input tokens 300 · $0.0123"
+    assert "budget $5.00," in describe_event(rows["run.created"])
