@@ -197,9 +197,17 @@ class PathRow:
         return STOP_WORDS.get(self.stop_reason, self.stop_reason.replace("_", " "))
 
 
-# What an ended attempt without steps says (AttemptPath.no_steps).
+# What an ended attempt without steps says (AttemptPath.no_steps): where its text is.
 NO_STEPS_ENDED = (
     "No steps were recorded (an agent without tools answers in one model call: its text is the output above)."
+)
+NO_STEPS_KEPT = (
+    "No steps were recorded (an agent without tools answers in one model call: its text is kept with it, "
+    "under Attempts below)."
+)
+NO_STEPS_GONE = (
+    "No steps were recorded (an agent without tools answers in one model call: its text was not kept, "
+    "as a task keeps only the text of its latest attempt)."
 )
 
 
@@ -210,6 +218,9 @@ class AttemptPath:
     number: int | None
     attempt: Attempt | None
     rows: list[PathRow]
+    # The task's output (the panel's, above its path) is this attempt's text: the task's latest
+    # attempt's, while the task holds one. An earlier attempt's text is cleared by the next one's start.
+    output_above: bool = False
 
     @property
     def dom_id(self) -> str:
@@ -245,13 +256,16 @@ class AttemptPath:
         without tools answers in one model call and records no steps: said so, as a reader of an
         ended attempt's empty path concluded that the agent had done nothing. An attempt that
         ended before its model wrote a token has no text to point to: it said "its text is the
-        output above" over "No output." (a timed-out call)."""
+        output above" over "No output." (a timed-out call), and so did each earlier attempt, over
+        the latest one's output: it points to where the text is, or says it is gone."""
         if not self.ended:
             return "No step recorded yet."
         assert self.attempt is not None  # ended
         if not self.attempt.output_tokens:
             return f"No steps were recorded: the attempt ended ({self.attempt.get_state_display().lower()}) before its model wrote anything."
-        return NO_STEPS_ENDED
+        if self.attempt.output:
+            return NO_STEPS_KEPT
+        return NO_STEPS_ENDED if self.output_above else NO_STEPS_GONE
 
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:
@@ -361,7 +375,11 @@ def attempt_paths(task: TaskRun) -> list[AttemptPath]:
     for row in task_path(task, ended=ended_numbers(attempts.values())):
         by_number[row.attempt].append(row)
     numbers = sorted(set(attempts) | {n for n in by_number if isinstance(n, int)})
-    paths = [AttemptPath(n, attempts.get(n), by_number.get(n, [])) for n in numbers]
+    latest = max(attempts, default=None)
+    paths = [
+        AttemptPath(n, attempts.get(n), by_number.get(n, []), output_above=n == latest and bool(task.output))
+        for n in numbers
+    ]
     if by_number.get(None):  # steps recorded without an attempt number: kept, not hidden
         paths.insert(0, AttemptPath(None, None, by_number[None]))
     return paths

@@ -22,7 +22,7 @@ from orchestrator.engine.agent_steps import Decision
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Event, TaskRun
 from orchestrator.readmodels import run_export
-from orchestrator.readmodels.steps import NO_STEPS_ENDED
+from orchestrator.readmodels.steps import NO_STEPS_ENDED, NO_STEPS_GONE, NO_STEPS_KEPT
 from orchestrator.tools import sessions, workspace
 from orchestrator.tools.toolbox import Toolbox
 from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, request, tool_turn
@@ -178,11 +178,28 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 3 (failed)" in html and "<h3>Output" not in html
     assert "The first half of a sent" in html
-    assert words(html).count(NO_STEPS_ENDED) == 3  # one per attempt, none of them "yet"
+    # The output above is attempt 3's: the earlier two say where theirs went, none of them "yet".
+    assert words(html).count(NO_STEPS_ENDED) == 1 and words(html).count(NO_STEPS_GONE) == 2
     assert " yet" not in words(html)
     # The result's list of every task's output says the same of it.
     shown = viewer.get(reverse("run_task_output", args=[run.pk, task.pk])).content.decode()
     assert words(shown).startswith("Partial output of attempt 3 (failed): The first half of a sent")
+
+
+def test_an_earlier_attempts_path_points_to_its_own_text_not_the_output_above(viewer, run):
+    """Each attempt of a task without tools said "its text is the output above", where the output
+    above is the latest attempt's: an earlier one's text is kept with it after a re-run, or gone."""
+    task = look(run)
+    end_task(task, TaskRun.State.SUCCEEDED, 3, Attempt.State.SUCCEEDED, "The third answer")
+    Attempt.objects.filter(task_run=task).update(output_tokens=6)
+    Attempt.objects.filter(task_run=task, number=1).update(state=Attempt.State.FAILED)
+    Attempt.objects.filter(task_run=task, number=2).update(output="The second answer")  # kept by a re-run
+    paths = re.findall(r'<details id="path-attempt-[^"]*".*?</details>', panel(viewer, run, task), re.S)
+    assert [words(path).split(" whole results ")[1] for path in paths] == [NO_STEPS_GONE, NO_STEPS_KEPT, NO_STEPS_ENDED]
+    # After a re-run the task holds no output: its latest attempt's text is kept with it, not above.
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.PENDING, output="")
+    Attempt.objects.filter(task_run=task, number=3).update(output="The third answer")
+    assert NO_STEPS_ENDED not in words(panel(viewer, run, task))
 
 
 def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewer, run):
