@@ -285,7 +285,7 @@ class AgentChangeIn(Schema):
     provider: AgentProvider | None = None
     model: str | None = Field(None, min_length=1, max_length=100, json_schema_extra=NO_NUL)
     system_prompt: str | None = Field(None, json_schema_extra=NO_NUL)
-    # The model's validators, stated in the schema (orchestrator/models.py Agent).
+    # The model's validators, stated in the schema (orchestrator/models/agents.py Agent).
     max_concurrency: Annotated[JsonInt | None, AfterValidator(_between(1, MAX_INT))] = Field(
         None, json_schema_extra={"minimum": 1, "maximum": MAX_INT}
     )
