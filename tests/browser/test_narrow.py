@@ -244,3 +244,38 @@ def test_the_runs_list_shows_each_runs_status_progress_and_cost_across_a_390_px_
     assert not scrolls_sideways(page, "#runs-table .table-wrap")
     elapsed = row.locator("td").nth(4)  # its heading hidden, the cell says what it is
     assert elapsed.evaluate("td => getComputedStyle(td, '::before').content") == '"Elapsed: "'
+
+
+def test_the_plans_list_shows_each_plans_goal_runs_and_last_run_across_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """At 390 px the plans list was a table scrolled sideways: a plan's number and goal in view,
+    its source, subtasks, runs and last run off-screen to the right. Each plan now stacks under
+    its number, each number saying what it counts."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan(
+        {"scope": ("researcher", []), "write": ("writer", ["scope"])},
+        goal="Choose a message queue for the billing service and explain the trade-offs to the team",
+    )
+    runs.launch(plan, require_plan_approval=True)
+    page.goto("/plans/")
+    row = page.locator(f"#plan-row-{plan.pk}")
+    expect(row.get_by_role("link", name="Choose a message queue")).to_be_visible()
+    screenshot(page, "plans-390")
+    shown = boxes(page, f"#plan-row-{plan.pk} td")
+    assert len(shown) == 6 and all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in shown), shown
+    assert not scrolls_sideways(page, "#plans-table-wrap")
+    cells = row.locator("td")
+    for n, label in ((3, "Subtasks: "), (4, "Runs: "), (5, "Last run: ")):  # headings hidden, cells say what they are
+        assert cells.nth(n).evaluate("td => getComputedStyle(td, '::before').content") == f'"{label}"'
+    expect(cells.nth(3)).to_have_text("2")
+    expect(cells.nth(4)).to_have_text("1")
+    expect(cells.nth(5)).to_contain_text("UTC")
+
+    # At desktop width it is a table with its headings, on one line a plan.
+    page.set_viewport_size({"width": 1400, "height": 900})
+    expect(page.get_by_role("columnheader", name="Last run")).to_be_visible()
+    tops = {box["top"] for box in boxes(page, f"#plan-row-{plan.pk} td")}
+    assert len(tops) == 1, tops
+    screenshot(page, "plans-1400")
