@@ -93,6 +93,12 @@ class Approval:
         return " · ".join([wording.counted(run.tasks.count(), "task"), money, f"cap {run.cap}"])
 
     @property
+    def run_goal(self) -> str:
+        """The run's goal beside its number, for a task's checkpoint; "" for the plan's, whose
+        excerpt is the goal (the inbox showed it twice, cut beside the number and whole below)."""
+        return "" if self.checkpoint.kind == Checkpoint.Kind.PLAN else self.checkpoint.run.plan.goal
+
+    @property
     def excerpt_label(self) -> str:
         return {"plan": "Goal", "before": "Instructions", "after": "Output", "tool": "Arguments"}[self.checkpoint.kind]
 

@@ -425,3 +425,17 @@ def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_wh
     event = Event.objects.get(run=run, type="checkpoint.rejected")
     assert event.actor_name == "approver" and event.payload["tool"] == "workspace:write_file"
     assert "coder wants to call workspace:write_file" in event.message
+
+
+def test_each_item_shows_its_runs_goal_once(client, personas, gated_run, plan_checkpoint):
+    """A plan's item showed its run's goal twice: beside the run's number and again as the "Goal"
+    to approve. The plan's shows it once, as what is approved; a gate's beside its run's number."""
+    _, gate = gated_run
+    _, plan_cp = plan_checkpoint
+    client.force_login(personas["approver"])
+    html = client.get("/approvals/").text
+    item = {cp.pk: html[html.index(f'id="checkpoint-{cp.pk}"') :].split("</article>")[0] for cp in (gate, plan_cp)}
+    assert item[plan_cp.pk].count("Plan to approve") == 1
+    assert '<div class="excerpt markdown" aria-label="Goal"><p>Plan to approve</p>' in item[plan_cp.pk]
+    assert item[gate.pk].count("Write and publish the notes") == 1
+    assert "· Write and publish the notes" in item[gate.pk]
