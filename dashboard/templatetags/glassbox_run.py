@@ -12,6 +12,7 @@ from datetime import datetime
 from django import template
 
 from orchestrator.engine import checkpoint_questions, tool_approvals
+from orchestrator.readmodels import silence
 from orchestrator.readmodels.log import describe_event
 from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
@@ -59,11 +60,15 @@ def percent_of(part, whole) -> int:
 
 
 @register.filter
-def seconds_after(end: datetime | None, start: datetime | None):
-    """Seconds from `start` to `end` (None when either is missing)."""
-    if end is None or start is None:
-        return None
-    return (end - start).total_seconds()
+def worked_s(attempt) -> float | None:
+    """Seconds an ended attempt ran; a lost one's to when its worker was last heard (readmodels/silence.py)."""
+    return silence.worked_s(attempt)
+
+
+@register.filter
+def lost_text(attempt) -> str:
+    """A lost attempt's time: "ran 8.3 s until last heard from at 10:30:52 UTC; declared lost at …" ("" unless lost)."""
+    return silence.lost_text(attempt)
 
 
 @register.filter

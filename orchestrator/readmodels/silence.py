@@ -25,7 +25,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from orchestrator.models import TaskRun
+from orchestrator import wording
+from orchestrator.models import Attempt, TaskRun
 from orchestrator.wording import clock
 
 # Renewals a worker may miss before its task reads silent: one late beat is not news.
@@ -67,6 +68,32 @@ class Silence:
     def short(self) -> str:
         """As the agent's lane says it beside the task: "no word since 10:30:52 UTC"."""
         return f"no word since {clock(self.heard_at)}"
+
+
+def worked_s(attempt: Attempt) -> float | None:
+    """How long an ended attempt ran (None while it has not started or not ended): from its start to
+    its end, but a lost attempt's to when its worker was last heard (its last lease renewal). The
+    silence after that, until the reaper declared it lost (up to GLASSBOX_LEASE_S), was no work:
+    the attempts table said "took 27 s" of an attempt that ran 12.3 s and then lay silent."""
+    if attempt.started_at is None or attempt.finished_at is None:
+        return None
+    end = attempt.finished_at
+    if attempt.state == Attempt.State.LOST and attempt.heartbeat_at is not None:
+        end = min(end, attempt.heartbeat_at)
+    return max(0.0, (end - attempt.started_at).total_seconds())
+
+
+def lost_text(attempt: Attempt) -> str:
+    """A lost attempt's time, said as it was: "ran 12.3 s until last heard from at 10:30:52 UTC;
+    declared lost at 10:31:07 UTC" ("" for any other attempt)."""
+    worked = worked_s(attempt)
+    if attempt.state != Attempt.State.LOST or worked is None or attempt.heartbeat_at is None:
+        return ""
+    assert attempt.finished_at is not None  # worked_s has an end
+    return (
+        f"ran {wording.duration(worked)} until last heard from at {clock(attempt.heartbeat_at)}; "
+        f"declared lost at {clock(attempt.finished_at)}"
+    )
 
 
 def silence_of(

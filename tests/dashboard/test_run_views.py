@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
@@ -590,3 +591,29 @@ def test_the_page_sends_the_plan_version_it_showed_and_an_edit_since_refuses_the
     assert '<span class="run-flash-text">The plan was edited after you opened it' in response.content.decode()
     checkpoint.refresh_from_db()
     assert checkpoint.status == "pending"
+
+
+def test_a_lost_attempt_says_how_long_it_ran_until_last_heard_and_when_it_was_declared_lost(login, personas, brief):
+    """The attempts table and the attempt's page said "took 23 s" of an attempt whose worker was
+    heard for 8.3 s and then lay silent until the reaper declared it lost."""
+    scope = task(brief, "scope")
+    now = timezone.now()
+    heard, lost = now - timedelta(seconds=15), now
+    Attempt.objects.filter(task_run=scope).update(
+        state=Attempt.State.LOST,
+        worker="vm:4121",
+        started_at=heard - timedelta(seconds=8.3),
+        heartbeat_at=heard,
+        finished_at=lost,
+        error="lease expired: worker vm:4121 stopped responding",
+    )
+    said = f"ran 8.3 s until last heard from at {heard:%H:%M:%S} UTC; declared lost at {lost:%H:%M:%S} UTC"
+    client = login(personas["viewer"])
+    panel = client.get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").content.decode()
+    attempts = panel[panel.index('id="task-attempts-') :]
+    assert f'<td class="num" title="{said}">8.3 s</td>' in attempts
+    assert f"lease expired: worker vm:4121 stopped responding — {said}" in attempts
+    assert "23 s" not in attempts
+    page = client.get(url("run_attempt", brief, scope.pk, 1)).content.decode()
+    assert f"started {(heard - timedelta(seconds=8.3)):%H:%M:%S} UTC · {said} ·" in page
+    assert "took" not in page
