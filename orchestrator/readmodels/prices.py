@@ -2,16 +2,21 @@
 $0 and their budget, which reserves and settles in dollars, cannot stop those calls.
 
 A model has a price when its ProviderLimit row sets one (`ProviderLimit.is_priced`: both prices at
-0, the default, is none). The run page's Cost card, `run_status`, the runs lists and the API's runs
-say what a cost leaves out by one rule (`unpriced`) in the same words (`unpriced_text`, and
-`unpriced_short` for a list's row).
+0, the default, is none). An attempt's tokens count against the model it ran with, as its request
+recorded it (`ran_with`), not its agent's model now: an agent moved to a priced model made the
+tokens its earlier attempts used on an unpriced one vanish from the note, and the other way round.
+The run page's Cost card, `run_status`, the runs lists and the API's runs say what a cost leaves
+out by one rule (`unpriced`) in the same words (`unpriced_text`, and `unpriced_short` for a list's
+row).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from django.db.models import Sum
+from django.db.models import CharField, F, Sum
+from django.db.models.fields.json import KT
+from django.db.models.functions import Coalesce
 
 from orchestrator import sql
 from orchestrator.models import Attempt, ProviderLimit
@@ -29,6 +34,16 @@ def price_list() -> dict[tuple[str, str], ProviderLimit]:
 Prices = Mapping[tuple[str, str], ProviderLimit]
 
 
+def ran_with() -> dict[str, Coalesce]:
+    """The provider and model an attempt ran with, for `values()`: as its request recorded them
+    (engine/attempt_requests.py, kept when it was claimed), else its agent's (an attempt never
+    claimed has no request, and no tokens either)."""
+    return {
+        "provider": Coalesce(KT("request__provider"), F("task_run__agent__provider"), output_field=CharField()),
+        "model": Coalesce(KT("request__model"), F("task_run__agent__model"), output_field=CharField()),
+    }
+
+
 def unpriced(used: Iterable[tuple[str, str, int]], prices: Prices) -> dict[str, int]:
     """Of the tokens used per (provider, model), those on models without a price, "provider:model"
     -> tokens in name order: the one rule of the run page, `run_status`, the runs list and the API."""
@@ -43,16 +58,18 @@ def unpriced(used: Iterable[tuple[str, str, int]], prices: Prices) -> dict[str, 
 
 def unpriced_by_run(run_ids: Iterable[int], prices: Prices | None = None) -> dict[int, dict[str, int]]:
     """`costs.unpriced_tokens` of many runs (run id -> its unpriced tokens; a run with none is left
-    out), from their attempts' tokens (a running one's so far too) in one statement: the runs list
-    and the API's runs. `prices`: `price_list` (read here when not given)."""
+    out), from their attempts' tokens (a running one's so far too), each on the model it ran with,
+    in one statement: the runs list and the API's runs (and a run's Cost card once one of its
+    agents has changed since its launch). `prices`: `price_list` (read here when not given)."""
     ids = list(run_ids)
     if not ids:
         return {}
     rows = (
         Attempt.objects.filter(task_run__run_id__in=ids)
         .order_by()
-        .values_list("task_run__run_id", "task_run__agent__provider", "task_run__agent__model")
+        .values("task_run__run_id", **ran_with())
         .annotate(tokens=Sum("input_tokens") + Sum("output_tokens"))
+        .values_list("task_run__run_id", "provider", "model", "tokens")
     )
     used: dict[int, list[tuple[str, str, int]]] = {}
     for run_id, provider, model, tokens in rows:

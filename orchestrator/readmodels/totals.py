@@ -185,7 +185,7 @@ class Totals:
     # Keys of the tasks a person rejected at their gate: the skipped count names them (`outcome`).
     rejected_at_gate: tuple[str, ...] = ()
     # The tokens used on models without a price ("provider:model" -> tokens): not in `cost_usd`,
-    # and beyond the budget's reach (`costs.unpriced_tokens`).
+    # and beyond the budget's reach (`costs.unpriced_tokens`: each attempt's on the model it ran with).
     unpriced_tokens: Mapping[str, int] = field(default_factory=dict)
 
     @property
@@ -474,7 +474,7 @@ def totals(
         reserved_usd=run.reserved_usd,
         budget_usd=run.budget_usd,
         tokens_so_far=run_tokens(run, tasks),
-        unpriced_tokens=costs.unpriced_tokens(tasks, every_agent, limits),
+        unpriced_tokens=costs.unpriced_tokens(run, tasks, every_agent, limits),
         cap=run.cap,
         effective_cap=cap,
         peak_running=run.peak_running,

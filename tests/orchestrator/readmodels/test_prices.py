@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from orchestrator.models import Agent, Attempt, ProviderLimit
-from orchestrator.readmodels import prices
+from orchestrator.readmodels import costs, prices
 from orchestrator.readmodels.tasks import agents_of, task_states
 from orchestrator.readmodels.totals import totals
 
@@ -53,3 +53,33 @@ def test_a_model_has_a_price_when_either_price_is_set(launched):
     tasks = task_states(run)
     assert prices.unpriced_by_run([run.pk]) == {run.pk: {"simulated:sim-1": 12}}
     assert prices.unpriced_by_run([run.pk])[run.pk] == totals(run, tasks, agents=agents_of(tasks)).unpriced_tokens
+
+
+def test_tokens_count_against_the_model_each_attempt_ran_with_not_the_agents_model_now(launched):
+    """The note matched a run's tokens to its agents' models now: moved to a priced model after it
+    ran on an unpriced one, the researcher's 1,212 tokens vanished from the note, and moved back,
+    the note named tokens a price had counted. An attempt's request says the model it ran with."""
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    run = launched({"a": ("researcher", []), "b": ("researcher", [])}, cap=2)
+    researcher = Agent.objects.get(name="researcher")
+
+    def ran(key: str, model: str) -> None:
+        task = run.tasks.get(subtask__key=key)
+        succeed(task, tokens=(1_000, 212))
+        Attempt.objects.filter(task_run=task).update(request={"provider": "simulated", "model": model})
+
+    def said() -> list[dict[str, int]]:
+        """The Cost card's count, the runs list's, and the cost lines' tokens per model."""
+        lines = {line["name"]: line["input_tokens"] + line["output_tokens"] for line in costs.by_model(run)}
+        return [totals(run).unpriced_tokens, prices.unpriced_by_run([run.pk]).get(run.pk, {}), lines]
+
+    ran("a", "sim-unpriced")
+    assert said() == [{"simulated:sim-unpriced": 1_212}] * 2 + [{"simulated:sim-unpriced": 1_212}]
+    researcher.model = "sim-1"  # priced; the registry saves it so (updated_at moves on)
+    researcher.save()
+    ran("b", "sim-1")
+    both = {"simulated:sim-1": 1_212, "simulated:sim-unpriced": 1_212}
+    assert said() == [{"simulated:sim-unpriced": 1_212}] * 2 + [both]
+    researcher.model = "sim-unpriced"
+    researcher.save()
+    assert said() == [{"simulated:sim-unpriced": 1_212}] * 2 + [both]  # b's ran on sim-1, priced
