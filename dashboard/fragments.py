@@ -416,9 +416,13 @@ def render_parts(run: Run, viewer: Viewer, parts: Iterable[str], *, oob: bool = 
             if part == "task_table":  # the card's count of the rows, which a plan edit changes
                 html.append(render("task_count", context))
     if "checkpoints" in parts and viewer.can_decide:
-        # The header's "Approvals N" counts every run's checkpoints: a frame or answer that changed
-        # this run's brings it at once, not at the badge's next 5 s poll.
-        html.append(render("approvals_count", {**ctx, "count": run_checkpoints.awaiting_decision().count()}))
+        # The header's "Approvals N" counts every run's checkpoints waiting for the viewer: a frame
+        # or answer that changed this run's brings it at once, not at the badge's next 5 s poll. The
+        # same HTML serves every viewer who may decide; each launcher's page takes off the plans
+        # they may not approve (data-own), as it hides their Approve button.
+        count, own = approvers.awaiting_for_launchers()
+        mine = " ".join(f"{user}:{n}" for user, n in sorted(own.items()))
+        html.append(render("approvals_count", {**ctx, "count": count, "own": mine}))
     task_ids = [t for t in tasks if t]
     if task_ids and "task_table" not in parts:
         html.extend(task_rows.render_rows(ctx, run_tasks.task_views(run, task_ids)))

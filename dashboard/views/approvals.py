@@ -18,7 +18,6 @@ from django.views.decorators.http import require_POST
 from orchestrator import wording
 from orchestrator.engine import approvers, checkpoint_questions, runs, tool_approvals
 from orchestrator.models import Checkpoint, TaskRun
-from orchestrator.readmodels import checkpoints as run_checkpoints
 
 from ..formatting import format_duration
 from ..forms import DecisionForm
@@ -31,9 +30,9 @@ from .runs import run_url
 EXCERPT_CHARS = 6000
 
 
-def pending_checkpoints():
-    """Checkpoints waiting for a person, on runs that have not ended, the longest waiting first."""
-    return run_checkpoints.awaiting_decision().select_related("run__plan", "task_run__subtask", "task_run__agent")
+def with_context(checkpoints):
+    """What an inbox item shows of its checkpoint, read with it."""
+    return checkpoints.select_related("run__plan", "task_run__subtask", "task_run__agent")
 
 
 @dataclass
@@ -156,8 +155,15 @@ def is_htmx(request) -> bool:
 
 @permission_required(DECIDE_CHECKPOINT)
 def inbox(request):
-    items = approvals(pending_checkpoints(), request.user)
-    return render(request, "dashboard/approvals.html", {"approvals": items, "form": DecisionForm()})
+    """What waits for this person's decision (as many as the header's badge counts), then the plans
+    of their own runs that wait for another approver."""
+    user = request.user
+    context = {
+        "approvals": approvals(with_context(approvers.awaiting(user)), user),
+        "for_another": approvals(with_context(approvers.awaiting_another_approver(user)), user),
+        "form": DecisionForm(),
+    }
+    return render(request, "dashboard/approvals.html", context)
 
 
 COUNT_PART = TEMPLATES["approvals_count"]
@@ -165,9 +171,10 @@ COUNT_PART = TEMPLATES["approvals_count"]
 
 @permission_required(DECIDE_CHECKPOINT)
 def count(request):
-    """The header's count of pending checkpoints (polled every 5 s; the run page's frames and
-    answers also bring it out of band as a checkpoint opens or closes: fragments.render_parts)."""
-    return render(request, COUNT_PART, {"count": pending_checkpoints().count()})
+    """The header's count of the checkpoints waiting for this person's decision, as the inbox lists
+    them (polled every 5 s; the run page's frames and answers also bring it out of band as a
+    checkpoint opens or closes: fragments.render_parts)."""
+    return render(request, COUNT_PART, {"count": approvers.awaiting(request.user).count()})
 
 
 @permission_required(VIEW_RUN)
@@ -209,7 +216,7 @@ def _decide(request, checkpoint_id: int, *, approve: bool):
         except runs.ActionError as refused:
             error = refused.sentence
     if is_htmx(request):
-        context = {"count": pending_checkpoints().count(), "oob": True, "form": form}
+        context = {"count": approvers.awaiting(request.user).count(), "oob": True, "form": form}
         if error:
             checkpoint.refresh_from_db()
             item = approvals([checkpoint], request.user)[0]

@@ -6,6 +6,12 @@ approve its plan (they may still reject it, which only stops their own run). `ru
 refuses with `separation_of_duties`'s sentence; the run page and the approvals inbox show the
 same sentence and the people who may approve instead, so that a newcomer with one login is
 never left at a button that cannot work.
+
+What waits for a person's decision follows the same rule (`awaiting`): the header's badge counts
+it and the approvals inbox lists it first; a plan they launched waits for another approver
+(`awaiting_another_approver`), so it is listed apart and not counted. The badge counted it, and a
+`demo` login that had launched a run with plan approval saw "Approvals 1" for a checkpoint it
+could not approve.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from django.db.models import Q
+from django.db.models import Count, Q, QuerySet
 
 from orchestrator.models import Checkpoint, Run
+from orchestrator.readmodels.checkpoints import awaiting_decision
 
 DECIDE_CODENAME = "decide_checkpoint"
 # Names listed in a sentence before "and N more".
@@ -29,6 +36,49 @@ def launcher_may_not_approve(checkpoint: Checkpoint, run: Run) -> bool:
         and checkpoint.kind == Checkpoint.Kind.PLAN
         and run.launched_by_id is not None
     )
+
+
+def _launchers_own_plans(user) -> Q:
+    """The checkpoints that `launcher_may_not_approve` keeps from `user`: the plans of the runs
+    they launched (none when separation of duties is off)."""
+    if not (settings.GLASSBOX_SEPARATION_OF_DUTIES and getattr(user, "is_authenticated", False)):
+        return Q(pk__in=[])
+    return Q(kind=Checkpoint.Kind.PLAN, run__launched_by_id=user.pk)
+
+
+def awaiting(user) -> QuerySet[Checkpoint]:
+    """The checkpoints waiting for `user`'s decision, the longest waiting first: those pending on
+    runs that have not ended (`readmodels.checkpoints.awaiting_decision`) that they may approve —
+    none without the permission, and not the plans of their own runs. The header's badge is its
+    count; the approvals inbox lists them with Approve and Reject."""
+    if not user.has_perm(f"orchestrator.{DECIDE_CODENAME}"):
+        return Checkpoint.objects.none()
+    return awaiting_decision().exclude(_launchers_own_plans(user))
+
+
+def awaiting_another_approver(user) -> QuerySet[Checkpoint]:
+    """The plans of `user`'s own runs that wait for another approver (separation of duties): the
+    inbox lists them apart, with who may approve, and the badge does not count them."""
+    if not user.has_perm(f"orchestrator.{DECIDE_CODENAME}"):
+        return Checkpoint.objects.none()
+    return awaiting_decision().filter(_launchers_own_plans(user))
+
+
+def awaiting_for_launchers() -> tuple[int, dict[int, int]]:
+    """For a render shared by every viewer who may decide (the live view's frames): how many
+    checkpoints wait, and how many of them are plans each launcher may not approve (user id ->
+    count), so that a launcher's page counts `awaiting` theirs (static/dashboard/run/main.js)."""
+    waiting = awaiting_decision()
+    own: dict[int, int] = {}
+    if settings.GLASSBOX_SEPARATION_OF_DUTIES:
+        rows = (
+            waiting.filter(kind=Checkpoint.Kind.PLAN, run__launched_by__isnull=False)
+            .order_by()
+            .values_list("run__launched_by_id")
+            .annotate(n=Count("pk"))
+        )
+        own = dict(rows)
+    return waiting.count(), own
 
 
 def approvers(checkpoint: Checkpoint, run: Run | None = None) -> list[str]:

@@ -111,3 +111,45 @@ def test_a_tool_calls_arguments_are_one_box_in_the_inbox(logged_in_page, make_ag
     expect(arguments).to_contain_text('"path": "notes/findings.md"')
     screenshot(page, "tool-arguments")
     assert arguments.evaluate(BORDERED) == ["pre.excerpt.tool-arguments"]
+
+
+def test_the_badge_leaves_out_the_plans_of_the_viewers_own_runs_live_and_in_the_inbox(
+    logged_in_page, browser_user, make_agent, make_plan, screenshot
+):
+    """The badge counted a plan its viewer launched, which separation of duties keeps them from
+    approving: "Approvals 1" in the header, nothing to approve in the inbox. The live frames (the
+    same HTML for every viewer who may decide) now take it off on the launcher's page, and the
+    inbox lists it apart, under who may approve it."""
+    page = logged_in_page
+    make_agent("coder")
+    own = runs.launch(
+        make_plan({"a": ("coder", [])}, goal="My own plan"), launched_by=browser_user, require_plan_approval=True
+    )
+    run = runs.launch(make_plan({"b": ("coder", [])}), budget_usd="1")
+    task = run.tasks.get()
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#live-status")).to_have_attribute("data-state", "live")
+    badge = page.locator("#approvals-count")
+    expect(badge).to_be_hidden()  # its poll: nothing waits for this person
+    page.route("**/approvals/count/", lambda route: None)  # only the frames count from now on
+
+    checkpoint = open_tool_checkpoint(run, task)
+    expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_be_visible()
+    expect(badge).to_have_text("1", timeout=3_000)  # the tool call; not the own plan
+    runs.decide(checkpoint, approve=True, user=browser_user)
+    expect(page.locator(f"#checkpoint-{checkpoint.pk}")).to_have_count(0)
+    expect(badge).to_be_hidden(timeout=3_000)
+    page.unroute("**/approvals/count/")
+
+    for width in (1280, 390):
+        page.set_viewport_size({"width": width, "height": 860})
+        page.goto("/approvals/")
+        expect(page.locator("#approvals-list")).to_contain_text("Nothing is waiting for your decision.")
+        apart = page.locator("#approvals-for-another")
+        expect(apart.get_by_role("heading")).to_have_text("Your runs' plans, waiting for another approver")
+        item = apart.locator(f"#checkpoint-{own.checkpoints.get().pk}")
+        expect(item).to_contain_text("you may still edit or reject it on its run page.")
+        expect(item.get_by_role("button")).to_have_count(0)
+        expect(badge).to_be_hidden()
+        screenshot(page, f"inbox-own-plan-{width}")

@@ -193,7 +193,7 @@ def test_the_count_counts_pending_checkpoints_of_unfinished_runs(client, persona
 
 def test_an_empty_inbox_says_so(client, personas):
     client.force_login(personas["approver"])
-    assert "Nothing is waiting for a decision." in client.get("/approvals/").text
+    assert "Nothing is waiting for your decision." in client.get("/approvals/").text
     response = client.get("/approvals/count/")
     assert response.context["count"] == 0
     # No badge at all (an empty count is hidden), not a grey "0" beside "Approvals".
@@ -278,7 +278,7 @@ def test_separation_of_duties_the_launcher_may_reject_but_not_approve_its_plan(c
     launcher = personas["launcher"]
     launcher.groups.add(personas["approver"].groups.get())
     client.force_login(launcher)
-    item = client.get("/approvals/").context["approvals"][0]
+    (item,) = client.get("/approvals/").context["for_another"]
     assert item.approve_blocked
     response = client.post(f"/approvals/{checkpoint.pk}/approve/", {"comment": ""}, **HTMX)
     assert 'role="alert">Separation of duties: launcher launched run' in response.text
@@ -287,6 +287,45 @@ def test_separation_of_duties_the_launcher_may_reject_but_not_approve_its_plan(c
     client.post(f"/approvals/{checkpoint.pk}/reject/", {"comment": "Wrong plan"})
     checkpoint.refresh_from_db()
     assert checkpoint.status == "rejected"
+
+
+def test_the_badge_counts_what_the_inbox_lists_for_the_person_to_decide(
+    client, personas, gated_run, plan_checkpoint, settings
+):
+    """The badge counted every pending checkpoint: the launcher of a run waiting for its plan's
+    approval read "Approvals 2" with one checkpoint they could approve. Their own plan waits for
+    another approver: listed apart, with who may approve and where to edit or reject it, uncounted."""
+    _, gate = gated_run
+    run, plan_cp = plan_checkpoint
+    launcher = personas["launcher"]
+    launcher.groups.add(personas["approver"].groups.get())
+    client.force_login(launcher)
+    response = client.get("/approvals/")
+    assert [item.checkpoint.pk for item in response.context["approvals"]] == [gate.pk]
+    assert [item.checkpoint.pk for item in response.context["for_another"]] == [plan_cp.pk]
+    assert client.get("/approvals/count/").context["count"] == 1
+    html = response.text
+    own = html[html.index('id="approvals-for-another"') :]
+    assert "Your runs' plans, waiting for another approver" in own
+    assert f"launcher launched run {run.pk}, so another approver must approve its plan" in own
+    assert (
+        f'you may still edit or reject it <a href="/runs/{run.pk}/#checkpoint-{plan_cp.pk}">on its run page</a>.' in own
+    )
+    assert "<form" not in own and "Approve</button>" not in own  # nothing to decide here
+    assert "<form" in html[: html.index('id="approvals-for-another"')]  # the gate's decision
+
+    # The approver, who launched neither, has both to decide and counts both.
+    client.force_login(personas["approver"])
+    response = client.get("/approvals/")
+    assert [item.checkpoint.pk for item in response.context["approvals"]] == [gate.pk, plan_cp.pk]
+    assert response.context["for_another"] == [] and 'id="approvals-for-another"' not in response.text
+    assert client.get("/approvals/count/").context["count"] == 2
+
+    # Without separation of duties the launcher may approve their plan: it is theirs to decide.
+    settings.GLASSBOX_SEPARATION_OF_DUTIES = False
+    client.force_login(launcher)
+    assert client.get("/approvals/count/").context["count"] == 2
+    assert len(client.get("/approvals/").context["approvals"]) == 2
 
 
 def test_an_unknown_checkpoint_is_404(client, personas):

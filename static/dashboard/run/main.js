@@ -43,9 +43,36 @@ function hideOwnApprove() {
   });
 }
 
+// The header's badge as a live frame brings it (the same HTML for every viewer who may decide)
+// counts every checkpoint waiting; data-own ("user:count …") names the plans each launcher may not
+// approve, which wait for another approver: the launcher's own page takes them off, so that the
+// badge counts what their inbox lists for them to decide (engine/approvers.py), as its poll does.
+function countOwnPlansOut() {
+  var badge = document.getElementById("approvals-count");
+  var me = document.body.dataset.user;
+  if (!badge || !badge.dataset.own || !me) {
+    return;
+  }
+  var own = 0;
+  badge.dataset.own.split(" ").forEach(function (pair) {
+    var parts = pair.split(":");
+    if (parts[0] === me) {
+      own = Number(parts[1]);
+    }
+  });
+  badge.removeAttribute("data-own");
+  var left = Number(badge.textContent || "0") - own;
+  badge.textContent = left > 0 ? String(left) : "";
+  badge.classList.toggle("count-pending", left > 0);
+  if (left <= 0) {
+    badge.removeAttribute("title");
+  }
+}
+
 function sync() {
   fadeSuccess();
   hideOwnApprove();
+  countOwnPlansOut();
   readSkew();
   applyProgress();
   syncGraph();
