@@ -617,3 +617,14 @@ def test_a_lost_attempt_says_how_long_it_ran_until_last_heard_and_when_it_was_de
     page = client.get(url("run_attempt", brief, scope.pk, 1)).content.decode()
     assert f"started {(heard - timedelta(seconds=8.3)):%H:%M:%S} UTC · {said} ·" in page
     assert "took" not in page
+
+
+def test_an_attempts_page_names_the_model_it_ran_with(login, personas, brief):
+    """The page named the agent's model now: after the researcher moved to another model, its
+    earlier attempts read as if they had run on it."""
+    scope = task(brief, "scope")
+    finish(scope)
+    Attempt.objects.filter(task_run=scope).update(request={"provider": "simulated", "model": "sim-old", "prompt": "p"})
+    page = login(personas["viewer"]).get(url("run_attempt", brief, scope.pk, 1)).content.decode()
+    assert '<p class="subtitle">researcher (simulated:sim-old) ·' in page
+    assert "simulated:sim-1" not in page  # the researcher's model now
