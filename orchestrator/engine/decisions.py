@@ -137,7 +137,13 @@ def apply_decision(run: Run, checkpoint: Checkpoint, now) -> None:
             events.record("run.started", run=run, user=checkpoint.decided_by, actor_name=checkpoint.decided_by_name)
         else:
             transitions.move_where(run.tasks.all(), State.CANCELLED, error="plan rejected", finished_at=now)
-            scheduler.end_run(run, Run.Status.CANCELLED, f"plan rejected: {checkpoint.comment}")
+            scheduler.end_run(
+                run,
+                Run.Status.CANCELLED,
+                f"plan rejected: {checkpoint.comment}",
+                user=checkpoint.decided_by,
+                actor_name=checkpoint.decided_by_name,
+            )
         return
     if task is None:
         raise ValueError(f"{checkpoint} is a task's checkpoint but belongs to no task")

@@ -56,6 +56,8 @@ def cancel(run: Run, *, user=None, actor_name: str = "") -> Run:
             locked,
             Run.Status.CANCELLED,
             f"cancelled by {user.get_username() if user else actor_name or 'the command line'}",
+            user=user,
+            actor_name=actor_name,
         )
     run.refresh_from_db()
     return run

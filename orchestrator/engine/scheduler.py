@@ -365,10 +365,20 @@ def rejected_at_gate(run: Run) -> list[str]:
     return run_tasks.rejected_at_gate([run.pk]).get(run.pk, [])
 
 
-def end_run(run: Run, status: str, summary: str) -> None:
+def end_run(run: Run, status: str, summary: str, *, user=None, actor_name: str = "") -> None:
+    """End `run` in `status`; `user` (or `actor_name`: `cli:<os user>`) is the person who ended it
+    (a cancel, a rejected plan), named on its event as on the task events beside it, where the
+    audit log said "system" for a run a person cancelled."""
     release_reservations(run)
     transitions.move(run, status, summary=summary, finished_at=timezone.now(), reserved_usd=Decimal("0"))
-    events.record(f"run.{status}", run=run, message=summary, payload={"status": status, "summary": summary})
+    events.record(
+        f"run.{status}",
+        run=run,
+        user=user,
+        actor_name=actor_name,
+        message=summary,
+        payload={"status": status, "summary": summary},
+    )
 
 
 def release_reservations(run: Run) -> None:

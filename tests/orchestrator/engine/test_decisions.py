@@ -37,6 +37,15 @@ def test_rejecting_ones_own_plan_is_allowed_and_not_a_denial(personas, own_plan_
     assert not Event.objects.filter(type="access.denied").exists()
 
 
+def test_a_rejected_plans_run_is_cancelled_in_the_audit_log_by_who_rejected_it(personas, own_plan_checkpoint):
+    """The run's end named "system" as its actor, though a person had rejected its plan."""
+    run, checkpoint = own_plan_checkpoint
+    runs.decide(checkpoint, approve=False, user=personas["approver"], comment="wrong goal")
+    ended = Event.objects.get(run=run, type="run.cancelled")
+    assert (ended.actor_kind, ended.actor_user, ended.actor_name) == ("user", personas["approver"], "approver")
+    assert ended.message == "plan rejected: wrong goal"
+
+
 # --- Approvals bound to the plan version reviewed -------------------------------------------------
 
 
