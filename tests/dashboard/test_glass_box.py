@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from dashboard import fragments, frames
 from orchestrator import events
@@ -20,7 +21,7 @@ from orchestrator.engine import dispatch, runs
 from orchestrator.engine.agent_loop import LoopHooks, run_agent_loop
 from orchestrator.engine.agent_steps import Decision
 from orchestrator.governance.audit_export import iter_export
-from orchestrator.models import Attempt, Event, TaskRun
+from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
 from orchestrator.readmodels import run_export
 from orchestrator.readmodels.steps import NO_STEPS_ENDED, NO_STEPS_GONE, NO_STEPS_KEPT
 from orchestrator.tools import sessions, workspace
@@ -653,3 +654,27 @@ def test_a_long_text_and_long_arguments_say_how_much_of_them_was_kept(viewer, ru
     assert f"The first {PREVIEW_CHARS:,} of {PREVIEW_CHARS + 40:,} characters" in text
     chars = len(json.dumps(arguments))
     assert f"(the first {ARGUMENTS_CHARS:,} of {chars:,} characters)" in text
+
+
+def test_the_times_of_a_tasks_attempts_decisions_and_events_say_they_are_utc(viewer, run):
+    """The panel's attempts table ("15:00:25"), its checkpoints ("approved by … at 15:00:26"), the
+    attempt's page ("started 15:00:25") and the event log's "Time" column gave a bare time of day,
+    where the cards beside them say "since 14:59:06 UTC"."""
+    task = look(run)
+    started = timezone.now().replace(hour=15, minute=0, second=25, microsecond=0)
+    end_task(task, TaskRun.State.SUCCEEDED, 1, Attempt.State.SUCCEEDED, "Done.")
+    Attempt.objects.filter(task_run=task).update(started_at=started, finished_at=started + timedelta(seconds=2))
+    Checkpoint.objects.create(
+        run=run,
+        task_run=task,
+        kind=Checkpoint.Kind.AFTER,
+        status=Checkpoint.Status.APPROVED,
+        decided_by_name="approver",
+        decided_at=started + timedelta(seconds=3),
+    )
+    text = words(panel(viewer, run, task))
+    assert "15:00:25 UTC" in text
+    assert "by approver at 15:00:28 UTC" in text
+    assert "started 15:00:25 UTC" in words(attempt_page(viewer, run, task, 1))
+    page = words(viewer.get(reverse("run_detail", args=[run.pk])).content.decode())
+    assert "Time (UTC)" in page and "Newest first; times in UTC." in page
