@@ -279,3 +279,30 @@ def test_the_plans_list_shows_each_plans_goal_runs_and_last_run_across_a_390_px_
     tops = {box["top"] for box in boxes(page, f"#plan-row-{plan.pk} td")}
     assert len(tops) == 1, tops
     screenshot(page, "plans-1400")
+
+
+def test_the_preflights_team_shows_each_agents_cost_and_its_basis_across_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, screenshot
+):
+    """At 390 px the pre-flight's team was a table scrolled sideways: each agent's name, model and
+    number of subtasks in view, its estimated cost and what the estimate rests on off-screen to the
+    right, squeezed into rows 600 px tall of a word a line."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    page.goto("/runs/new/")
+    page.get_by_label("Plan file", exact=True).set_input_files(str(ROOT / "examples" / "research_brief.yaml"))
+    page.get_by_role("button", name="Check the plan").click()
+    expect(page.get_by_role("heading", name="The team")).to_be_visible()
+    team = page.locator("#preflight-team")
+    team.scroll_into_view_if_needed()
+    screenshot(page, "preflight-team-390")
+    rows = team.locator("tbody tr")
+    expect(rows).to_have_count(2)  # researcher, writer
+    for selector in ("td", "td:nth-child(5)", "td:nth-child(6)"):
+        shown = boxes(page, f"#preflight-team {selector}")
+        assert shown and all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in shown), (selector, shown)
+    assert not scrolls_sideways(page, "#preflight-team")
+    assert max(row.bounding_box()["height"] for row in rows.all()) < 300  # not a word a line
+    cost = rows.first.locator("td").nth(4)  # its heading hidden, the cell says what it is
+    assert cost.evaluate("td => getComputedStyle(td, '::before').content") == '"Estimated cost: "'
+    expect(rows.first.locator("td").nth(5)).to_be_in_viewport()
