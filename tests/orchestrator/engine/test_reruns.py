@@ -120,6 +120,10 @@ def test_launch_again_repeats_the_settings_with_a_new_run_of_the_same_plan(chain
     assert again.pk != chain.pk and again.plan_id == chain.plan_id
     assert (again.cap, again.budget_usd, again.failure_policy) == (3, Decimal("1.0000"), "fail_fast")
     assert again.launched_by == personas["launcher"] and again.status == Run.Status.RUNNING
+    # Its log says the budget as the first run's does, not as the database keeps it ("$1.0000").
+    created = Event.objects.get(run=again, type="run.created").message
+    assert created == f"run of plan {chain.plan_id} created: cap 3, budget $1.00, policy fail_fast"
+    assert created == Event.objects.get(run=chain, type="run.created").message
 
 
 def test_launch_again_keeps_plan_approval_and_refuses_a_retired_agent(make_agent, make_plan, personas):
