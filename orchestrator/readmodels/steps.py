@@ -257,15 +257,31 @@ class AttemptPath:
         ended attempt's empty path concluded that the agent had done nothing. An attempt that
         ended before its model wrote a token has no text to point to: it said "its text is the
         output above" over "No output." (a timed-out call), and so did each earlier attempt, over
-        the latest one's output: it points to where the text is, or says it is gone."""
+        the latest one's output: it points to where the text is, or says it is gone. One that ended
+        part-way through its first model call records no step either, whether or not its agent
+        holds tools: it said "an agent without tools" of a researcher holding the workspace's tools."""
         if not self.ended:
             return "No step recorded yet."
         assert self.attempt is not None  # ended
+        state = self.attempt.get_state_display().lower()
         if not self.attempt.output_tokens:
-            return f"No steps were recorded: the attempt ended ({self.attempt.get_state_display().lower()}) before its model wrote anything."
+            return f"No steps were recorded: the attempt ended ({state}) before its model wrote anything."
+        if self.attempt.state != Attempt.State.SUCCEEDED:
+            return (
+                f"No steps were recorded: the attempt ended ({state}) during its first model call ({self._text_is()})."
+            )
         if self.attempt.output:
             return NO_STEPS_KEPT
         return NO_STEPS_ENDED if self.output_above else NO_STEPS_GONE
+
+    def _text_is(self) -> str:
+        """Where an ended attempt's text is, as the NO_STEPS_* sentences say it."""
+        assert self.attempt is not None
+        if self.attempt.output:
+            return "its text is kept with it, under Attempts below"
+        if self.output_above:
+            return "its text is the output above"
+        return "its text was not kept, as a task keeps only the text of its latest attempt"
 
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:

@@ -23,7 +23,7 @@ from orchestrator.engine.agent_steps import Decision
 from orchestrator.governance.audit_export import iter_export
 from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
 from orchestrator.readmodels import run_export
-from orchestrator.readmodels.steps import NO_STEPS_ENDED, NO_STEPS_GONE, NO_STEPS_KEPT
+from orchestrator.readmodels.steps import NO_STEPS_ENDED, NO_STEPS_KEPT
 from orchestrator.tools import sessions, workspace
 from orchestrator.tools.toolbox import Toolbox
 from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, request, tool_turn
@@ -179,9 +179,15 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 3 (failed)" in html and "<h3>Output" not in html
     assert "The first half of a sent" in html
-    # The output above is attempt 3's: the earlier two say where theirs went, none of them "yet".
-    assert words(html).count(NO_STEPS_ENDED) == 1 and words(html).count(NO_STEPS_GONE) == 2
-    assert " yet" not in words(html)
+    # The output above is attempt 3's: the earlier two say where theirs went, none of them "yet", and
+    # none "an agent without tools" (the agent may hold tools: a call cut off part-way records no
+    # step either way).
+    cut = "No steps were recorded: the attempt ended (failed) during its first model call"
+    assert words(html).count(f"{cut} (its text is the output above).") == 1
+    assert (
+        words(html).count(f"{cut} (its text was not kept, as a task keeps only the text of its latest attempt).") == 2
+    )
+    assert NO_STEPS_ENDED not in words(html) and " yet" not in words(html)
     # The result's list of every task's output says the same of it.
     shown = viewer.get(reverse("run_task_output", args=[run.pk, task.pk])).content.decode()
     assert words(shown).startswith("Partial output of attempt 3 (failed): The first half of a sent")
@@ -196,7 +202,12 @@ def test_an_earlier_attempts_path_points_to_its_own_text_not_the_output_above(vi
     Attempt.objects.filter(task_run=task, number=1).update(state=Attempt.State.FAILED)
     Attempt.objects.filter(task_run=task, number=2).update(output="The second answer")  # kept by a re-run
     paths = re.findall(r'<details id="path-attempt-[^"]*".*?</details>', panel(viewer, run, task), re.S)
-    assert [words(path).split(" whole results ")[1] for path in paths] == [NO_STEPS_GONE, NO_STEPS_KEPT, NO_STEPS_ENDED]
+    failed_first = (
+        "No steps were recorded: the attempt ended (failed) during its first model call (its text was not kept, "
+        "as a task keeps only the text of its latest attempt)."
+    )
+    said = [words(path).split(" whole results ")[1] for path in paths]
+    assert said == [failed_first, NO_STEPS_KEPT, NO_STEPS_ENDED]
     # After a re-run the task holds no output: its latest attempt's text is kept with it, not above.
     TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.PENDING, output="")
     Attempt.objects.filter(task_run=task, number=3).update(output="The third answer")
@@ -209,7 +220,16 @@ def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewe
     Attempt.objects.filter(task_run=task).update(output_tokens=4)
     html = panel(viewer, run, task)
     assert "<h3>Partial output of attempt 1 (cancelled)" in html
-    assert NO_STEPS_ENDED in words(html) and " yet" not in words(html)
+    cut = "No steps were recorded: the attempt ended (cancelled) during its first model call"
+    assert f"{cut} (its text is the output above)." in words(html)
+    assert " yet" not in words(html)
+
+
+def test_a_succeeded_attempt_without_steps_is_a_plain_agents_one_call(viewer, run):
+    task = look(run)
+    end_task(task, TaskRun.State.SUCCEEDED, 1, Attempt.State.SUCCEEDED, "The answer")
+    Attempt.objects.filter(task_run=task).update(output_tokens=2)
+    assert NO_STEPS_ENDED in words(panel(viewer, run, task))
 
 
 def test_an_attempt_that_ended_before_its_model_wrote_anything_does_not_point_to_an_output(viewer, run):
