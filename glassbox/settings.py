@@ -230,6 +230,8 @@ LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
+# The admin's dates and times as the pages give them: "2026-11-28 15:00:57 UTC" (glassbox/formats/en/).
+FORMAT_MODULE_PATH = ["glassbox.formats"]
 USE_I18N = True
 USE_TZ = True
 

@@ -114,6 +114,18 @@ def test_the_event_changelist_shows_the_newest_first(client, superuser, a_run):
     assert [e.pk for e in listed] == sorted((e.pk for e in listed), reverse=True)
 
 
+def test_the_event_changelist_gives_each_events_time_to_the_second_in_utc(client, superuser, a_run):
+    """The audit log said "Nov. 28, 2026, 3 p.m." of an event at 15:00:57 (Django's English format):
+    events a minute apart read alike, and no time zone was named."""
+    created = Event.objects.get(run=a_run, type="run.created").created_at
+    client.force_login(superuser)
+    page = client.get(reverse("admin:orchestrator_event_changelist")).content.decode()
+    assert f"{created:%Y-%m-%d %H:%M:%S} UTC" in page
+    assert not re.search(r"\b[ap]\.m\.|\bnoon\b|\bmidnight\b", page)
+    run_page = client.get(reverse("admin:orchestrator_run_change", args=[a_run.pk])).content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", run_page)  # its start, read-only
+
+
 def test_deleting_events_through_a_bulk_action_is_impossible(client, superuser, a_run):
     client.force_login(superuser)
     count = Event.objects.count()
