@@ -96,6 +96,15 @@ class HumanDecisions:
 
     checkpoints: int
     approval_grants: tuple[grant_wording.ApprovalGrant, ...] = ()
+    plan_review: bool = False  # one of the checkpoints is the plan's approval
+
+    @property
+    def which(self) -> str:
+        """The checkpoints named: "the plan's approval and 1 gate or review". The card said "2" of a
+        plan that showed one review, and "People decide each one" of a plan that showed none."""
+        gates = self.checkpoints - int(self.plan_review)
+        named = [f"{gates} gate{'s' if gates > 1 else ''} or review{'s' if gates > 1 else ''}"] if gates else []
+        return " and ".join((["the plan's approval"] if self.plan_review else []) + named)
 
     @property
     def value(self) -> str:
@@ -113,12 +122,17 @@ class HumanDecisions:
         if not self.approval_grants:
             if not self.checkpoints:
                 return "The run needs no human decision."
-            return "People decide each one; time spent waiting for them comes on top."
+            decide = (
+                "a person decides it; time spent waiting for it comes on top"
+                if self.checkpoints == 1
+                else "people decide each one; time spent waiting for them comes on top"
+            )
+            return f"{self.which[0].upper()}{self.which[1:]}: {decide}."
         tools = f"its agents may ask a person to approve calls of {self.tools_text}"
         if not self.checkpoints:
             return f"The plan has no gate or review, but {tools}: the task waits for each decision."
         counted = wording.counted(self.checkpoints, "checkpoint")
-        return f"People decide {counted}, and {tools}; time spent waiting for them comes on top."
+        return f"People decide {counted} ({self.which}), and {tools}; time spent waiting for them comes on top."
 
 
 @dataclass
@@ -148,7 +162,7 @@ class Preflight:
     def decisions(self, *, plan_review: bool) -> HumanDecisions:
         """What may wait for a person in the run launched with (`plan_review`) or without a
         review of its plan."""
-        return HumanDecisions(self.checkpoints + int(plan_review), tuple(self.approval_grants))
+        return HumanDecisions(self.checkpoints + int(plan_review), tuple(self.approval_grants), plan_review)
 
     @property
     def ok(self) -> bool:

@@ -187,7 +187,9 @@ def test_a_plan_whose_agents_call_tools_with_approval_may_wait_for_a_person(demo
     )
     with_review = checked.decisions(plan_review=True)
     assert with_review.value == "1 + tool calls"
-    assert with_review.note.startswith("People decide 1 checkpoint, and its agents may ask a person to approve")
+    assert with_review.note.startswith(
+        "People decide 1 checkpoint (the plan's approval), and its agents may ask a person to approve"
+    )
 
 
 def test_only_the_plans_agents_and_only_grants_with_approval_count(demo_agents, priced_limit, make_plan):
@@ -203,8 +205,8 @@ def test_only_the_plans_agents_and_only_grants_with_approval_count(demo_agents, 
     decisions = checked.decisions(plan_review=False)
     assert (decisions.value, decisions.tools_text) == ("1 + tool calls", "any tool of shell (researcher)")
     assert decisions.note == (
-        "People decide 1 checkpoint, and its agents may ask a person to approve calls of any tool of shell "
-        "(researcher); time spent waiting for them comes on top."
+        "People decide 1 checkpoint (1 gate or review), and its agents may ask a person to approve calls of any "
+        "tool of shell (researcher); time spent waiting for them comes on top."
     )
 
 
@@ -215,5 +217,27 @@ def test_a_plan_without_gates_or_approvals_needs_no_decision(demo_agents, priced
         "The run needs no human decision.",
     )
     assert (
-        checked.decisions(plan_review=True).note == "People decide each one; time spent waiting for them comes on top."
+        checked.decisions(plan_review=True).note
+        == "The plan's approval: a person decides it; time spent waiting for it comes on top."
     )
+
+
+def test_the_checkpoints_card_names_the_plans_approval_and_the_gates_it_counts(demo_agents, priced_limit):
+    """The feature pipeline's card said "2 · People decide each one" under a plan that showed one
+    review: the other was the plan's approval, which the launcher had asked for."""
+    checked = preflight.check_document(
+        (ROOT / "examples" / "feature_pipeline.yaml").read_text(),
+        filename="feature_pipeline.yaml",
+        cap=4,
+        budget_usd=BUDGET,
+    )
+    reviewed = checked.decisions(plan_review=True)
+    assert (reviewed.value, reviewed.note) == (
+        "2",
+        "The plan's approval and 1 gate or review: people decide each one; time spent waiting for them comes on top.",
+    )
+    assert checked.decisions(plan_review=False).note == (
+        "1 gate or review: a person decides it; time spent waiting for it comes on top."
+    )
+    two_gates = preflight.HumanDecisions(3, plan_review=True)
+    assert two_gates.which == "the plan's approval and 2 gates or reviews"
