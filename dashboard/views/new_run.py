@@ -224,6 +224,7 @@ def _launch(request, token: str, draft: dict) -> tuple[HttpResponse | None, str]
                     draft["document"],
                     filename=draft["filename"],
                     source_name=draft["filename"] or "written on the New-run page",
+                    source=Plan.Source.MANUAL if draft["source"] == SOURCE_TEXT else Plan.Source.FILE,
                     goal=draft["goal"],
                     settings=settings,
                     launched_by=request.user,

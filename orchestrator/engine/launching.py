@@ -20,13 +20,15 @@ def launch_document(
     filename: str = "",
     goal: str = "",
     source_name: str | None = None,
+    source: str = Plan.Source.FILE,
     launched_by=None,
     actor_name: str = "",
 ) -> Run:
     """Validate a YAML or JSON plan document, save it and launch a run of it in one transaction.
 
     `goal`, when given, replaces the document's goal; `source_name` (by default `filename`) is
-    what the saved plan says it came from. Raises PlanValidationError (every problem, with its
+    what the saved plan says it came from, `source` what kind of source that is (a plan written on
+    the New-run page is `manual`, not a file). Raises PlanValidationError (every problem, with its
     line) or runs.LaunchRefused (over budget); either way nothing is saved.
     """
     spec = plans.validate_document(document, filename=filename, goal=goal)
@@ -35,6 +37,7 @@ def launch_document(
         document=document,
         settings=settings,
         source_name=filename if source_name is None else source_name,
+        source=source,
         launched_by=launched_by,
         actor_name=actor_name,
     )
@@ -46,13 +49,12 @@ def launch_spec(
     document: str,
     settings: RunSettings,
     source_name: str = "",
+    source: str = Plan.Source.FILE,
     launched_by=None,
     actor_name: str = "",
 ) -> Run:
     """Save a validated plan and launch a run of it in one transaction (see launch_document);
     `actor_name` names who launched it when no user did (`runs.launch`)."""
     with events.atomic():
-        plan = plans.save_plan(
-            spec, document=document, source=Plan.Source.FILE, source_name=source_name, created_by=launched_by
-        )
+        plan = plans.save_plan(spec, document=document, source=source, source_name=source_name, created_by=launched_by)
         return runs.launch(plan, launched_by=launched_by, actor_name=actor_name, **settings.as_dict())

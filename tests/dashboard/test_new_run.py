@@ -488,7 +488,10 @@ def test_a_pasted_plan_goes_through_the_preflight_and_is_saved_only_at_launch(la
     launcher_client.post(preflight_url, form_data(action="launch"))
     run = Run.objects.get()
     assert run.plan.document == FEATURE_PIPELINE.read_text()
-    assert run.plan.source_name == "written on the New-run page"
+    # Its plan's page and the plans list say it was written, not a file ("File · written on the New-run page").
+    assert (run.plan.source, run.plan.source_name) == (Plan.Source.MANUAL, "written on the New-run page")
+    plan_page = launcher_client.get(f"/plans/{run.plan.pk}/").text
+    assert "Manual · written on the New-run page" in plan_page and "File ·" not in plan_page
 
 
 def test_an_empty_editor_is_refused_by_name(launcher_client):
