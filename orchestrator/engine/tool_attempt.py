@@ -160,6 +160,9 @@ class Hooks:
                 self.current.add_text(TextDelta("\n\n", delta.output_tokens))
             self.text_step = step
         self.current.add_text(delta)
+        # The call's output so far counts as used on top of the calls that ended, as on the plain
+        # path: the panel, the lanes and the Tokens card said "0" beside a first answer streaming.
+        self.current.count_output(sum(u.output_tokens for u in self.calls) + delta.output_tokens)
 
     async def on_usage(self, call: ModelCallUsage) -> None:
         self.calls.append(call.usage)

@@ -588,3 +588,20 @@ def test_a_timed_out_tool_attempt_keeps_the_text_of_the_turn_the_deadline_cut(to
     attempt = task.attempts.get()
     assert attempt.state == Attempt.State.TIMED_OUT
     assert task.output.startswith(f"{SPANS}\n\nTax calls take") and cut not in task.output
+
+
+def test_a_tool_attempts_streaming_answer_counts_its_output_so_far():
+    """A tool-holding agent's first answer streamed while its task's panel, its lane and the run's
+    Tokens card said "0" (the plain path counted its output as it came): what a call has written
+    so far counts now, on top of the calls that ended before it."""
+    from types import SimpleNamespace
+
+    from orchestrator.providers.base import TextDelta, Usage
+
+    current = agent_runner.AttemptRun(claim=SimpleNamespace(task=None, attempt=None), max_tokens=1000)
+    hooks = tool_attempt.Hooks(current)
+    asyncio.run(hooks.on_text(1, TextDelta("The first words", 40)))
+    assert current.progress.usage.output_tokens == 40
+    asyncio.run(hooks.on_usage(tool_attempt.ModelCallUsage(step=1, usage=Usage(300, 60), complete=True)))
+    asyncio.run(hooks.on_text(2, TextDelta("and the answer", 25)))
+    assert (current.progress.usage.input_tokens, current.progress.usage.output_tokens) == (300, 85)
