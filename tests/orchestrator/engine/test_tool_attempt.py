@@ -15,9 +15,10 @@ import pytest
 from django.utils import timezone
 
 from orchestrator import db_threads, ratelimit
-from orchestrator.engine import admission, agent_runner, execution, runs, tool_attempt
+from orchestrator.engine import admission, agent_loop, agent_runner, execution, runs, tool_attempt
 from orchestrator.governance import tool_registry
 from orchestrator.models import Attempt, Checkpoint, Event, ProviderLimit, Run, TaskRun
+from orchestrator.providers.base import get_provider
 from orchestrator.providers.fake_anthropic import Reply
 from orchestrator.providers.fake_anthropic.ratelimits import RateLimits
 from orchestrator.readmodels import steps
@@ -286,16 +287,45 @@ def test_every_model_call_of_a_tool_using_attempt_is_metered_and_the_budgets_end
         assert remaining == per_minute - used[unit], unit
 
 
-def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_agent, make_plan, fresh_budgets):
+class ServersUpClock:
+    """The attempt's clock (its deadline, and the waits measured against it) as if its tool
+    servers had started at once: the start-up each call reports (`server_start_s`) is taken off
+    what the clock reads, and a call is limited by its own timeout, not by what is left of the
+    task's time. The Anthropic SDK is imported before the attempt starts.
+
+    A short timeout then measures the attempt's own steps: starting the test server (a Python
+    process importing the MCP SDK) and importing the SDK took 2 to 5 s on a loaded machine."""
+
+    def __init__(self, monkeypatch) -> None:
+        get_provider("anthropic")  # imports the SDK, once per process
+        self.starting_s = 0.0
+        clock = self
+
+        class ServersStartFree(tool_attempt.Toolbox):
+            async def call(self, name: str, arguments: dict, *, timeout_s: float | None = None):
+                result = await super().call(name, arguments)
+                clock.starting_s += result.server_start_s or 0.0
+                return result
+
+        monkeypatch.setattr(tool_attempt, "Toolbox", ServersStartFree)
+        for module in (tool_attempt, agent_loop):
+            monkeypatch.setattr(module, "time", self)
+
+    def monotonic(self) -> float:
+        return time.monotonic() - self.starting_s
+
+
+def test_a_later_model_call_waits_out_the_providers_backoff(
+    tool_setup, make_agent, make_plan, fresh_budgets, monkeypatch
+):
     """Admission let the attempt's first call through; the provider then asks everyone to back off.
     The next call waits for it — here past the task's timeout, so the attempt times out having
     sent nothing more."""
+    clock = ServersUpClock(monkeypatch)
     limit = ProviderLimit.objects.create(provider="anthropic", model="claude-test", requests_per_minute=100)
     claude_agent(make_agent, "alpha", "testsrv:echo")
     tool_setup.enqueue(Reply.tool_call("echo", {"text": "one"}))
-    # The timeout also covers starting the tool server (a Python process importing the MCP SDK):
-    # 2 s left no time for the first call on a loaded machine.
-    run = launch(make_plan, {"a": ("alpha", [], {"timeout_s": 4})})
+    run = launch(make_plan, {"a": ("alpha", [], {"timeout_s": 3})})
     limit.backoff_until = timezone.now() + timedelta(minutes=5)
     limit.save(update_fields=["backoff_until"])
     run_here(run)
@@ -304,6 +334,7 @@ def test_a_later_model_call_waits_out_the_providers_backoff(tool_setup, make_age
     assert len(message_requests(tool_setup)) == 1
     wait = next(row for row in steps.task_path(attempt.task_run) if row.kind == "wait")
     assert (wait.wait, wait.done) == ("provider_backoff", True) and wait.duration_s > 0  # until the time was up
+    assert clock.starting_s > 0  # the server's start was timed, so not counted
 
 
 class Holding(NoHost):
