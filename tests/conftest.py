@@ -41,7 +41,7 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.no_database)
 
 
-# How long the process may take to exit once pytest is done (its summary printed) before the
+# How long the pytest process may take to exit once it is done (its summary printed) before the
 # watchdog below prints every thread's stack and ends it with status 1.
 EXIT_WATCHDOG_S = 120
 
@@ -57,7 +57,14 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 def pytest_unconfigure(config) -> None:
     """End a test process that does not exit: a thread left running (an event loop whose task
     ignores its cancellation, in a ThreadPoolExecutor the interpreter joins at exit) would hold CI
-    until its 90-minute cut, with nothing in the log to say where."""
+    until its 90-minute cut, with nothing in the log to say where.
+
+    Armed in the process that runs pytest, not in its pytest-xdist workers: a worker done with its
+    share stays up, idle, until the other workers finish theirs, which can take minutes; its
+    watchdog then printed a false "Timeout (0:02:00)!" dump in a green run. A worker that does
+    not exit is ended by that process when the session ends (execnet kills it after 10 s)."""
+    if hasattr(config, "workerinput"):  # an xdist worker
+        return
     faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True)
 
 
