@@ -3,11 +3,12 @@
 Fixtures:
 
 - `daphne_server`: `python -m daphne` in a subprocess against the test database (the same
-  DATABASE_URL hand-over as the `qcluster` fixture), on a free port; `.url`, `.logs()`.
+  DATABASE_URL hand-over as the `qcluster` fixture), on a free port; `.url`, `.logs()`. One per
+  module (`module_daphne`, its environment extended by the `daphne_env` fixture).
 - `cluster`: one real qcluster (the shared `qcluster` fixture), started and seen running.
 - `browser_user`: a user with every dashboard permission (view, launch, control, decide).
-- `chromium`: a Playwright Chromium browser (headless, /usr/bin/chromium). A missing Chromium
-  FAILS the test, naming `make browser`; it never skips.
+- `chromium`: a Playwright Chromium browser (headless, /usr/bin/chromium), one per module. A
+  missing Chromium FAILS the test, naming `make browser`; it never skips.
 - `page`: a fresh page on the live server (base_url set). A JavaScript error, a console error
   (a Content-Security-Policy violation, a failed script) or a failed test leaves a screenshot
   in test-artifacts/ and the JavaScript problems fail the test.
@@ -112,12 +113,21 @@ class DaphneServer:
         self.process.wait(timeout=10)
 
 
-@pytest.fixture
-def daphne_server(transactional_db, tmp_path):
-    """daphne serving glassbox.asgi on a free port against this test's database."""
+@pytest.fixture(scope="module")
+def daphne_env() -> dict[str, str]:
+    """What the module's daphne gets in its environment besides `child_env()` (a module that
+    needs more overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def module_daphne(django_db_setup, tmp_path_factory, daphne_env):
+    """One daphne for the module's tests: starting one (a Python process importing Django and the
+    project) took 3 to 6 s of each browser test's set-up. Each test still has its own data (the
+    database is emptied after it) and its own browser context (cookies, storage)."""
     port = free_port()
-    log_path = tmp_path / "daphne.log"
-    env = child_env()
+    log_path = tmp_path_factory.mktemp("daphne") / "daphne.log"
+    env = child_env(**daphne_env)
     env.pop(ASYNC_UNSAFE, None)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -134,6 +144,15 @@ def daphne_server(transactional_db, tmp_path):
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def daphne_server(transactional_db, module_daphne):
+    """daphne serving glassbox.asgi on a free port against this test's database (committed data:
+    daphne reads it from another process)."""
+    if module_daphne.process.poll() is not None:
+        pytest.fail(f"daphne exited with code {module_daphne.process.returncode}:\n{module_daphne.logs()}")
+    return module_daphne
 
 
 @pytest.fixture
@@ -175,9 +194,10 @@ def pytest_runtest_makereport(item, call):
     return report
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def chromium():
-    """A headless Chromium (Debian's, through Playwright). Missing Chromium fails the test."""
+    """A headless Chromium (Debian's, through Playwright), one for the module's tests (each opens
+    a context of its own: `page`). Missing Chromium fails the test."""
     if not CHROMIUM.exists():
         pytest.fail(
             f"Chromium is not installed at {CHROMIUM}: the browser tests need it. "

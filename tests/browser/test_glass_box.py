@@ -22,13 +22,22 @@ from tests.scripted_agent_path import loop_steps, record_step
 pytestmark = [pytest.mark.browser]
 
 
+@pytest.fixture(scope="module")
+def artifacts_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("artifacts")
+
+
+@pytest.fixture(scope="module")
+def daphne_env(artifacts_root) -> dict[str, str]:
+    return {"GLASSBOX_ARTIFACTS_DIR": str(artifacts_root)}
+
+
 @pytest.fixture
-def shared_artifacts(tmp_path, settings, monkeypatch):
-    """One artifacts root for this process and daphne (requested before the server starts)."""
-    root = tmp_path / "artifacts"
-    monkeypatch.setenv("GLASSBOX_ARTIFACTS_DIR", str(root))
-    settings.GLASSBOX_ARTIFACTS_DIR = root
-    return root
+def shared_artifacts(artifacts_root, settings, monkeypatch):
+    """One artifacts root for this process and the module's daphne."""
+    monkeypatch.setenv("GLASSBOX_ARTIFACTS_DIR", str(artifacts_root))
+    settings.GLASSBOX_ARTIFACTS_DIR = artifacts_root
+    return artifacts_root
 
 
 async def search(query: str = "", limit: int = 5) -> str:
