@@ -20,6 +20,7 @@ Each browser test is marked `browser`; mark it also `processes` when it uses `cl
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import Permission, User
 
 from orchestrator.engine.cluster import cluster_is_running
@@ -173,10 +175,17 @@ def cluster(qcluster):
 # --- Users ---------------------------------------------------------------------------------------
 
 
+@functools.cache
+def browser_password_hash() -> str:
+    """BROWSER_PASSWORD hashed once per process: hashing a password takes a noticeable time (0.4 s
+    here), and daphne checks it again at each log-in."""
+    return make_password(BROWSER_PASSWORD)
+
+
 @pytest.fixture
 def browser_user(transactional_db) -> User:
     """A user (not a superuser) holding every dashboard permission; password BROWSER_PASSWORD."""
-    user = User.objects.create_user("browser", email="browser@example.com", password=BROWSER_PASSWORD)
+    user = User.objects.create(username="browser", email="browser@example.com", password=browser_password_hash())
     user.user_permissions.set(
         Permission.objects.filter(content_type__app_label="orchestrator", codename__in=DASHBOARD_PERMISSIONS)
     )
