@@ -605,8 +605,11 @@ def test_a_failed_tool_attempt_keeps_every_turns_text_the_cut_one_too(tool_setup
     assert partial.text == f"{SPANS}\n\n{' '.join(cut.split()[:6])} "
 
 
-def test_a_timed_out_tool_attempt_keeps_the_text_of_the_turn_the_deadline_cut(tool_setup, make_agent, make_plan):
+def test_a_timed_out_tool_attempt_keeps_the_text_of_the_turn_the_deadline_cut(
+    tool_setup, make_agent, make_plan, monkeypatch
+):
     """The loop's outcome holds whole turns only: the text the cut turn had streamed was dropped."""
+    ServersUpClock(monkeypatch)  # the cut turn's first words within the 5 s, whatever the server's start took
     claude_agent(make_agent, "coder", "testsrv:echo", timeout_s=5)
     cut = "Tax calls take 180 ms at p95 because every line is priced on its own and the rest follows"
     tool_setup.enqueue(
