@@ -8,6 +8,7 @@ With htmx the decision answers the checkpoint's own fragment plus the header cou
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from django.contrib import messages
@@ -21,7 +22,7 @@ from orchestrator.models import Checkpoint, TaskRun
 
 from ..formatting import format_duration
 from ..forms import DecisionForm
-from ..fragments import TEMPLATES
+from ..fragments import PLAN_REVIEW_WHOLE, TEMPLATES, PlanRow, plan_review_rows
 from ..permissions import DECIDE_CHECKPOINT, VIEW_RUN, permission_required
 from .runs import run_url
 
@@ -90,6 +91,23 @@ class Approval:
         if run.estimate_usd is not None:
             money = f"estimated {wording.usd(run.estimate_usd)} of {money}"
         return " · ".join([wording.counted(run.tasks.count(), "task"), money, f"cap {run.cap}"])
+
+    @functools.cached_property
+    def plan_subtasks(self) -> list[PlanRow]:
+        """A plan's checkpoint: its subtasks as the run page's plan review lists them (title, key,
+        gate, agent, what each depends on, instructions), read-only; [] for other kinds. The inbox
+        let an approver approve a plan whose subtasks it never showed."""
+        if self.checkpoint.kind != Checkpoint.Kind.PLAN:
+            return []
+        return plan_review_rows(self.checkpoint.run)
+
+    @property
+    def plan_count(self) -> str:
+        return wording.counted(len(self.plan_subtasks), "subtask")
+
+    @property
+    def plan_scrolls(self) -> bool:
+        return len(self.plan_subtasks) > PLAN_REVIEW_WHOLE
 
     @property
     def run_goal(self) -> str:

@@ -478,3 +478,24 @@ def test_each_item_shows_its_runs_goal_once(client, personas, gated_run, plan_ch
     assert '<div class="excerpt markdown" aria-label="Goal"><p>Plan to approve</p>' in item[plan_cp.pk]
     assert item[gate.pk].count("Write and publish the notes") == 1
     assert "· Write and publish the notes" in item[gate.pk]
+
+
+def test_a_plan_in_the_inbox_lists_the_subtasks_approving_starts_read_only(client, personas, demo_agents, make_plan):
+    """The inbox let an approver approve a plan whose subtasks it never showed (its goal, count and
+    cost only): it lists them as the run page's plan review does, without that page's edit forms."""
+    plan = make_plan(
+        {"scope": ("researcher", []), "draft": ("writer", ["scope"], {"instructions": "Two pages at most."})},
+        goal="Write it up",
+    )
+    run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True)
+    client.force_login(personas["approver"])
+    html = client.get("/approvals/").text
+    text = inbox_text(client)
+    assert "The plan: 2 subtasks" in text
+    assert re.search(r"draft\s*</code>", html) and "Two pages at most." in text
+    row = re.search(r'<tr id="plan-subtask-draft".*?</tr>', html, re.S)
+    assert row is not None
+    row_text = " ".join(re.sub(r"<[^>]+>", " ", row.group(0)).split())
+    assert "writer" in row_text and "scope" in row_text  # its agent and what it depends on
+    assert "<textarea" not in row.group(0) and "Remove" not in row.group(0)  # read-only here
+    assert f'href="/runs/{run.pk}/#checkpoint-{run.checkpoints.get().pk}"' in html  # edit it there
