@@ -281,6 +281,34 @@ def test_the_plans_list_shows_each_plans_goal_runs_and_last_run_across_a_390_px_
     screenshot(page, "plans-1400")
 
 
+def test_a_plans_runs_show_each_runs_status_cost_and_settings_across_a_390_px_screen(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """At 390 px a plan's page listed its runs in a table scrolled sideways: a run's number, status
+    and tasks in view, its duration, cost, estimate, settings and launch off-screen to the right."""
+    page = logged_in_page
+    page.set_viewport_size(PHONE)
+    plan = make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}, goal="Pick a queue")
+    run = runs.launch(plan, cap=2, budget_usd="1")
+    page.goto(f"/plans/{plan.pk}/")
+    row = page.locator(f"#plan-run-{run.pk}")
+    expect(row.locator(".run-id")).to_be_visible()
+    screenshot(page, "plan-runs-390")
+    shown = boxes(page, f"#plan-run-{run.pk} td")
+    assert len(shown) == 8 and all(0 <= box["left"] and box["right"] <= PHONE["width"] for box in shown), shown
+    assert not scrolls_sideways(page, "#plan-runs-wrap")
+    cells = row.locator("td")
+    labels = ((3, "Duration: "), (4, "Cost: "), (5, "Estimate: "), (6, "Settings: "), (7, "Launched "))
+    for n, label in labels:  # headings hidden, cells say what they are
+        assert cells.nth(n).evaluate("td => getComputedStyle(td, '::before').content") == f'"{label}"'
+    expect(cells.nth(6)).to_contain_text("cap 2")
+
+    # At desktop width it is a table with its headings, on one line a run.
+    page.set_viewport_size({"width": 1400, "height": 900})
+    expect(page.get_by_role("columnheader", name="Settings")).to_be_visible()
+    assert len({box["top"] for box in boxes(page, f"#plan-run-{run.pk} td")}) == 1
+
+
 def test_the_preflights_team_shows_each_agents_cost_and_its_basis_across_a_390_px_screen(
     logged_in_page, demo_agents, priced_limit, screenshot
 ):
