@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Literal, Self
@@ -27,7 +27,7 @@ from .live_tokens import NO_LIVE_TOKENS, live_tokens
 from .records import AgentRecord, PlanRecord, Record, RunRecord, TaskRunRecord
 from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
-from .tasks import run_tokens
+from .tasks import outcome_text, rejected_at_gate, run_tokens
 from .totals import attempts_stopping, stopping_text
 
 EXPORT_FORMAT = "glassbox.run/1"
@@ -235,6 +235,15 @@ def tokens_text(run: Run) -> str:
     return f"tokens: {counted}" + (f"; {stopping}" if stopping else "")
 
 
+def tasks_outcome(run: Run, tasks: list[dict]) -> str:
+    """How the run's tasks came out, as its page's Tasks card and the runs list say it: "2 of 4
+    succeeded · 1 cancelled, 1 skipped (b rejected at its gate)" (the document said "Tasks: 4",
+    whatever became of them)."""
+    counts = Counter(task["state"] for task in tasks)
+    rejected = rejected_at_gate([run.pk]).get(run.pk, []) if counts.get(TaskRun.State.SKIPPED) else []
+    return outcome_text(counts, len(tasks), rejected)
+
+
 def run_markdown(run: Run) -> str:
     """The run's result as a Markdown document: the final output first, then every task's.
 
@@ -246,6 +255,7 @@ def run_markdown(run: Run) -> str:
         data = run_export(run)
         now = Run.objects.get(pk=run.pk)
         tokens = tokens_text(now)
+        outcome = tasks_outcome(now, data["tasks"])
     r = data["run"]
     finals = set(data["final_tasks"])
     lines = [
@@ -255,7 +265,7 @@ def run_markdown(run: Run) -> str:
         f"- Started: {_when(now.started_at, 'not started')}; finished: {_when(now.finished_at, 'not finished')}",
         f"- Cost: {wording.usd(r['cost_usd'])} of a {wording.budget(r['budget_usd'])} budget; {tokens}",
         *([f"  - {r['unpriced_note']}"] if r["unpriced_note"] else []),
-        f"- Tasks: {len(data['tasks'])}",
+        f"- Tasks: {outcome}",
         "",
     ]
     ordered = [t for t in data["tasks"] if t["key"] in finals] + [t for t in data["tasks"] if t["key"] not in finals]

@@ -77,6 +77,13 @@ def test_markdown_puts_the_final_output_first(run):
     assert "_No output: boom_" in text
 
 
+def test_markdown_says_how_the_tasks_came_out_as_the_tasks_card_does(run):
+    """It said "Tasks: 3" of a run whose tasks had succeeded, failed and been skipped alike."""
+    assert "- Tasks: 2 of 3 succeeded · 1 failed\n" in run_markdown(run)
+    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="a").pk).update(state=TaskRun.State.SKIPPED, error="")
+    assert "- Tasks: 2 of 3 succeeded · 1 skipped\n" in run_markdown(run)
+
+
 def test_markdown_says_when_the_run_started_and_finished_as_a_person_reads_a_time(run):
     """It gave the JSON's timestamps: "Started: 2026-11-28T10:53:26.368409+00:00"."""
     from datetime import UTC, datetime
