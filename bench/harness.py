@@ -188,9 +188,10 @@ PROBE_STEPS = 10_000_000
 
 def cpu_probe_s(repeats: int = 3) -> float:
     """Seconds a fixed pure-Python loop of `PROBE_STEPS` additions takes, best of `repeats`: the
-    machine's speed for one thread on the day. Shared machines here have run it in 0.86 s on one
-    day and 1.5 s on another, and every CPU-bound figure of a run moved with it (the statement
-    counts did not), so two runs compare only beside their probes."""
+    machine's speed for one thread on the day (~0.3 s on this project's 2-core EPYC machines on a
+    normal day). The same loop at a module's top level (globals, so slower: 0.86 s that day) took
+    1.5 s on a slow-CPU day, and every CPU-bound figure of that day's run moved with it (the
+    statement counts did not), so two runs compare only beside their probes."""
     best = float("inf")
     for _ in range(repeats):
         began = time.perf_counter()
