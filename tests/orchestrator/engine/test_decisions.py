@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.engine import runs
-from orchestrator.models import Checkpoint, Event, Run
+from orchestrator.models import Checkpoint, Event, Run, TaskRun
+from tests.orchestrator.engine.steps import states
+
+State = TaskRun.State
 
 
 @pytest.fixture
@@ -150,3 +153,20 @@ def test_a_run_awaiting_its_plans_approval_starts_after_it_is_created(personas, 
     runs.decide(checkpoint, approve=True, user=personas["approver"])
     run = Run.objects.get(pk=run.pk)
     assert run.started_at is not None and run.started_at > run.created_at
+
+
+@pytest.mark.django_db
+def test_rejecting_a_gate_whose_task_no_longer_waits_there_skips_nothing(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("coder", ["a"])})
+    run = runs.launch(plan)
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.CANCELLED)  # as an older stop left it
+    runs.decide(Checkpoint.objects.get(run=run), approve=False, comment="too late")
+    assert states(run)["a"] == "cancelled"
+
+
+@pytest.mark.django_db
+def test_a_rejected_plan_cancels_every_task_including_one_a_person_skipped(demo_agents, make_plan):
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}), require_plan_approval=True)
+    runs.skip_task(run.tasks.get(subtask__key="a"), reason="not needed")
+    runs.decide(Checkpoint.objects.get(run=run, kind="plan"), approve=False, comment="wrong goal")
+    assert set(states(run).values()) == {"cancelled"}

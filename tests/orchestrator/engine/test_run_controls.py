@@ -6,6 +6,7 @@ import pytest
 
 from orchestrator.engine import runs
 from orchestrator.models import Event
+from tests.orchestrator.engine.steps import finish, states
 
 pytestmark = pytest.mark.django_db
 
@@ -43,3 +44,28 @@ def test_a_pause_and_a_resume_name_who_did_them(run, personas):
         "run.paused": ("user", "launcher"),
         "run.resumed": ("system", "cli:alice"),
     }
+
+
+@pytest.mark.django_db
+def test_pause_stops_admission_and_resume_restarts_it(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
+    run = runs.launch(plan)
+    runs.pause(run)
+    finish(run, "a")
+    assert states(run)["b"] == "ready"
+    with pytest.raises(runs.ActionError, match="cannot be paused"):
+        runs.pause(run)
+    runs.resume(run)
+    assert states(run)["b"] == "queued"
+
+
+@pytest.mark.django_db
+def test_cancel_ends_the_run_and_every_unfinished_task(demo_agents, make_plan):
+    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
+    run = runs.launch(plan)
+    runs.cancel(run)
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert set(states(run).values()) == {"cancelled"}
+    with pytest.raises(runs.ActionError, match="already ended"):
+        runs.cancel(run)

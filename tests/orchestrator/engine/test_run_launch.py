@@ -1,6 +1,8 @@
-"""Launching a run (engine/run_launch.py): when it starts."""
+"""Launching a run (engine/run_launch.py): when it starts; a launch over its budget refused, nothing saved."""
 
 from __future__ import annotations
+
+import pytest
 
 from orchestrator.engine import runs
 from orchestrator.models import Run
@@ -15,3 +17,11 @@ def test_a_run_launched_at_once_starts_as_it_is_created_never_before(make_agent,
     assert run.started_at == run.created_at
     record = RunRecord.of(run)
     assert record.started_at == record.created_at
+
+
+@pytest.mark.django_db
+def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, make_plan, priced_limit):
+    plan = make_plan({"a": ("researcher", [], {"estimate": {"input_tokens": 100000, "output_tokens": 10}})})
+    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0\.3154 is over the budget of \$0\.10:"):
+        runs.launch(plan, budget_usd="0.10")
+    assert Run.objects.count() == 0

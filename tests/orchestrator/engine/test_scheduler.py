@@ -1,5 +1,6 @@
 """The scheduler step: the ready rule, gates, skips, idempotence (admission under the caps:
-test_admission.py; how admitted attempts start: test_dispatch.py)."""
+test_admission.py; how admitted attempts start: test_dispatch.py; a person's pause, resume and cancel:
+test_run_controls.py; retries and skips: test_task_controls.py; checkpoint decisions: test_decisions.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import sys
 
 import pytest
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator.engine import runs, scheduler
@@ -152,111 +152,6 @@ def test_a_task_promoted_with_a_back_off_left_from_before_waits_for_it(demo_agen
 
 
 @pytest.mark.django_db
-def test_a_person_skipping_a_task_lets_downstream_go_on(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
-    run = runs.launch(plan)
-    runs.skip_task(run.tasks.get(subtask__key="a"), reason="done by hand")
-    assert states(run) == {"a": "skipped", "b": "queued"}
-    finish(run, "b")
-    run.refresh_from_db()
-    # The summary counts the skipped task among the run's (it said "the only task succeeded").
-    assert (run.status, run.summary) == ("succeeded", "1 of 2 tasks succeeded, 1 skipped by a person")
-
-
-@pytest.mark.django_db
-def test_retrying_a_failed_task_revives_its_skipped_downstream(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
-    run = runs.launch(plan)
-    finish(run, "a", State.FAILED, error="boom")
-    run.refresh_from_db()
-    assert run.status == "failed"
-    runs.retry_task(run.tasks.get(subtask__key="a"))
-    run.refresh_from_db()
-    assert run.status == "running"
-    assert states(run) == {"a": "queued", "b": "pending"}
-    # The log says the run was reopened, and by what: it was not paused, so not "resumed".
-    assert list(Event.objects.filter(run=run, type__startswith="run.").values_list("type", "message"))[-1] == (
-        "run.reopened",
-        "run reopened by a retry of a",
-    )
-    assert not Event.objects.filter(run=run, type="run.resumed").exists()
-
-
-@pytest.mark.django_db
-def test_skipping_the_failed_task_of_a_failed_run_reopens_it_and_says_so(demo_agents, make_plan, personas):
-    plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
-    run = runs.launch(plan)
-    finish(run, "a", State.FAILED, error="boom")
-    runs.skip_task(run.tasks.get(subtask__key="a"), user=personas["launcher"], reason="done by hand")
-    run.refresh_from_db()
-    assert (run.status, run.finished_at, run.summary) == ("running", None, "")
-    assert states(run) == {"a": "skipped", "b": "queued"}
-    reopened = Event.objects.get(run=run, type="run.reopened")
-    assert (reopened.message, reopened.actor_user) == ("run reopened by a skip of a", personas["launcher"])
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("action", ["skip", "retry"])
-def test_a_task_kept_skipped_by_another_failure_names_that_one_not_the_one_a_person_handled(
-    demo_agents, make_plan, personas, action
-):
-    """d is below a and b. a failed first (d: "upstream a did not succeed"), then b failed. A person
-    skips or retries a: d stays skipped because of b, and says so. It still blamed a, which no longer
-    held it back (a skip lets downstream go on), on the page, in run_status and in the export."""
-    plan = make_plan({"a": ("researcher", []), "b": ("coder", []), "d": ("writer", ["a", "b"])})
-    run = runs.launch(plan)
-    finish(run, "a", State.FAILED, error="boom")
-    finish(run, "b", State.FAILED, error="bang")
-    assert run.tasks.get(subtask__key="d").error == "upstream a did not succeed"
-    a = run.tasks.get(subtask__key="a")
-    if action == "skip":
-        runs.skip_task(a, user=personas["launcher"])
-    else:
-        runs.retry_task(a, user=personas["launcher"])
-    d = run.tasks.get(subtask__key="d")
-    assert (d.state, d.error) == ("skipped", "upstream b did not succeed")
-    said = list(Event.objects.filter(run=run, task_run=d).values_list("type", "message"))
-    assert said[-1] == ("task.skipped", "stays skipped: upstream b did not succeed")
-    # Handled again, nothing more is said: its reason did not change.
-    before = Event.objects.filter(run=run, task_run=d).count()
-    runs.wait_again(run, Q(pk=d.pk), user=None, why="again")
-    assert Event.objects.filter(run=run, task_run=d).count() == before
-
-
-@pytest.mark.django_db
-def test_pause_stops_admission_and_resume_restarts_it(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
-    run = runs.launch(plan)
-    runs.pause(run)
-    finish(run, "a")
-    assert states(run)["b"] == "ready"
-    with pytest.raises(runs.ActionError, match="cannot be paused"):
-        runs.pause(run)
-    runs.resume(run)
-    assert states(run)["b"] == "queued"
-
-
-@pytest.mark.django_db
-def test_cancel_ends_the_run_and_every_unfinished_task(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])})
-    run = runs.launch(plan)
-    runs.cancel(run)
-    run.refresh_from_db()
-    assert run.status == "cancelled"
-    assert set(states(run).values()) == {"cancelled"}
-    with pytest.raises(runs.ActionError, match="already ended"):
-        runs.cancel(run)
-
-
-@pytest.mark.django_db
-def test_launch_over_budget_is_refused_with_the_numbers(demo_agents, make_plan, priced_limit):
-    plan = make_plan({"a": ("researcher", [], {"estimate": {"input_tokens": 100000, "output_tokens": 10}})})
-    with pytest.raises(runs.LaunchRefused, match=r"estimated cost \$0\.3154 is over the budget of \$0\.10:"):
-        runs.launch(plan, budget_usd="0.10")
-    assert Run.objects.count() == 0
-
-
-@pytest.mark.django_db
 def test_every_transition_is_an_event_with_consecutive_sequence_numbers(demo_agents, make_plan):
     plan = make_plan({"a": ("researcher", []), "b": ("coder", ["a"])})
     run = runs.launch(plan)
@@ -277,43 +172,6 @@ def test_a_run_stopped_over_budget_closes_its_open_gates(demo_agents, make_plan)
     gate = Checkpoint.objects.get(run=run, kind="before")
     assert (gate.status, gate.comment) == ("closed", "the run went over its budget")
     assert run.tasks.get(subtask__key="a").state == "cancelled"
-
-
-@pytest.mark.django_db
-def test_rejecting_a_gate_whose_task_no_longer_waits_there_skips_nothing(demo_agents, make_plan):
-    plan = make_plan({"a": ("researcher", [], {"gate": "before"}), "b": ("coder", ["a"])})
-    run = runs.launch(plan)
-    TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.CANCELLED)  # as an older stop left it
-    runs.decide(Checkpoint.objects.get(run=run), approve=False, comment="too late")
-    assert states(run)["a"] == "cancelled"
-
-
-@pytest.mark.django_db
-def test_a_rejected_plan_cancels_every_task_including_one_a_person_skipped(demo_agents, make_plan):
-    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}), require_plan_approval=True)
-    runs.skip_task(run.tasks.get(subtask__key="a"), reason="not needed")
-    runs.decide(Checkpoint.objects.get(run=run, kind="plan"), approve=False, comment="wrong goal")
-    assert set(states(run).values()) == {"cancelled"}
-
-
-@pytest.mark.django_db
-def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_agents, make_plan):
-    plan = make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])})
-    run = runs.launch(plan)
-
-    def output_ready():  # a worker claimed the task and its output is ready
-        TaskRun.objects.filter(run=run, subtask__key="a").update(state=State.RUNNING)
-        scheduler.open_gate(run.tasks.get(subtask__key="a"), Checkpoint.Kind.AFTER)
-
-    output_ready()
-    runs.decide(Checkpoint.objects.get(run=run, kind="after"), approve=False, comment="too vague")
-    assert states(run)["a"] == "failed"
-    runs.retry_task(run.tasks.get(subtask__key="a"))
-    output_ready()
-    review = Checkpoint.objects.get(run=run, kind="after")
-    assert (review.status, review.comment, review.decided_at) == ("pending", "", None)
-    runs.decide(review, approve=True)
-    assert states(run) == {"a": "succeeded", "b": "queued"}
 
 
 @pytest.mark.django_db
