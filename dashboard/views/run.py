@@ -153,8 +153,11 @@ def run_attempt(request, run_id: int, task_id: int, number: int):
     if path.attempt is None and not path.rows:
         raise Http404(f"{task.subtask.key} has no attempt {number}")
     a = path.attempt
-    output = AttemptOutput.of(task, a, task.attempts.order_by("-number").first()) if a else None
-    ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": a, "output": output}
+    last = task.attempts.order_by("-number").first()
+    output = AttemptOutput.of(task, a, last) if a else None
+    no_output = AttemptOutput.missing(a, last) if a and output is None else ""
+    ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": a}
+    ctx.update(output=output, no_output=no_output)
     return render(request, "dashboard/attempt_detail.html", ctx)
 
 

@@ -409,6 +409,24 @@ class AttemptOutput(Record):
         streaming = task.state in (TaskRun.State.RUNNING, TaskRun.State.QUEUED)
         return cls(heading="Output so far" if streaming else "Output", text=task.output)
 
+    @staticmethod
+    def missing(attempt: Attempt, last_attempt: Attempt | None) -> str:
+        """What the attempt's page says where `of` found nothing: a page without an Output card
+        left a reader to guess whether the attempt wrote nothing or the page had failed. Said from
+        the attempt's state and tokens: one that ended before its model wrote a token wrote
+        nothing; else its text is gone (a task keeps only its latest attempt's text, cleared when
+        the next one starts; a lost attempt's usage is never reported, so its tokens prove nothing)."""
+        if attempt.state in (Attempt.State.QUEUED, Attempt.State.RUNNING):
+            return "No output yet."
+        if not attempt.output_tokens and attempt.state != Attempt.State.LOST:
+            if attempt.state == Attempt.State.SUCCEEDED:
+                return "This attempt wrote no output."
+            ended = attempt.get_state_display().lower()
+            return f"This attempt wrote no output: it ended ({ended}) before its model wrote anything."
+        if last_attempt is not None and last_attempt.pk != attempt.pk:
+            return "No output of this attempt was kept: a task keeps only the text of its latest attempt."
+        return "No output of this attempt was kept."
+
 
 class TaskRecord(Record):
     """A task of a run as it stands (without its attempts: see TaskRunRecord)."""

@@ -222,5 +222,9 @@ def test_an_ended_attempts_page_reads_in_lines_not_a_word_a_line(
     page.goto(f"/runs/{run.pk}/tasks/{write.pk}/attempts/1/")
     none = page.locator(".path-none")
     expect(none).to_have_text("No step recorded for this attempt.")
+    # No Output card said nothing of its text: a reader could not tell none from a broken page.
+    expect(page.locator(".attempt-no-output")).to_have_text(
+        "This attempt wrote no output: it ended (failed) before its model wrote anything."
+    )
     screenshot(page, "failed-attempt")
     assert none.bounding_box()["height"] < 2 * float(none.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))

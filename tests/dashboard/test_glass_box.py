@@ -330,6 +330,33 @@ def test_an_attempts_page_shows_the_text_kept_on_it_and_the_latest_its_tasks_out
     assert "Path 1 model call · 0 tool calls" in second and "cut off" not in second  # its one call, answered
 
 
+def test_an_attempts_page_without_output_says_why_there_is_none(viewer, run):
+    """An earlier attempt whose text was kept nowhere showed no Output card at all: a reader could
+    not tell an attempt that wrote nothing from one whose text is gone, or from a broken page."""
+    task = look(run)
+    end_task(task, TaskRun.State.SUCCEEDED, 3, Attempt.State.FAILED, "The third answer")
+    Attempt.objects.filter(task_run=task, number=2).update(output_tokens=12)  # cleared when attempt 3 started
+    Attempt.objects.filter(task_run=task, number=3).update(state=Attempt.State.SUCCEEDED, output_tokens=6)
+    first = words(attempt_page(viewer, run, task, 1))
+    assert "Output This attempt wrote no output: it ended (failed) before its model wrote anything." in first
+    second = words(attempt_page(viewer, run, task, 2))
+    assert "Output No output of this attempt was kept: a task keeps only the text of its latest attempt." in second
+    assert "The third answer" not in first + second
+    third = words(attempt_page(viewer, run, task, 3))
+    assert "Output The third answer" in third and "no output" not in third.lower()
+
+
+def test_a_lost_or_running_attempts_page_does_not_say_it_wrote_nothing(viewer, run):
+    """A lost attempt never reports its tokens: no count proves that it wrote nothing."""
+    task = look(run)
+    end_task(task, TaskRun.State.READY, 1, Attempt.State.LOST)
+    text = words(attempt_page(viewer, run, task, 1))
+    assert "Output No output of this attempt was kept." in text and "wrote no output" not in text
+    Attempt.objects.filter(task_run=task).update(state=Attempt.State.RUNNING)
+    TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.RUNNING)
+    assert "Output No output yet." in words(attempt_page(viewer, run, task, 1))
+
+
 def test_an_attempts_times_say_utc_as_the_run_pages_other_times(viewer, run):
     """The attempts table and the attempt's page gave "10:31:07" where every other time of the run
     page says "10:31:07 UTC"."""
