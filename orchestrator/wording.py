@@ -7,8 +7,10 @@ bottom of the stack where both may use them:
 - `usd`: never rounds a real amount to zero. Under a cent it keeps two significant digits
   ($0.0050 for half a cent, $0.000012), under a dollar four decimals ($0.0649), else cents with
   thousands separators ($1,234.50). Zero is $0.00.
-- `budget`: an amount a person set (a run's budget) as they would write it: whole cents as
-  cents ($0.50, not $0.5000), a finer amount as `usd` shows it ($0.0050).
+- `budget`: an amount a person set (a run's budget, a budget's limits) as they would write it:
+  whole cents as cents ($0.50, not $0.5000), a finer amount to its last decimal, at least four
+  ($0.0050, $1.2345). A limit is never rounded: "$100,000,000.00" misstated the largest budget,
+  $99,999,999.9999.
 - `counted`: "1 task", "2 tasks", "0 tasks".
 - `duration`: 0.8 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h (the browser's clocks mirror it in
   static/dashboard/run/format.js).
@@ -87,14 +89,30 @@ def usd(amount) -> str:
     return f"{sign}${size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)}"
 
 
+# Past these an amount is written as Decimal writes it ("$1E+30"): every digit of an amount someone
+# typed ("1e999999999" as a budget) would be a billion characters.
+_LARGEST_WRITTEN_OUT = 15  # digits before the point, less one (a quadrillion dollars)
+_FINEST_WRITTEN_OUT = 12  # decimals
+
+
 def budget(amount) -> str:
     """A budget as a person sets it: $0.50, $25.00, $1,234.50 (whole cents as cents); an amount
-    with a fraction of a cent as `usd` shows it ($0.0050); an em dash when not a number."""
+    with a fraction of a cent to its last decimal, at least four ($0.0050, $1.2345, $0.12345),
+    never rounded; an em dash when not a number."""
     value = _decimal(amount)
-    if value is not None and value == value.quantize(Decimal("0.01")):
-        sign = "-" if value < 0 else ""
-        return f"{sign}${abs(value).quantize(Decimal('0.01')):,}"
-    return usd(amount)
+    if value is None:
+        return EM_DASH
+    sign = "-" if value < 0 else ""
+    size = value.copy_abs()  # abs() overflows the context at 1e999999999
+    digits, exponent = size.as_tuple().digits, int(size.as_tuple().exponent)
+    significant = len(digits)
+    while significant and digits[significant - 1] == 0:
+        significant -= 1
+    decimals = max(0, -(exponent + len(digits) - significant)) if significant else 0
+    if size and (size.adjusted() > _LARGEST_WRITTEN_OUT or decimals > _FINEST_WRITTEN_OUT):
+        return f"{sign}${size}"
+    places = 2 if decimals <= 2 else max(4, decimals)
+    return f"{sign}${size:,.{places}f}"
 
 
 def duration(seconds: float | None) -> str:

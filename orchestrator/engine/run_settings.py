@@ -18,6 +18,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.validators import BaseValidator, MaxValueValidator, MinValueValidator
 
+from orchestrator import wording
 from orchestrator.models import Run
 
 
@@ -65,9 +66,12 @@ def parse_budget(value: Any) -> Decimal:
     if amount is None or not amount.is_finite():
         raise InvalidRunSetting("budget", f"must be an amount in USD such as 0.50, got {value!r}")
     if not MIN_BUDGET_USD <= amount <= MAX_BUDGET_USD:
-        raise InvalidRunSetting("budget", f"must be from ${MIN_BUDGET_USD} to ${MAX_BUDGET_USD:,}, got ${amount}")
+        limits = f"from {wording.budget(MIN_BUDGET_USD)} to {wording.budget(MAX_BUDGET_USD)}"
+        raise InvalidRunSetting("budget", f"must be {limits}, got {wording.budget(amount)}")
     if amount != amount.quantize(MIN_BUDGET_USD, rounding="ROUND_DOWN"):
-        raise InvalidRunSetting("budget", f"must have at most {BUDGET_DECIMALS} decimal places, got {amount}")
+        raise InvalidRunSetting(
+            "budget", f"must have at most {BUDGET_DECIMALS} decimal places, got {wording.budget(amount)}"
+        )
     return amount
 
 

@@ -132,7 +132,7 @@ def test_over_budget_is_refused_with_both_numbers_and_nothing_is_saved(api):
         ({"plan_id": 1, "document": DOCUMENT}, "give exactly one of plan_id"),
         ({"document": DOCUMENT, "cap": 0}, "body.cap: must be a whole number from 1 to 1000, got 0"),
         ({"document": DOCUMENT, "cap": 1001}, "body.cap: must be a whole number from 1 to 1000, got 1001"),
-        ({"document": DOCUMENT, "budget_usd": "-1"}, "must be from $0.0001 to $99,999,999.9999, got $-1"),
+        ({"document": DOCUMENT, "budget_usd": "-1"}, "must be from $0.0001 to $99,999,999.9999, got -$1.00"),
         ({"document": DOCUMENT, "budget_usd": "0.12345"}, "must have at most 4 decimal places"),
         ({"document": DOCUMENT, "failure_policy": "sometimes"}, "'continue' or 'fail_fast'"),
         ({"document": "goal: g\x00"}, "must not contain NUL characters"),

@@ -141,7 +141,7 @@ def test_the_planner_option_is_hidden_when_the_planner_module_is_absent(launcher
         ({"source": "planner"}, "goal", "The planner needs a goal to plan for."),
         ({"cap": "0"}, "cap", "Cap must be a whole number from 1 to 1000, got 0."),
         ({"cap": "1001"}, "cap", "Cap must be a whole number from 1 to 1000, got 1001."),
-        ({"budget_usd": "0"}, "budget_usd", "Budget must be from $0.0001 to $99,999,999.9999, got $0."),
+        ({"budget_usd": "0"}, "budget_usd", "Budget must be from $0.0001 to $99,999,999.9999, got $0.00."),
         ({"failure_policy": "sometimes"}, "failure_policy", "Select a valid choice"),
     ],
 )

@@ -942,11 +942,11 @@ def test_serve_refuses_a_port_in_use():
     ("option", "message"),
     [
         (("--cap", "1001"), "argument --cap: must be a whole number from 1 to 1000, got 1001"),
-        (("--budget", "0.12345"), "argument --budget: must have at most 4 decimal places, got 0.12345"),
+        (("--budget", "0.12345"), "argument --budget: must have at most 4 decimal places, got $0.12345"),
     ],
 )
 def test_bad_options_name_the_limit_like_the_dashboard_and_the_api(demo_agents, option, message):
-    with pytest.raises(CommandError, match=message):
+    with pytest.raises(CommandError, match=re.escape(message)):
         run_command("launch", RESEARCH_BRIEF, "--no-cluster-check", *option)
     assert not Run.objects.exists()
 

@@ -55,8 +55,14 @@ def test_a_refusal_reads_as_a_sentence_on_its_own(clause, shown):
         (Decimal("25"), "$25.00"),
         (Decimal("1234.5"), "$1,234.50"),
         (Decimal("0.0050"), "$0.0050"),  # a fraction of a cent is kept, as `usd` shows it
-        (Decimal("1.2345"), "$1.23"),
+        # A limit to its last decimal, never rounded: "$1.23" and "$100,000,000.00" misstated these.
+        (Decimal("1.2345"), "$1.2345"),
+        (Decimal("99999999.9999"), "$99,999,999.9999"),
+        (Decimal("0.0001"), "$0.0001"),
+        (Decimal("0.12345"), "$0.12345"),
+        (Decimal("-1"), "-$1.00"),
         (Decimal("0"), "$0.00"),
+        (Decimal("1e999999999"), "$1E+999999999"),  # typed, not written out as a billion digits
         ("n/a", "—"),
     ],
 )

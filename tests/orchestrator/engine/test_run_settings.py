@@ -47,11 +47,15 @@ def test_a_cap_out_of_its_limits_names_them(value, message):
 @pytest.mark.parametrize(
     ("value", "message"),
     [
-        ("0", "budget must be from $0.0001 to $99,999,999.9999, got $0"),
-        ("-1", "budget must be from $0.0001 to $99,999,999.9999, got $-1"),
+        # Every amount as the pages and the other messages write one ($0.00, -$1.00, $100,000,000.00),
+        # where it said "got $0", "got $-1" and "got 0.12345"; the limits whole, never rounded.
+        ("0", "budget must be from $0.0001 to $99,999,999.9999, got $0.00"),
+        ("-1", "budget must be from $0.0001 to $99,999,999.9999, got -$1.00"),
+        ("100000000", "budget must be from $0.0001 to $99,999,999.9999, got $100,000,000.00"),
+        ("1e999999999", "budget must be from $0.0001 to $99,999,999.9999, got $1E+999999999"),
         ("lots", "budget must be an amount in USD such as 0.50, got 'lots'"),
         ("NaN", "budget must be an amount in USD such as 0.50, got 'NaN'"),
-        ("0.12345", "budget must have at most 4 decimal places, got 0.12345"),
+        ("0.12345", "budget must have at most 4 decimal places, got $0.12345"),
     ],
 )
 def test_a_budget_out_of_its_limits_names_them(value, message):
