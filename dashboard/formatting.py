@@ -77,6 +77,13 @@ def format_utc_clock(moment: datetime | None) -> str:
     return "" if moment is None else wording.clock(moment)
 
 
+def format_utc_moment(moment: datetime | None) -> str:
+    """A date and time as a record gives it, to the second, in UTC and labelled so ("2026-11-28
+    14:05:09 UTC", `orchestrator/wording.py`'s `moment`, as the admin and the audit log give it);
+    "" when unset."""
+    return "" if moment is None else wording.moment(moment)
+
+
 def wrap_between_words(identifier: str) -> SafeString:
     """`identifier`, escaped, with a <wbr> after each "_", "." and "-": a narrow column wraps it
     there ("probe_11_" / "19", "task." / "progress"), never inside a word."""

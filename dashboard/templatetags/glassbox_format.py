@@ -15,6 +15,7 @@ from ..formatting import (
     format_tokens,
     format_usd,
     format_utc_clock,
+    format_utc_moment,
     wrap_between_words,
 )
 
@@ -37,6 +38,12 @@ def clock(moment) -> str:
 def utc_clock(moment) -> str:
     """A time of day in UTC, labelled so: "14:05:09 UTC" ("" when unset)."""
     return format_utc_clock(moment or None)
+
+
+@register.filter
+def utc_moment(moment) -> str:
+    """A date and time to the second in UTC, labelled so: "2026-11-28 14:05:09 UTC" ("" when unset)."""
+    return format_utc_moment(moment or None)
 
 
 @register.filter

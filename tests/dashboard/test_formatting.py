@@ -104,6 +104,14 @@ def test_clock_gives_the_time_of_day_as_the_time_filter_does(zone):
     assert text.startswith("04:05:09 23:59:59 05:00:00" if zone == "UTC" else "09:35:09 05:29:59 10:30:00")
 
 
+def test_a_date_and_time_is_to_the_second_in_utc_whatever_the_current_zone():
+    """The plans' pages gave "2026-11-28 10:31 UTC" after formatting in the current zone."""
+    moment = datetime(2026, 11, 28, 16, 1, 7, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    template = Template("{% load glassbox_format %}{{ m|utc_moment }}|{{ none|utc_moment }}")
+    with django_timezone.override("Asia/Kolkata"):
+        assert template.render(Context({"m": moment, "none": None})) == "2026-11-28 10:31:07 UTC|"
+
+
 def test_an_identifier_wraps_only_between_its_words():
     assert wrap_between_words("probe_11_19") == "probe_<wbr>11_<wbr>19"
     assert wrap_between_words("task.retry_scheduled") == "task.<wbr>retry_<wbr>scheduled"

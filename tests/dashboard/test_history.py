@@ -5,12 +5,13 @@ actual at the end, and URLs that never end in a 404 when trimmed."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
 
 from orchestrator.engine import runs
-from orchestrator.models import ProviderLimit, Run
+from orchestrator.models import Plan, ProviderLimit, Run
 from tests.conftest import fast_latency
 from tests.conftest import run_here as run_all
 
@@ -176,3 +177,19 @@ def test_the_plan_pages_estimate_names_the_models_it_counts_at_0(launcher, make_
     )
     ProviderLimit.objects.create(provider="simulated", model="sim-1", input_price_per_mtok=3)
     assert 'id="plan-unpriced"' not in launcher.get(f"/plans/{plan.pk}/").text
+
+
+def test_the_plan_pages_times_are_to_the_second_in_utc_as_the_audit_logs(launcher, make_agent, make_plan):
+    """The plans list and a plan's page gave "2026-11-28 10:31 UTC" where the admin, the audit log
+    and the Markdown export give "2026-11-28 10:31:07 UTC": two runs launched a minute apart read alike."""
+    make_agent("researcher")
+    plan = make_plan({"scope": ("researcher", [])})
+    saved = datetime(2026, 11, 28, 10, 31, 7, tzinfo=UTC)
+    Plan.objects.filter(pk=plan.pk).update(created_at=saved)
+    run = runs.launch(plan)
+    Run.objects.filter(pk=run.pk).update(created_at=saved + timedelta(seconds=62))
+    page = " ".join(re.sub(r"<[^>]+>", " ", launcher.get(f"/plans/{plan.pk}/").text).split())
+    assert "saved 2026-11-28 10:31:07 UTC" in page
+    assert "2026-11-28 10:32:09 UTC ·" in page
+    listing = launcher.get("/plans/").text
+    assert ">2026-11-28 10:32:09 UTC</td>" in listing
