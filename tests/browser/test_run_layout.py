@@ -193,6 +193,16 @@ def test_the_event_logs_task_keys_and_event_types_are_read_whole(logged_in_page,
         assert cut_event_cells(page) == [], f"at {viewport['width']} px"
         assert page.locator('#event-log-rows .event-task a[title="probe_11_19"]').count() == 3
         assert overflow(page) == [], f"at {viewport['width']} px"
+    # At 1280 px the Time column's heading broke as "Time" / "(UTC)": one line, clear of "Type".
+    open_page(page, f"/runs/{run.pk}/", DESKTOP)
+    time_head, type_head = (page.get_by_role("columnheader", name=name, exact=True) for name in ("Time (UTC)", "Type"))
+    line = float(time_head.evaluate("e => parseFloat(getComputedStyle(e).lineHeight)"))
+    time_box, type_box = time_head.bounding_box(), type_head.bounding_box()
+    assert time_box["height"] < 1.5 * line
+    text_right = time_head.evaluate(
+        "e => { const r = document.createRange(); r.selectNodeContents(e); return r.getBoundingClientRect().right; }"
+    )
+    assert text_right <= type_box["x"], (text_right, type_box)
 
 
 def crowded_ticks(page) -> list[str]:
