@@ -155,7 +155,7 @@ def run_attempt(request, run_id: int, task_id: int, number: int):
     a = path.attempt
     last = task.attempts.order_by("-number").first()
     output = AttemptOutput.of(task, a, last) if a else None
-    no_output = AttemptOutput.missing(a, last) if a and output is None else ""
+    no_output = AttemptOutput.missing(a) if a and output is None else ""
     ctx = {**fragments.base_context(run, _viewer(request)), "task": task, "path": path, "a": a}
     ctx.update(output=output, no_output=no_output)
     return render(request, "dashboard/attempt_detail.html", ctx)

@@ -19,6 +19,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, OuterRef, Subquery
 
 from orchestrator import events, sql
 from orchestrator.engine import admission, attempt_requests, run_shape, transitions
@@ -63,6 +64,7 @@ def start_attempts(
     still pending in the database: they move straight on, their ready time written with them."""
     if not admitted:
         return [], []
+    keep_earlier_outputs([a.row.pk for a in admitted if a.row.attempt_count])
     kept = kept_share(len(admitted), keep)
     claimed, queued = (admitted[:kept], admitted[kept:]) if claim_for else ([], admitted)
     lease = {"lease_expires_at": now + timedelta(seconds=settings.GLASSBOX_QUEUED_GRACE_S)}
@@ -152,6 +154,20 @@ def start_attempts(
         for attempt_id in ids[len(claimed) :]:
             transaction.on_commit(functools.partial(enqueue_attempt, attempt_id))
     return ids, claims
+
+
+def keep_earlier_outputs(task_ids: list[int]) -> None:
+    """Copy the text each of these tasks holds onto the attempt that wrote it, its latest, before
+    a new attempt of the task starts and its claim clears the text: a retry (automatic or a
+    person's) threw away the partial output of the attempt before it, which its page then said
+    was "not kept". Nothing for a task's first attempt (the chain's hot path reads nothing more);
+    an attempt that already keeps a text (a lost one's, a re-run's) keeps its own."""
+    if not task_ids:
+        return
+    latest = Attempt.objects.filter(task_run_id__in=task_ids, number=F("task_run__attempt_count"), output="").exclude(
+        task_run__output=""
+    )
+    latest.update(output=Subquery(TaskRun.objects.filter(pk=OuterRef("task_run_id")).values("output")[:1]))
 
 
 def execution_lease(worker: str, now) -> dict:

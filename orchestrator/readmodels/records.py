@@ -400,7 +400,7 @@ class AttemptOutput(Record):
                 )
             succeeded = attempt.state == Attempt.State.SUCCEEDED
             heading = "Output" if succeeded else PartialOutputRecord.written_by(attempt, attempt.output).heading
-            return cls(heading=heading, note="kept when its task was re-run", text=attempt.output)
+            return cls(heading=heading, note="kept when its task started again", text=attempt.output)
         if last_attempt is None or last_attempt.pk != attempt.pk or not task.output:
             return None
         partial = PartialOutputRecord.of(task, attempt)
@@ -410,12 +410,13 @@ class AttemptOutput(Record):
         return cls(heading="Output so far" if streaming else "Output", text=task.output)
 
     @staticmethod
-    def missing(attempt: Attempt, last_attempt: Attempt | None) -> str:
+    def missing(attempt: Attempt) -> str:
         """What the attempt's page says where `of` found nothing: a page without an Output card
         left a reader to guess whether the attempt wrote nothing or the page had failed. Said from
         the attempt's state and tokens: one that ended before its model wrote a token wrote
-        nothing; else its text is gone (a task keeps only its latest attempt's text, cleared when
-        the next one starts; a lost attempt's usage is never reported, so its tokens prove nothing)."""
+        nothing; else its text is gone (a lost attempt's text since its host's last save, or an
+        earlier attempt's from before its task kept each attempt's text when the next one started;
+        a lost attempt's usage is never reported, so its tokens prove nothing)."""
         if attempt.state in (Attempt.State.QUEUED, Attempt.State.RUNNING):
             return "No output yet."
         if not attempt.output_tokens and attempt.state != Attempt.State.LOST:
@@ -423,8 +424,6 @@ class AttemptOutput(Record):
                 return "This attempt wrote no output."
             ended = attempt.get_state_display().lower()
             return f"This attempt wrote no output: it ended ({ended}) before its model wrote anything."
-        if last_attempt is not None and last_attempt.pk != attempt.pk:
-            return "No output of this attempt was kept: a task keeps only the text of its latest attempt."
         return "No output of this attempt was kept."
 
 

@@ -205,10 +205,7 @@ NO_STEPS_KEPT = (
     "No steps were recorded (an agent without tools answers in one model call: its text is kept with it, "
     "under Attempts below)."
 )
-NO_STEPS_GONE = (
-    "No steps were recorded (an agent without tools answers in one model call: its text was not kept, "
-    "as a task keeps only the text of its latest attempt)."
-)
+NO_STEPS_GONE = "No steps were recorded (an agent without tools answers in one model call: its text was not kept)."
 
 
 @dataclass
@@ -281,7 +278,7 @@ class AttemptPath:
             return "its text is kept with it, under Attempts below"
         if self.output_above:
             return "its text is the output above"
-        return "its text was not kept, as a task keeps only the text of its latest attempt"
+        return "its text was not kept"
 
 
 def step_events(task: TaskRun, *, attempt: int | None = None) -> list[Event]:

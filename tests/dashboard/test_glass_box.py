@@ -184,9 +184,7 @@ def test_a_failed_tasks_panel_says_its_text_is_a_failed_attempts_and_that_no_ste
     # step either way).
     cut = "No steps were recorded: the attempt ended (failed) during its first model call"
     assert words(html).count(f"{cut} (its text is the output above).") == 1
-    assert (
-        words(html).count(f"{cut} (its text was not kept, as a task keeps only the text of its latest attempt).") == 2
-    )
+    assert words(html).count(f"{cut} (its text was not kept).") == 2
     assert NO_STEPS_ENDED not in words(html) and " yet" not in words(html)
     # The result's list of every task's output says the same of it.
     shown = viewer.get(reverse("run_task_output", args=[run.pk, task.pk])).content.decode()
@@ -203,8 +201,7 @@ def test_an_earlier_attempts_path_points_to_its_own_text_not_the_output_above(vi
     Attempt.objects.filter(task_run=task, number=2).update(output="The second answer")  # kept by a re-run
     paths = re.findall(r'<details id="path-attempt-[^"]*".*?</details>', panel(viewer, run, task), re.S)
     failed_first = (
-        "No steps were recorded: the attempt ended (failed) during its first model call (its text was not kept, "
-        "as a task keeps only the text of its latest attempt)."
+        "No steps were recorded: the attempt ended (failed) during its first model call (its text was not kept)."
     )
     said = [words(path).split(" whole results ")[1] for path in paths]
     assert said == [failed_first, NO_STEPS_KEPT, NO_STEPS_ENDED]
@@ -250,7 +247,7 @@ def test_a_lost_attempts_text_is_shown_with_it_as_kept_not_applied(viewer, run):
     Attempt.objects.filter(task_run=task).update(late_result_discarded=True, output="Written after the lease ran out")
     text = words(panel(viewer, run, task))
     assert "What this attempt wrote (kept, not applied: it had lost its lease) Written after the lease ran out" in text
-    assert "kept when its task was re-run" not in text
+    assert "kept when its task started again" not in text
 
 
 def test_a_skipped_task_that_never_started_says_nothing_will_come(viewer, run):
@@ -322,7 +319,7 @@ def test_an_attempts_page_shows_the_text_kept_on_it_and_the_latest_its_tasks_out
     Attempt.objects.filter(task_run=task, number=1).update(state=Attempt.State.FAILED, output="Half of a first")
     Attempt.objects.filter(task_run=task, number=2).update(input_tokens=300, output_tokens=40)
     first = words(attempt_page(viewer, run, task, 1))
-    assert "Partial output of attempt 1 (failed) kept when its task was re-run Half of a first" in first
+    assert "Partial output of attempt 1 (failed) kept when its task started again Half of a first" in first
     assert "The second answer" not in first
     assert "No step recorded for this attempt." in first and "0 model calls · 0 tool calls" in first  # no tokens
     second = words(attempt_page(viewer, run, task, 2))
@@ -340,7 +337,7 @@ def test_an_attempts_page_without_output_says_why_there_is_none(viewer, run):
     first = words(attempt_page(viewer, run, task, 1))
     assert "Output This attempt wrote no output: it ended (failed) before its model wrote anything." in first
     second = words(attempt_page(viewer, run, task, 2))
-    assert "Output No output of this attempt was kept: a task keeps only the text of its latest attempt." in second
+    assert "Output No output of this attempt was kept." in second
     assert "The third answer" not in first + second
     third = words(attempt_page(viewer, run, task, 3))
     assert "Output The third answer" in third and "no output" not in third.lower()

@@ -63,3 +63,43 @@ def test_attempts_are_handed_to_the_broker_through_one_broker_per_process(monkey
     monkeypatch.setattr(dispatch.os, "getpid", lambda: -1)  # a forked worker builds its own
     dispatch.enqueue_attempt(10)
     assert (len(built), len(sent)) == (2, 11)
+
+
+@pytest.mark.django_db
+def test_a_retry_keeps_the_text_its_failed_attempt_wrote_on_that_attempt(make_agent, make_plan, no_broker, settings):
+    """A retry's claim clears the task's text for the new attempt: the partial output of the attempt
+    before it was kept nowhere, and its page said "No output of this attempt was kept"."""
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+
+    settings.GLASSBOX_RETRY_BASE_S = 0.0
+    make_agent("researcher", max_retries=2)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    first = Attempt.objects.get(task_run__run=run)
+    claim = execution.claim_attempt(first.pk, "w1")
+    assert attempt_ends.fail(claim, "overloaded", output="The first half of a dra") == "retry scheduled"
+    scheduler.advance(run.pk)  # the retry is admitted
+    second = Attempt.objects.get(task_run__run=run, number=2)
+    execution.claim_attempt(second.pk, "w1")
+    first.refresh_from_db()
+    assert first.output == "The first half of a dra"
+    assert run.tasks.get().output == ""  # the task's text is the new attempt's from now on
+
+
+@pytest.mark.django_db
+def test_a_second_retry_keeps_each_attempts_own_text(make_agent, make_plan, no_broker, settings):
+    from orchestrator.engine import attempt_ends, execution
+    from orchestrator.models import Attempt
+
+    settings.GLASSBOX_RETRY_BASE_S = 0.0
+    make_agent("researcher", max_retries=3)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    for number, text in ((1, "one"), (2, "two")):
+        attempt = Attempt.objects.get(task_run__run=run, number=number)
+        attempt_ends.fail(execution.claim_attempt(attempt.pk, "w1"), "overloaded", output=text)
+        scheduler.advance(run.pk)
+    assert dict(Attempt.objects.filter(task_run__run=run).values_list("number", "output")) == {
+        1: "one",
+        2: "two",
+        3: "",
+    }
