@@ -26,10 +26,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events, sql
-from orchestrator.engine import admission, dispatch, scheduler, settlement, silences, tool_approvals
+from orchestrator.engine import dispatch, scheduler, settlement, silences, tool_approvals
 from orchestrator.engine.retries import schedule_retry_or_fail
 from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 from orchestrator.providers.base import Usage
+from orchestrator.readmodels import prices
 
 log = logging.getLogger(__name__)
 State = TaskRun.State
@@ -92,12 +93,11 @@ def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list
         lost = _still_lost(expired, now)
         if not lost:
             return []
-        # The usage its host last saved is what it is known to have used: it is kept and counted.
-        agents = {(a.task.agent.provider, a.task.agent.model): a.task.agent for a in lost}
-        limits = {model: admission.provider_limit(agent) for model, agent in agents.items()}  # a read per model
-        settled = settlement.settlements(
-            [(a.attempt_id, a.usage, limits[a.task.agent.provider, a.task.agent.model]) for a in lost]
-        )
+        # The usage its host last saved is what it is known to have used: it is kept and counted,
+        # priced at the model its request used (its agent may have moved to another since).
+        limits = prices.price_list()
+        ran_with = _ran_with([a.attempt_id for a in lost])
+        settled = settlement.settlements([(a.attempt_id, a.usage, limits.get(ran_with[a.attempt_id])) for a in lost])
         by_message: dict[str, list[settlement.Settlement]] = defaultdict(list)
         for a, s in zip(lost, settled, strict=True):
             by_message[a.message].append(s)
@@ -128,6 +128,16 @@ def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list
             else schedule_retry_or_fail(run, a.task, a.message, retryable=True, own_fault=True, retry_after=0)
             for a in lost
         ]
+
+
+def _ran_with(attempt_ids: list[int]) -> dict[int, tuple[str, str]]:
+    """The provider and model each attempt ran with, as its request recorded them when it was
+    claimed (readmodels/prices.py `ran_with`): what its tokens are priced at, as the attempt's
+    other ends price them (`Claim.limit`, read at the claim), and whose per-minute budgets
+    admission took its reservation from."""
+    ran_with = prices.ran_with()
+    rows = Attempt.objects.filter(pk__in=attempt_ids).values_list("pk", ran_with["provider"], ran_with["model"])
+    return {pk: (provider, model) for pk, provider, model in rows}
 
 
 def _still_lost(expired: list[tuple[int, int]], now: datetime) -> list[Lost]:

@@ -4,12 +4,13 @@ attempts together in one transaction (its lock taken once per batch), their save
 from __future__ import annotations
 
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
 from orchestrator.engine import execution, reaper, retries, runs, scheduler
-from orchestrator.models import Attempt, Event, Run, TaskRun
+from orchestrator.models import Agent, Attempt, Event, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 
 State = TaskRun.State
@@ -138,3 +139,28 @@ def test_under_fail_fast_the_first_lost_task_out_of_retries_stops_the_run_and_th
     assert Event.objects.filter(run=run, type="attempt.lost").count() == 3
     assert Event.objects.filter(run=run, type="task.failed").count() == 1
     assert run.reserved_usd == 0
+
+
+def test_a_lost_attempt_is_priced_at_the_model_it_ran_with_not_its_agents_model_now(make_agent, make_plan):
+    """The agent moved to a dearer model while its attempt ran: the tokens the lost attempt used
+    cost what the model it asked costs, on the attempt, its task and its run."""
+    ProviderLimit.objects.create(
+        provider="simulated", model="sim-1", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15")
+    )
+    ProviderLimit.objects.create(
+        provider="simulated", model="sim-2", input_price_per_mtok=Decimal("300"), output_price_per_mtok=Decimal("1500")
+    )
+    run, (claim,) = running_wave(make_agent, make_plan, 1)
+    Agent.objects.filter(name="researcher").update(model="sim-2")
+    execution.save_progress([(claim, execution.Progress("so far", 10, Usage(input_tokens=1_000, output_tokens=100)))])
+    expire([claim])
+
+    assert reaper.reap_expired() == 1
+
+    attempt = Attempt.objects.get(task_run=claim.task, number=1)
+    assert attempt.state == Attempt.State.LOST and attempt.request["model"] == "sim-1"
+    at_sim_1 = Decimal("0.0045")  # 1,000 × $3 + 100 × $15, per million tokens
+    assert attempt.cost_usd == at_sim_1
+    run.refresh_from_db()
+    assert TaskRun.objects.get(pk=claim.task.pk).cost_usd == at_sim_1
+    assert run.cost_usd == at_sim_1
