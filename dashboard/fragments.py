@@ -38,8 +38,8 @@ from orchestrator.readmodels import other_runs as run_other_runs
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
+from orchestrator.readmodels.plan_review import plan_review
 from orchestrator.tools import workspace
-from orchestrator.wording import counted
 
 from . import task_rows
 from .permissions import CONTROL_RUN, DECIDE_CHECKPOINT, LAUNCH_RUN
@@ -163,38 +163,9 @@ def checkpoints_context(run: Run) -> dict:
         "decisions": run_checkpoints.recent_decisions(run),
     }
     if plan_checkpoint is not None:
-        rows = plan_review_rows(run)
-        ctx.update(
-            plan_subtasks=rows,
-            plan_count=counted(len(rows), "subtask"),
-            plan_scrolls=len(rows) > PLAN_REVIEW_WHOLE,
-        )
+        review = plan_review(run)
+        ctx.update(plan_subtasks=review.rows, plan_count=review.count, plan_scrolls=review.scrolls)
     return ctx
-
-
-# A plan under review shows every subtask in the page up to this many (an approver must not approve
-# a subtask they never saw); a longer one scrolls in a box that says how many it holds and that it
-# scrolls, so that the graph and the rest of the run stay within reach.
-PLAN_REVIEW_WHOLE = 15
-
-
-@dataclass
-class PlanRow:
-    key: str
-    title: str
-    agent: str
-    instructions: str
-    depends_on: list[str]
-    gate: str
-
-
-def plan_review_rows(run: Run) -> list[PlanRow]:
-    subtasks = list(run.plan.subtasks.select_related("agent").order_by("position"))
-    ups: dict[int, list[str]] = {s.pk: [] for s in subtasks}
-    edges = run.plan.dependencies.order_by("upstream__position").values_list("downstream_id", "upstream__key")
-    for down, up_key in edges:
-        ups.setdefault(down, []).append(up_key)
-    return [PlanRow(s.key, s.title, s.agent.name, s.instructions, ups.get(s.pk, []), s.gate) for s in subtasks]
 
 
 def lanes_context(run: Run, states=None, elsewhere=None, agents=None) -> dict:
