@@ -19,6 +19,7 @@ from django.utils import timezone
 from orchestrator import wording
 from orchestrator.engine import approvers, checkpoint_questions, tool_approvals
 from orchestrator.models import Checkpoint, TaskRun
+from orchestrator.readmodels import prices
 from orchestrator.readmodels.plan_review import PlanReview, PlanRow, plan_review
 
 # The inbox shows what a decision is about as sanitised Markdown, up to this much of it (cut at a
@@ -81,14 +82,29 @@ class Approval:
     def plan_terms(self) -> str:
         """A plan's checkpoint: what approving lets start, "5 tasks · estimated $0.0802 of a $10.00
         budget · cap 4" ("" for other kinds). The inbox showed the goal alone, so an approver
-        approved a 300-task run as blind as a 5-task one."""
+        approved a 300-task run as blind as a 5-task one. An estimate of $0 is none: its models
+        had no price ("5 tasks · no estimate: no price was known for its models · a $10.00 budget ·
+        cap 4", as the run page says it), where it read "estimated $0.00", as if the run were free."""
         if self.checkpoint.kind != Checkpoint.Kind.PLAN:
             return ""
         run = self.checkpoint.run
-        money = f"a {wording.budget(run.budget_usd)} budget"
-        if run.estimate_usd is not None:
-            money = f"estimated {wording.usd(run.estimate_usd)} of {money}"
-        return " · ".join([wording.counted(run.tasks.count(), "task"), money, f"cap {run.cap}"])
+        money = [f"a {wording.budget(run.budget_usd)} budget"]
+        if run.estimate_usd is not None and run.estimate_usd > 0:
+            money = [f"estimated {wording.usd(run.estimate_usd)} of {money[0]}"]
+        elif run.estimate_usd is not None:
+            money.insert(0, "no estimate: no price was known for its models")
+        return " · ".join([wording.counted(run.tasks.count(), "task"), *money, f"cap {run.cap}"])
+
+    @functools.cached_property
+    def plan_unpriced(self) -> str:
+        """A plan's checkpoint: the models of its agents without a price, which its estimate counts
+        at $0, in the pre-flight's words ("No price is known for simulated:sim-1: counted as $0
+        (set prices in the admin under provider limits)."); "" when every one has a price, and for
+        other kinds."""
+        if self.checkpoint.kind != Checkpoint.Kind.PLAN:
+            return ""
+        models = self.checkpoint.run.tasks.order_by().values_list("agent__provider", "agent__model").distinct()
+        return prices.estimate_note(prices.unpriced_models(models, prices.price_list()))
 
     @functools.cached_property
     def review(self) -> PlanReview:

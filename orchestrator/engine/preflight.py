@@ -38,6 +38,7 @@ from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.governance import grant_wording
 from orchestrator.models import Plan, Subtask
 from orchestrator.plans import PlanError, PlanSpec, PlanValidationError, dag, makespan
+from orchestrator.readmodels import prices
 
 
 @dataclass(frozen=True)
@@ -178,10 +179,7 @@ class Preflight:
         """What the estimate leaves out ("" when every model has a price), on New run's pre-flight
         and the plan page alike: "No price is known for simulated:x: counted as $0 (set prices in
         the admin under provider limits)."."""
-        if not self.unpriced_models:
-            return ""
-        models = ", ".join(self.unpriced_models)
-        return f"No price is known for {models}: counted as $0 (set prices in the admin under provider limits)."
+        return prices.estimate_note(self.unpriced_models)
 
     @property
     def over_budget(self) -> bool:

@@ -7,12 +7,13 @@ recorded it (`ran_with`), not its agent's model now: an agent moved to a priced 
 tokens its earlier attempts used on an unpriced one vanish from the note, and the other way round.
 The run page's Cost card, `run_status`, the runs lists and the API's runs say what a cost leaves
 out by one rule (`unpriced`) in the same words (`unpriced_text`, and `unpriced_short` for a list's
-row).
+row). An estimate, made before any tokens are used, counts a model without a price at $0 and says
+so by one sentence too (`unpriced_models`, `estimate_note`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from django.db.models import CharField, F, Sum
 from django.db.models.fields.json import KT
@@ -54,6 +55,27 @@ def unpriced(used: Iterable[tuple[str, str, int]], prices: Prices) -> dict[str, 
             name = f"{provider}:{model}"
             left_out[name] = left_out.get(name, 0) + tokens
     return dict(sorted(left_out.items()))
+
+
+def unpriced_models(models: Iterable[tuple[str, str]], prices: Prices) -> list[str]:
+    """Of the (provider, model) pairs, those without a price, as "provider:model" in name order:
+    what an estimate counts at $0 (`estimate_note`)."""
+    return sorted(
+        {
+            f"{provider}:{model}"
+            for provider, model in models
+            if (limit := prices.get((provider, model))) is None or not limit.is_priced
+        }
+    )
+
+
+def estimate_note(models: Sequence[str]) -> str:
+    """What a cost estimate leaves out, in one sentence ("" when every model has a price): "No
+    price is known for simulated:x: counted as $0 (set prices in the admin under provider
+    limits)." New run's pre-flight, the plan page and a plan in the approvals inbox say it alike."""
+    if not models:
+        return ""
+    return f"No price is known for {', '.join(models)}: counted as $0 (set prices in the admin under provider limits)."
 
 
 def unpriced_by_run(run_ids: Iterable[int], prices: Prices | None = None) -> dict[int, dict[str, int]]:

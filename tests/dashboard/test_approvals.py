@@ -439,7 +439,7 @@ def test_a_review_in_the_inbox_says_which_tasks_wait_for_it(client, personas, de
 
 
 def test_a_plan_in_the_inbox_says_how_many_tasks_it_starts_at_what_cost_and_cap(
-    client, personas, demo_agents, make_plan
+    client, personas, demo_agents, make_plan, priced_limit
 ):
     """The inbox showed a plan's goal alone: a 300-task run asked for approval as a 5-task one did."""
     plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"]), "c": ("writer", ["a"])}, goal="Three")
@@ -447,7 +447,23 @@ def test_a_plan_in_the_inbox_says_how_many_tasks_it_starts_at_what_cost_and_cap(
     assert run.estimate_usd is not None
     client.force_login(personas["approver"])
     terms = f"3 tasks · estimated {wording.usd(run.estimate_usd)} of a $3.00 budget · cap 2"
-    assert terms in inbox_text(client)
+    assert run.estimate_usd > 0 and terms in inbox_text(client)
+    assert "No price is known" not in inbox_text(client)
+
+
+def test_a_plan_whose_models_have_no_price_is_not_shown_as_free(client, personas, demo_agents, make_plan):
+    """Its agents' model had no price: the inbox said "estimated $0.00", which reads as free. It
+    says there is no estimate, and which model has no price, as the pre-flight does."""
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}, goal="Two")
+    run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True, cap=2, budget_usd="3")
+    assert run.estimate_usd == 0
+    client.force_login(personas["approver"])
+    text = inbox_text(client)
+    assert "estimated $0.00" not in text
+    assert "2 tasks · no estimate: no price was known for its models · a $3.00 budget · cap 2" in text
+    assert (
+        "No price is known for simulated:sim-1: counted as $0 (set prices in the admin under provider limits)." in text
+    )
 
 
 def test_a_tool_call_rejected_from_the_inbox_keeps_the_task_running_and_names_who(client, personas, tool_checkpoint):

@@ -8,8 +8,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from orchestrator import wording
 from orchestrator.engine import approval_inbox, execution, runs, tool_approvals
-from orchestrator.models import Checkpoint, TaskRun
+from orchestrator.models import Agent, Checkpoint, TaskRun
 
 pytestmark = pytest.mark.django_db
 
@@ -113,3 +114,34 @@ def test_the_launcher_of_a_plan_may_not_approve_it_and_is_told_why(demo_agents, 
     assert theirs.approve_blocked
     assert theirs.blocked_reason.startswith(f"separation of duties: launcher launched run {run.pk}")
     assert not anothers.approve_blocked and anothers.blocked_reason == ""
+
+
+def plan_item(make_plan, personas, **launch):
+    plan = make_plan({"a": ("researcher", []), "b": ("writer", ["a"])}, goal="Two")
+    run = runs.launch(plan, launched_by=personas["launcher"], require_plan_approval=True, cap=2, budget_usd="3")
+    (item,) = items([run.checkpoints.get()], personas["approver"])
+    return run, item
+
+
+def test_a_plan_priced_in_full_says_its_estimate_alone(demo_agents, make_plan, personas, priced_limit):
+    run, item = plan_item(make_plan, personas)
+    assert item.plan_terms == f"2 tasks · estimated {wording.usd(run.estimate_usd)} of a $3.00 budget · cap 2"
+    assert item.plan_unpriced == ""
+
+
+def test_a_plan_with_no_price_for_any_model_has_no_estimate_not_an_estimate_of_nothing(
+    demo_agents, make_plan, personas
+):
+    _, item = plan_item(make_plan, personas)
+    assert item.plan_terms == "2 tasks · no estimate: no price was known for its models · a $3.00 budget · cap 2"
+    assert item.plan_unpriced == (
+        "No price is known for simulated:sim-1: counted as $0 (set prices in the admin under provider limits)."
+    )
+
+
+def test_a_plan_priced_in_part_says_which_model_its_estimate_leaves_out(demo_agents, make_plan, personas, priced_limit):
+    Agent.objects.filter(name="writer").update(model="sim-unpriced")
+    run, item = plan_item(make_plan, personas)
+    assert run.estimate_usd > 0  # the researcher's share
+    assert item.plan_terms == f"2 tasks · estimated {wording.usd(run.estimate_usd)} of a $3.00 budget · cap 2"
+    assert item.plan_unpriced.startswith("No price is known for simulated:sim-unpriced: counted as $0")

@@ -83,3 +83,22 @@ def test_tokens_count_against_the_model_each_attempt_ran_with_not_the_agents_mod
     researcher.model = "sim-unpriced"
     researcher.save()
     assert said() == [{"simulated:sim-unpriced": 1_212}] * 2 + [both]  # b's ran on sim-1, priced
+
+
+def test_an_estimate_names_the_models_it_counts_at_nothing():
+    """New run's pre-flight, the plan page and the approvals inbox say it in one sentence."""
+    price_list = {
+        ("simulated", "sim-1"): ProviderLimit(
+            provider="simulated", model="sim-1", input_price_per_mtok=Decimal("3"), output_price_per_mtok=Decimal("15")
+        ),
+        ("simulated", "sim-free"): ProviderLimit(provider="simulated", model="sim-free"),  # both at 0: no price
+    }
+    used = [("simulated", "sim-x"), ("simulated", "sim-1"), ("simulated", "sim-free"), ("simulated", "sim-x")]
+    missing = prices.unpriced_models(used, price_list)
+    assert missing == ["simulated:sim-free", "simulated:sim-x"]
+    assert prices.estimate_note(missing) == (
+        "No price is known for simulated:sim-free, simulated:sim-x: counted as $0"
+        " (set prices in the admin under provider limits)."
+    )
+    assert prices.unpriced_models([("simulated", "sim-1")], price_list) == []
+    assert prices.estimate_note([]) == ""
