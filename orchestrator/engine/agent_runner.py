@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from orchestrator.db_threads import run as db
-from orchestrator.engine import agent_loop, attempt_ends, execution, feedback, tool_attempt
+from orchestrator.engine import agent_loop, attempt_ends, cost_estimates, execution, feedback, tool_attempt
 from orchestrator.engine.agent_loop import LoopOutcome
 from orchestrator.engine.execution import Claim, Progress
 from orchestrator.governance.tool_registry import granted_servers
@@ -59,7 +59,7 @@ class AttemptRun:
     """A running attempt as its host sees it."""
 
     claim: Claim
-    max_tokens: int = 1
+    expected_output: int = 1  # output tokens its answer is expected to take (`expected_output`)
     progress: Progress = field(default_factory=Progress)
     saved_version: int = 0  # the `version` last saved to the database
     published_length: int = 0  # how much of the output viewers were sent live
@@ -87,10 +87,14 @@ class AttemptRun:
         """The attempt's number (1 for a task's first)."""
         return self.claim.attempt.number
 
-    def add_text(self, delta: TextDelta) -> None:
+    def add_text(self, delta: TextDelta, written: int | None = None) -> None:
+        """Add streamed text; the progress is the attempt's output tokens so far (`written`, its
+        model calls' together, else the delta's count: its one call's) against its expected output,
+        held at 99 until it ends."""
         if delta.text:
             self.progress.output += delta.text
-        self.progress.progress = min(99, int(100 * delta.output_tokens / max(1, self.max_tokens)))
+        so_far = delta.output_tokens if written is None else written
+        self.progress.progress = min(99, int(100 * so_far / max(1, self.expected_output)))
         self.version += 1
 
     def set_usage(self, usage: Usage) -> None:
@@ -127,6 +131,24 @@ class Tracker(Protocol):
         ...
 
 
+# How long a worker process keeps an agent's expected output: a read per agent a minute, not one
+# on the path from each attempt's claim to its provider call.
+EXPECTED_OUTPUT_TTL_S = 60.0
+_expected_outputs: dict[tuple[int, str, int], tuple[float, int]] = {}
+
+
+async def expected_output(agent) -> int:
+    """The output tokens an attempt of `agent` is expected to write (cost_estimates.expected_output_tokens),
+    read at most once a minute per agent, model and output limit in this process."""
+    key = (agent.pk, agent.model, agent.max_output_tokens)
+    known = _expected_outputs.get(key)
+    now = time.monotonic()
+    if known is None or now - known[0] > EXPECTED_OUTPUT_TTL_S:
+        known = (now, await db(cost_estimates.expected_output_tokens, agent))
+        _expected_outputs[key] = known
+    return known[1]
+
+
 async def run_attempt(tracker: Tracker, attempt_id: int, worker: str, *, keep: int = 0) -> tuple[str, Claim | None]:
     """Claim attempt `attempt_id` and run it to its end. Returns (outcome, claim or None); a
     success also advances the run, keeping up to `keep` admitted attempts for the caller
@@ -140,7 +162,7 @@ async def run_attempt(tracker: Tracker, attempt_id: int, worker: str, *, keep: i
 
 async def run_claimed(tracker: Tracker, claim: Claim, *, keep: int = 0) -> str:
     """Run a claimed attempt to its end and record it; returns the outcome in words."""
-    current = AttemptRun(claim, max_tokens=max(1, claim.task.agent.max_output_tokens), keep=keep, tracker=tracker)
+    current = AttemptRun(claim, expected_output=await expected_output(claim.task.agent), keep=keep, tracker=tracker)
     current.task = asyncio.current_task()
     tracker.track(current)
     try:

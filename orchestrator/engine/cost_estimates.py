@@ -151,17 +151,22 @@ def tool_use(agent: Agent) -> ToolUse | None:
 FAILED_STATES = (Attempt.State.FAILED, Attempt.State.TIMED_OUT, Attempt.State.LOST)
 
 
+def _on_its_model(agent: Agent):
+    """The agent's attempts on its current model (or recorded before attempts kept their request)."""
+    return Attempt.objects.filter(task_run__agent_id=agent.pk).filter(Q(request__model=agent.model) | Q(request={}))
+
+
+def _recent_answers(agent: Agent, *fields: str) -> list[tuple]:
+    """`fields` of the agent's latest succeeded attempts on its current model, newest first."""
+    succeeded = _on_its_model(agent).filter(state=Attempt.State.SUCCEEDED)
+    return list(succeeded.order_by("-finished_at", "-pk").values_list(*fields)[:HISTORY_WINDOW])
+
+
 def usage_basis(agent: Agent) -> UsageBasis:
     """The agent's latest succeeded attempts on its current model (or recorded before attempts
     kept their request), summarised as medians; with none, how many of its attempts failed."""
-    on_its_model = Attempt.objects.filter(task_run__agent_id=agent.pk).filter(
-        Q(request__model=agent.model) | Q(request={})
-    )
-    rows = list(
-        on_its_model.filter(state=Attempt.State.SUCCEEDED)
-        .order_by("-finished_at", "-pk")
-        .values_list("input_tokens", "output_tokens")[:HISTORY_WINDOW]
-    )
+    on_its_model = _on_its_model(agent)
+    rows = _recent_answers(agent, "input_tokens", "output_tokens")
     return UsageBasis(
         agent=agent.name,
         samples=len(rows),
@@ -171,6 +176,18 @@ def usage_basis(agent: Agent) -> UsageBasis:
         tools=tool_use(agent) if len(rows) < MIN_HISTORY else None,
         failed_attempts=0 if rows else on_its_model.filter(state__in=FAILED_STATES).count(),
     )
+
+
+def expected_output_tokens(agent: Agent) -> int:
+    """How many output tokens an attempt of the agent is expected to write: the median of its
+    latest answers once it has MIN_HISTORY of them (at most its max_output_tokens), else its
+    max_output_tokens. A running attempt's progress is its output so far against this: against
+    max_output_tokens alone, a 300-token answer under a 1,024 limit read "24%" when nearly done
+    and then jumped to 100 %. One read (of the output tokens alone)."""
+    rows = _recent_answers(agent, "output_tokens")
+    if len(rows) < MIN_HISTORY:
+        return max(1, agent.max_output_tokens)
+    return max(1, min(int(statistics.median(r[0] for r in rows)), agent.max_output_tokens))
 
 
 @dataclass(frozen=True)

@@ -155,14 +155,16 @@ class Hooks:
 
     async def on_text(self, step: int, delta: TextDelta) -> None:
         # The turns' texts apart as the outcome joins them; a turn's empty deltas (usage only) start nothing.
+        # The call's output so far counts as used on top of the calls that ended, as on the plain
+        # path: the panel, the lanes and the Tokens card said "0" beside a first answer streaming;
+        # the progress is the attempt's whole output so far against its expected output.
+        written = sum(u.output_tokens for u in self.calls) + delta.output_tokens
         if delta.text and step != self.text_step:
             if self.current.progress.output:
-                self.current.add_text(TextDelta("\n\n", delta.output_tokens))
+                self.current.add_text(TextDelta("\n\n", delta.output_tokens), written)
             self.text_step = step
-        self.current.add_text(delta)
-        # The call's output so far counts as used on top of the calls that ended, as on the plain
-        # path: the panel, the lanes and the Tokens card said "0" beside a first answer streaming.
-        self.current.count_output(sum(u.output_tokens for u in self.calls) + delta.output_tokens)
+        self.current.add_text(delta, written)
+        self.current.count_output(written)
 
     async def on_usage(self, call: ModelCallUsage) -> None:
         self.calls.append(call.usage)

@@ -227,3 +227,29 @@ def test_an_agent_with_tools_and_history_is_estimated_at_its_median_attempt(plan
     record_history(researcher, [(4000, 900), (5000, 1000), (4500, 950)])
     basis = cost_estimates.usage_basis(researcher)
     assert basis.learned and basis.tools is None and basis.tokens(100) == (4500, 950)
+
+
+def test_an_attempts_expected_output_is_its_agents_median_answer_once_it_has_history(plan):
+    """A running task's progress is its output so far against this: against max_output_tokens
+    alone a 300-token answer under a 1,000 limit read "30%" when nearly done, then jumped to 100."""
+    researcher = plan.subtasks.get(key="a").agent
+    assert cost_estimates.expected_output_tokens(researcher) == 1000  # no history: its limit
+    record_history(researcher, [(400, 150), (500, 210)])
+    assert cost_estimates.expected_output_tokens(researcher) == 1000  # too few answers
+    record_history(researcher, [(450, 190), (9000, 990)])
+    assert cost_estimates.expected_output_tokens(researcher) == 200  # the median of four
+    researcher.max_output_tokens = 120
+    assert cost_estimates.expected_output_tokens(researcher) == 120  # never above its limit
+
+
+def test_a_running_attempts_progress_follows_its_expected_output_and_waits_at_99():
+    from types import SimpleNamespace
+
+    from orchestrator.engine.agent_runner import AttemptRun
+    from orchestrator.providers.base import TextDelta
+
+    current = AttemptRun(claim=SimpleNamespace(task=None, attempt=None), expected_output=200)  # type: ignore[arg-type]
+    current.add_text(TextDelta("half", 100))
+    assert current.progress.progress == 50
+    current.add_text(TextDelta(" and more than expected", 260))
+    assert current.progress.progress == 99  # 100 is for a task that succeeded

@@ -11,7 +11,7 @@ from orchestrator.providers.base import TextDelta
 
 def attempt(task_id: int, run_id: int, number: int = 1) -> AttemptRun:
     claim = SimpleNamespace(task=SimpleNamespace(pk=task_id, run_id=run_id), attempt=SimpleNamespace(number=number))
-    return AttemptRun(claim, max_tokens=100)  # type: ignore[arg-type]
+    return AttemptRun(claim, expected_output=100)  # type: ignore[arg-type]
 
 
 def test_each_message_carries_the_new_text_at_its_offset_and_only_what_changed():

@@ -632,10 +632,12 @@ def test_a_tool_attempts_streaming_answer_counts_its_output_so_far():
 
     from orchestrator.providers.base import TextDelta, Usage
 
-    current = agent_runner.AttemptRun(claim=SimpleNamespace(task=None, attempt=None), max_tokens=1000)
+    current = agent_runner.AttemptRun(claim=SimpleNamespace(task=None, attempt=None), expected_output=1000)
     hooks = tool_attempt.Hooks(current)
     asyncio.run(hooks.on_text(1, TextDelta("The first words", 40)))
     assert current.progress.usage.output_tokens == 40
     asyncio.run(hooks.on_usage(tool_attempt.ModelCallUsage(step=1, usage=Usage(300, 60), complete=True)))
     asyncio.run(hooks.on_text(2, TextDelta("and the answer", 25)))
     assert (current.progress.usage.input_tokens, current.progress.usage.output_tokens) == (300, 85)
+    # Its progress is the attempt's whole output so far (both calls') against its expected output.
+    assert current.progress.progress == 8
