@@ -439,7 +439,9 @@ class TaskRecord(Record):
     progress: int | None = Field(
         description=(
             "How much of the task is done, in percent, as its panel and run_status give it: how far its "
-            "running attempt got while it is under way, 100 once it succeeded, and null for a task that "
+            "running attempt got while it is under way (its output so far against what its agent's answers "
+            "take: the median of its latest answers, or its max_output_tokens before it has three; 99 at "
+            "most), 100 once it succeeded, and null for a task that "
             "failed, was cancelled or skipped (how far its last attempt got is not how much of it is done)."
         )
     )
