@@ -950,7 +950,15 @@ on five production cells, by 2.4 % or less, and production efficiency at cap 8 o
     before the next (the attempt's settlement, the run's totals, the three admission reads, the
     events' insert with the COMMIT): ~6 of the 14 round trips, ~1.5 ms a link at the ~0.25 ms a
     round trip the folding of statements saved before — still short of the ~2.4 ms a link that
-    separates the chain from Prefect's here.
+    separates the chain from Prefect's here. *Measured since (2026-11-28 ~17:40, not built)*: a
+    round trip alone is cheaper than that. Twelve prepared one-value SELECTs in one transaction
+    (psycopg, this machine's PostgreSQL, `synchronous_commit` off, other work running) take
+    0.06–0.14 ms each back to back, and ~0.1 ms beyond the client's own work when 0.2–0.5 ms
+    of Python separates them, as the engine's do. A link's 13 round trips are thus ~1.3 ms, the
+    most pipeline mode could save, and less, since the reads whose results steer the step must
+    still wait: the rest of the transaction is the server's work (~2.2 ms, above) and the
+    client's CPU (the success's `complete` 6.3 ms of CPU on production, 4.6 ms embedded, where
+    the statements cost microseconds: most of it is the engine's Python, not the database).
   - *Live view on Redis* (`bench.live_load --profile production`, load 0.7–1.3 at the starts):
     p95 135.9 / 169.2 ms with this session's code, 153.0 ms with the code of the entry above
     (0e4ae79) — the goal (100 ms) missed on this machine by both alike; the fan-out's frame
