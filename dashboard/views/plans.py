@@ -46,6 +46,7 @@ def plan_detail(request, plan_id: int):
     context = {
         "plan": plan,
         "rows": rows,
+        "copies": list(plan.copies.order_by("pk").prefetch_related("runs")),
         "preflight": checked,
         "predicted": format_duration(checked.predicted_duration_s) if checked.ok else "",
         "duration_note": checked.duration_note("the default cap") if checked.ok else "",

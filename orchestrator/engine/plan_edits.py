@@ -72,6 +72,7 @@ def own_plan(run: Run, user=None) -> Plan:
         ],
         document=plan.document,
         created_by=plan.created_by,
+        copied_from=plan,
     )
     originals = list(plan.subtasks.order_by("position"))
     Subtask.objects.bulk_create(

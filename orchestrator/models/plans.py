@@ -26,6 +26,18 @@ class Plan(models.Model):
     content_hash = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The plan this one is a copy of, made for one run whose plan an approver edited before
+    # approving it (engine/plan_edits.own_plan): each page links the other, so a plan's history
+    # of runs includes the run that ran it edited.
+    copied_from = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="copies",
+        editable=False,
+        help_text="The plan this one was copied from, to be edited for a run",
+    )
 
     class Meta:
         ordering = ["-created_at"]

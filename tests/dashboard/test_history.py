@@ -20,6 +20,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
+def words(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
 @pytest.fixture
 def finished(make_agent, make_plan, priced_limit, personas):
     make_agent("researcher", provider_options=fast_latency(0.01), system_prompt="You are careful.")
@@ -193,3 +197,28 @@ def test_the_plan_pages_times_are_to_the_second_in_utc_as_the_audit_logs(launche
     assert "2026-11-28 10:32:09 UTC ·" in page
     listing = launcher.get("/plans/").text
     assert ">2026-11-28 10:32:09 UTC</td>" in listing
+
+
+def test_a_plan_edited_before_approval_and_its_copy_link_to_each_other(launcher, make_agent, make_plan, personas):
+    """An approver's edit copied the plan for its run: the original's page said "This plan has not
+    run yet" and its copy's page never said whose copy it was."""
+    from orchestrator.engine import plan_edits
+    from orchestrator.models import Checkpoint
+
+    make_agent("researcher")
+    plan = make_plan({"scope": ("researcher", [], {"instructions": "Frame it."})}, goal="Compare two queues")
+    run = runs.launch(plan, require_plan_approval=True)
+    plan_edits.edit_instructions(run.checkpoints.get(kind=Checkpoint.Kind.PLAN), "scope", "Frame it well.")
+    run.refresh_from_db()
+    original = read(launcher, f"/plans/{plan.pk}/")
+    assert (
+        f"This plan has not run yet as it is. Edited before approval, it ran as plan {run.plan_id} (run #{run.pk})."
+        in original
+    )
+    copy = read(launcher, f"/plans/{run.plan_id}/")
+    assert f"An edited copy of plan {plan.pk}, made when its plan was edited before approval for run #{run.pk}." in copy
+
+
+def read(client, url: str) -> str:
+    """The page's words as a person reads them: no space a tag left before a comma or a stop."""
+    return re.sub(r"\(\s+", "(", re.sub(r"\s+([,.)])", r"\1", words(client.get(url).content.decode())))

@@ -58,6 +58,7 @@ def test_edit_copies_the_plan_for_this_run_and_writes_events(awaiting, plan, adm
     assert set(run.tasks.values_list("subtask__plan_id", flat=True)) == {run.plan_id}
     copied = Event.objects.get(run=run, type="plan.copied")
     assert copied.payload == {"from_plan": plan.pk, "plan": run.plan_id}
+    assert run.plan.copied_from == plan and list(plan.copies.all()) == [run.plan]  # each names the other
     edited = Event.objects.get(run=run, type="plan.subtask_edited")
     assert edited.actor_user == admin_user
     assert edited.payload["before"] == "Research A." and edited.payload["key"] == "a"
