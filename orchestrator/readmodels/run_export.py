@@ -284,9 +284,9 @@ def run_markdown(run: Run) -> str:
                 else "the text it wrote before it ended, not a result"
             )
             lines += [f"_{partial['heading']}: {what}._", ""]
-            lines += [partial["text"].rstrip(), ""]
+            lines += [below_heading(partial["text"].rstrip(), level), ""]
         elif task["output"]:
-            lines += [task["output"].rstrip(), ""]
+            lines += [below_heading(task["output"].rstrip(), level), ""]
         elif task["error"]:
             lines += [f"_No output: {_one_line(task['error'])}_", ""]
         else:
@@ -299,3 +299,28 @@ def run_markdown(run: Run) -> str:
             lines += [path_line(step) for step in path if step["attempt"] == number]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_ATX_HEADING = re.compile(r"^( {0,3})(#{1,6})(?=\s|$)")
+
+
+def below_heading(text: str, level: str) -> str:
+    """An agent's Markdown put under a heading of `level` ("###"): its own headings moved down
+    below it (its "## Findings" becomes "#### Findings", never past "######"), code blocks left
+    as they are. Its "##" headings sat under the task's "###" and broke the document's outline."""
+    depth = len(level)
+    lines, fence = [], ""
+    for line in text.split("\n"):
+        opened = _FENCE.match(line)
+        if fence:
+            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = ""
+        elif opened:
+            fence = opened.group(1)
+        elif heading := _ATX_HEADING.match(line):
+            hashes = "#" * min(6, len(heading.group(2)) + depth)
+            line = heading.group(1) + hashes + line[heading.end() :]
+        lines.append(line)
+    return "\n".join(lines)
+

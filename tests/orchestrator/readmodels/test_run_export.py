@@ -246,3 +246,13 @@ def test_the_markdown_of_a_cancelled_run_says_what_its_stopping_attempt_has_not_
     attempt_ends.cancel_attempt(claim, Usage(input_tokens=1_027, output_tokens=40))  # its next beat
     assert card(run) == (1_067, 1_027, 40, 0)
     assert cost_line(run).endswith("; tokens: 1,067 (1,027 in, 40 out)")
+
+
+def test_an_agents_headings_sit_below_its_tasks_heading_in_the_markdown_export():
+    """An agent's "## Findings" sat under the task's "### Scope" and broke the document's outline."""
+    from orchestrator.readmodels.run_export import below_heading
+
+    text = "# Report\n\n## Findings\nSome #hashtag text.\n```sh\n# a shell comment\n```\n###### Deep"
+    assert below_heading(text, "###") == (
+        "#### Report\n\n##### Findings\nSome #hashtag text.\n```sh\n# a shell comment\n```\n###### Deep"
+    )
