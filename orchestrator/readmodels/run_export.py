@@ -323,4 +323,3 @@ def below_heading(text: str, level: str) -> str:
             line = heading.group(1) + hashes + line[heading.end() :]
         lines.append(line)
     return "\n".join(lines)
-
