@@ -267,9 +267,9 @@ def list_checkpoints(
     limit: Limit = 50,
     offset: Offset = 0,
 ):
-    """Checkpoints by when each last opened (`created_at`), the longest waiting first: by default
-    the pending ones, waiting for a decision. A checkpoint asked again (its task was retried or
-    re-run) waits from its new opening, so it comes after those opened before that."""
+    """Checkpoints by when each opened (`created_at`), the longest waiting first: by default the
+    pending ones, waiting for a decision. A task retried or re-run asks again with a new checkpoint,
+    which comes after those opened before it; the one decided before keeps its decision."""
     require(request, VIEW_CHECKPOINT)
     queryset = Checkpoint.objects.select_related("task_run__subtask", "decided_by").order_by("created_at", "pk")
     if status:

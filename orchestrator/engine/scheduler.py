@@ -282,22 +282,17 @@ def skip_cascading(task: TaskRun, reason: str) -> None:
 
 
 def open_gate(task: TaskRun, kind: str) -> Checkpoint:
-    """Hold a task at a human checkpoint: before it starts, or after it produced its output."""
+    """Hold a task at a human checkpoint: before it starts, or after it produced its output.
+
+    A decided checkpoint is history: a retried or re-run task asks again with a new one, and the
+    earlier decision keeps its decider, time and comment: the run page, the admin and the API list
+    it beside the new one. (It was reset once, and a rejection then survived only in the event
+    log.)"""
     transitions.move(task, State.WAITING_GATE if kind == Checkpoint.Kind.BEFORE else State.AWAITING_REVIEW)
-    checkpoint, created = Checkpoint.objects.get_or_create(
-        run_id=task.run_id, task_run=task, kind=kind, defaults={"status": Checkpoint.Status.PENDING}
-    )
-    reopened = not created and checkpoint.status != Checkpoint.Status.PENDING
-    if reopened:
-        # A retried task asks again: one checkpoint per task and kind, its earlier decision kept in
-        # the event log. Without this the task would wait on a decision already taken, forever.
-        # It opens now: the inbox and the run page say how long it has waited from here (they said
-        # its first opening's, and put it first as the oldest); each opening is its own event.
-        checkpoint.status, checkpoint.decided_by, checkpoint.decided_by_name = Checkpoint.Status.PENDING, None, ""
-        checkpoint.decided_at, checkpoint.comment, checkpoint.created_at = None, "", timezone.now()
-        checkpoint.save(
-            update_fields=["status", "decided_by", "decided_by_name", "decided_at", "comment", "created_at"]
-        )
+    asked = Checkpoint.objects.filter(task_run=task, kind=kind)
+    pending = asked.filter(status=Checkpoint.Status.PENDING).first()
+    reopened = pending is None and asked.exists()
+    checkpoint = pending or Checkpoint.objects.create(run_id=task.run_id, task_run=task, kind=kind)
     events.record(
         "checkpoint.created",
         run=task.run_id,

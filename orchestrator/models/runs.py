@@ -249,8 +249,8 @@ class Checkpoint(models.Model):
     task_run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.CASCADE, related_name="checkpoints")
     kind = models.CharField(max_length=10, choices=Kind.choices)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    # When it opened, the last time: a retried or re-run task's gate or review opens again
-    # (scheduler.open_gate) and waits from then; each opening is a `checkpoint.created` event.
+    # When it opened. A retried or re-run task's gate or review asks again with a new checkpoint
+    # (scheduler.open_gate): a decided one is history and is never reopened.
     created_at = models.DateTimeField(auto_now_add=True)
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     # Who decided as the audit log names them: the user's name, or `cli:<os user>` for a decision
@@ -271,12 +271,13 @@ class Checkpoint(models.Model):
 
     class Meta:
         constraints = [
-            # A task has one plan, gate or review checkpoint of each kind; tool checkpoints are one
-            # per call of an attempt (a task may ask approval for many calls).
+            # A task waits on one gate or review of each kind at a time (a retry asks again with a
+            # new one, the decided ones kept); tool checkpoints are one per call of an attempt (a
+            # task may ask approval for many calls).
             models.UniqueConstraint(
                 fields=["task_run", "kind"],
-                condition=~models.Q(kind="tool"),
-                name="unique_checkpoint_per_task_kind",
+                condition=~models.Q(kind="tool") & models.Q(status="pending"),
+                name="unique_pending_checkpoint_per_task_kind",
             ),
             models.UniqueConstraint(
                 fields=["attempt", "call_id"],

@@ -25,7 +25,7 @@ class CheckpointRecord(Record):
     status: str
     # What became of it in words: "approved", or "closed without a decision: the run was cancelled".
     outcome: str
-    # When it opened, the last time (a retried or re-run task asks again; its events keep each opening).
+    # When it opened (a retried or re-run task asks again with a new checkpoint: this one is kept).
     created_at: Time
     decided_by: str | None
     decided_at: Time

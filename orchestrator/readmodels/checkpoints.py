@@ -10,8 +10,8 @@ from orchestrator.models import Checkpoint, Run
 
 def awaiting_decision() -> QuerySet[Checkpoint]:
     """Checkpoints waiting for a person, on runs that have not ended, the longest waiting first:
-    by when each last opened (`created_at`), so that one asked again when its task was retried or
-    re-run waits from its new opening (engine/scheduler.open_gate), not its first."""
+    by when each opened (`created_at`): one asked again when its task was retried or re-run is a
+    new checkpoint (engine/scheduler.open_gate), which waits from then, not from the first."""
     return (
         Checkpoint.objects.filter(status=Checkpoint.Status.PENDING)
         .exclude(run__status__in=Run.FINISHED)

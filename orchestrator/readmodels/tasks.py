@@ -148,18 +148,22 @@ def rejected_text(keys: Sequence[str]) -> str:
 def rejected_at_gate(run_ids: Iterable[int]) -> dict[int, list[str]]:
     """Keys of each run's tasks skipped because a person rejected them at their gate, in plan
     order (one query; runs without one are left out). Such a task is skipped like one below a
-    failure (its branch must not run), but it is a person's decision."""
+    failure (its branch must not run), but it is a person's decision.
+
+    Its latest gate's decision: a task retried after a rejection asks again with a new gate
+    (scheduler.open_gate), and one approved then and skipped later below a failure was not
+    rejected, though its first gate still reads so."""
+    latest_gate = (
+        Checkpoint.objects.filter(task_run=OuterRef("pk"), kind=Checkpoint.Kind.BEFORE)
+        .order_by("-created_at", "-pk")
+        .values("status")[:1]
+    )
     rows = (
-        TaskRun.objects.filter(
-            run_id__in=list(run_ids),
-            state=State.SKIPPED,
-            skip_cascades=True,
-            checkpoints__kind=Checkpoint.Kind.BEFORE,
-            checkpoints__status=Checkpoint.Status.REJECTED,
-        )
+        TaskRun.objects.filter(run_id__in=list(run_ids), state=State.SKIPPED, skip_cascades=True)
+        .annotate(gate=Subquery(latest_gate))
+        .filter(gate=Checkpoint.Status.REJECTED)
         .order_by("run_id", "subtask__position", "pk")
         .values_list("run_id", "subtask__key")
-        .distinct()
     )
     keys: dict[int, list[str]] = {}
     for run_id, key in rows:

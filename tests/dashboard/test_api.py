@@ -309,11 +309,15 @@ def test_checkpoints_are_listed_the_longest_waiting_first_as_the_docs_say(api, p
     new opening and is listed after those opened before it: the docs say the order it has."""
     first = runs.launch(make_plan({"a": ("researcher", [], {"gate": "before"})}))
     second = runs.launch(make_plan({"b": ("researcher", [], {"gate": "before"})}))
-    asked_again = first.checkpoints.get()
-    runs.decide(asked_again, approve=False, comment="not yet", user=personas["approver"])
-    reruns.rerun_from(first.tasks.get())  # its gate opens again, now
+    rejected = first.checkpoints.get()
+    runs.decide(rejected, approve=False, comment="not yet", user=personas["approver"])
+    reruns.rerun_from(first.tasks.get())  # its gate asks again, now, with a new checkpoint
+    asked_again = first.checkpoints.get(status="pending")
     listed = api["viewer"].get("/checkpoints").json()["items"]
     assert [item["id"] for item in listed] == [second.checkpoints.get().pk, asked_again.pk]
+    # The rejection is listed as it was decided, not reset to pending.
+    [decided] = api["viewer"].get("/checkpoints?status=rejected").json()["items"]
+    assert (decided["id"], decided["decided_by"], decided["comment"]) == (rejected.pk, "approver", "not yet")
     client = Client()
     client.force_login(personas["viewer"])
     said = client.get("/api/openapi.json").json()["paths"]["/api/checkpoints"]["get"]["description"]

@@ -141,13 +141,17 @@ def test_a_review_asked_again_by_a_rerun_waits_from_its_new_opening(client, pers
     client.force_login(personas["approver"])
     html = client.get("/approvals/").text
     waits = re.findall(r'id="checkpoint-(\d+)".*?Waiting for ([^<]+)<', html, re.S)
-    assert [(int(pk), "min" in waited) for pk, waited in waits] == [(gate.pk, True), (review.pk, False)]
+    asked_again = run.checkpoints.get(status=Checkpoint.Status.PENDING)
+    assert asked_again.pk != review.pk  # a new review: the approval stays on record
+    assert [(int(pk), "min" in waited) for pk, waited in waits] == [(gate.pk, True), (asked_again.pk, False)]
     assert re.fullmatch(r"[\d.]+ s", waits[1][1].strip())
     page = client.get(f"/runs/{run.pk}/").text
     assert f"waiting since {timezone.localtime(asked.created_at):%H:%M:%S} UTC" in page
     assert f"waiting since {timezone.localtime(first_opening):%H:%M:%S} UTC" not in page
     # The event log keeps both openings; the decision between them is still on record.
     assert Event.objects.filter(run=run, type="checkpoint.created").count() == 2
+    review.refresh_from_db()
+    assert (review.status, review.decider, review.created_at) == ("approved", "approver", first_opening)
     assert Event.objects.filter(run=run, type="checkpoint.approved").exists()
 
 

@@ -496,14 +496,15 @@ def test_an_open_panels_checkpoints_follow_their_decision_and_a_rerun(
     seen = last_seq(run)
     reruns.rerun_from(design, user=personas["launcher"])
     run_here(run)
-    assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design) == (
-        "Checkpoints Review checkpoint: pending"
-    )
+    # The re-run asks with a new review: the approval stays listed above it, as it was decided.
+    words = panel_checkpoints(batch_after(run, seen, watched=design.pk), design)
+    assert words.startswith("Checkpoints Review checkpoint: approved by approver at ")
+    assert "“fine”" in words and words.endswith("Review checkpoint: pending")
     seen = last_seq(run)
     runs.cancel(run)
-    assert panel_checkpoints(batch_after(run, seen, watched=design.pk), design).startswith(
-        "Checkpoints Review checkpoint: closed without a decision: the run was cancelled"
-    )
+    words = panel_checkpoints(batch_after(run, seen, watched=design.pk), design)
+    assert words.startswith("Checkpoints Review checkpoint: approved by approver at ")
+    assert "“fine”" in words and "Review checkpoint: closed without a decision: the run was cancelled (" in words
     assert panel_checkpoints(batch_after(run, seen), design) == ""  # only to a viewer with its panel open
 
 

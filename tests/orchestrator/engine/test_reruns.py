@@ -111,8 +111,12 @@ def test_a_rerun_task_with_a_review_asks_for_the_review_again(make_agent, make_p
     assert run.status == Run.Status.SUCCEEDED
     reruns.rerun_from(run.tasks.get(), user=personas["launcher"])
     run_all(run)
+    assert run.tasks.get().state == State.AWAITING_REVIEW
+    # A new review: the approval of the first output stays on the record as it was.
     review.refresh_from_db()
-    assert review.status == Checkpoint.Status.PENDING and run.tasks.get().state == State.AWAITING_REVIEW
+    assert (review.status, review.decider) == (Checkpoint.Status.APPROVED, "approver")
+    again = run.checkpoints.get(kind=Checkpoint.Kind.AFTER, status=Checkpoint.Status.PENDING)
+    assert again.pk != review.pk and again.created_at > review.decided_at
 
 
 def test_launch_again_repeats_the_settings_with_a_new_run_of_the_same_plan(chain, personas):

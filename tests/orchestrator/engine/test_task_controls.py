@@ -110,7 +110,7 @@ def test_a_task_kept_skipped_by_another_failure_names_that_one_not_the_one_a_per
 
 
 @pytest.mark.django_db
-def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_agents, make_plan):
+def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_agents, make_plan, personas):
     plan = make_plan({"a": ("architect", [], {"gate": "after"}), "b": ("coder", ["a"])})
     run = runs.launch(plan)
 
@@ -119,11 +119,22 @@ def test_a_retried_task_whose_output_was_rejected_asks_for_review_again(demo_age
         scheduler.open_gate(run.tasks.get(subtask__key="a"), Checkpoint.Kind.AFTER)
 
     output_ready()
-    runs.decide(Checkpoint.objects.get(run=run, kind="after"), approve=False, comment="too vague")
+    rejected = Checkpoint.objects.get(run=run, kind="after")
+    runs.decide(rejected, approve=False, comment="too vague", user=personas["approver"])
     assert states(run)["a"] == "failed"
     runs.retry_task(run.tasks.get(subtask__key="a"))
     output_ready()
-    review = Checkpoint.objects.get(run=run, kind="after")
-    assert (review.status, review.comment, review.decided_at) == ("pending", "", None)
+    # The retry asks with a new review; the rejection stays as it was decided (it was reset once,
+    # and the admin then showed it pending with no decider).
+    first, review = Checkpoint.objects.filter(run=run, kind="after").order_by("pk")
+    assert first.pk == rejected.pk
+    assert (first.status, first.decider, first.comment) == ("rejected", "approver", "too vague")
+    assert first.decided_at is not None and first.created_at == rejected.created_at
+    assert (review.status, review.decider, review.comment, review.decided_at) == ("pending", "", "", None)
+    assert Event.objects.filter(type="checkpoint.created", payload__checkpoint=review.pk).get().payload["reopened"]
     runs.decide(review, approve=True)
     assert states(run) == {"a": "succeeded", "b": "queued"}
+    assert list(run.tasks.get(subtask__key="a").checkpoints.values_list("status", flat=True)) == [
+        "rejected",
+        "approved",
+    ]

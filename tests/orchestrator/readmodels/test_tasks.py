@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db.models import Model
 
 from orchestrator.engine import runs
-from orchestrator.models import Attempt, TaskRun
+from orchestrator.models import Attempt, Checkpoint, TaskRun
 from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, live_tokens
 from orchestrator.readmodels.tasks import (
     NO_NOTE,
@@ -17,6 +17,7 @@ from orchestrator.readmodels.tasks import (
     display_state,
     outcome_of,
     outcome_text,
+    rejected_at_gate,
     task_states,
     task_view,
     task_views,
@@ -60,6 +61,18 @@ def test_the_outcome_names_the_tasks_a_person_rejected_at_their_gate():
     assert outcome_text(counts, 3, ["a"]) == "1 of 3 succeeded · 2 skipped (a rejected at its gate)"
     assert outcome_text(counts, 3, ["a", "b"]) == "1 of 3 succeeded · 2 skipped (a, b rejected at their gate)"
     assert outcome_text(counts, 3) == "1 of 3 succeeded · 2 skipped"
+
+
+def test_a_task_rejected_at_its_gate_is_named_until_a_later_gate_approves_it(launched):
+    """A retried task asks again with a new gate; the first one's rejection stays on record, and
+    must not name the task once a later gate approved it (skipped since below a failure)."""
+    run = launched({"up": ("researcher", []), "a": ("researcher", ["up"], {"gate": "before"})})
+    a = run.tasks.get(subtask__key="a")
+    Checkpoint.objects.create(run=run, task_run=a, kind="before", status="rejected", comment="not now")
+    TaskRun.objects.filter(pk=a.pk).update(state=State.SKIPPED, skip_cascades=True)
+    assert rejected_at_gate([run.pk]) == {run.pk: ["a"]}
+    Checkpoint.objects.create(run=run, task_run=a, kind="before", status="approved")
+    assert rejected_at_gate([run.pk]) == {}
 
 
 def test_task_views_carry_display_state_and_live_token_burn(launched):
