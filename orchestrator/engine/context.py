@@ -26,6 +26,7 @@ from django.conf import settings
 
 from orchestrator import sql
 from orchestrator.engine import run_shape
+from orchestrator.engine.review_feedback import COMMENT_TOKENS, Rejection
 from orchestrator.engine.run_shape import RunShape, SubtaskShape
 from orchestrator.models import Agent, Dependency, Subtask, TaskRun
 from orchestrator.providers.token_counting import MaxCounter, TokenCounter, counter_for
@@ -228,10 +229,12 @@ def build_prompt(
     *,
     goal: str | None = None,
     upstreams: list[TaskRun] | None = None,
+    rejection: Rejection | None = None,
 ) -> str:
     """The task's prompt. `shape`: the subtask's place in its run's graph, `goal` the plan's and
     `upstreams` the upstream tasks (as `upstream_tasks` reads them), when the caller has them
-    (engine/run_shape.py), which spares the queries that find them."""
+    (engine/run_shape.py), which spares the queries that find them. `rejection`: the review that
+    rejected the task's previous output, which the prompt ends with (engine/review_feedback.py)."""
     subtask = task.subtask
     if upstreams is None:
         upstreams = upstream_tasks(task, shape.upstreams if shape is not None else None)
@@ -264,7 +267,17 @@ def build_prompt(
         else:
             body = [f"- {u.subtask.title} ({u.subtask.key}): {_bounded_summary(u, count)}" for u in upstreams]
             parts.append("Summaries of the work you build on:\n" + "\n".join(body))
+    if rejection is not None:
+        parts.append(rejection.in_words(_bounded_comment(rejection.comment, agent_counter(task.agent).count)))
     return "\n\n".join(parts)
+
+
+def _bounded_comment(comment: str, count: Count) -> str:
+    """A reviewer's comment as they wrote it (its lines kept), cut only when it is longer than
+    `review_feedback.COMMENT_TOKENS` as the receiving agent counts tokens."""
+    if count(comment) <= COMMENT_TOKENS:
+        return comment
+    return summarize(comment, COMMENT_TOKENS, count=count)
 
 
 def _bounded_summary(upstream: TaskRun, count: Count) -> str:

@@ -33,6 +33,7 @@ from orchestrator.engine import (
     attempt_requests,
     context,
     dispatch,
+    review_feedback,
     run_shape,
     transitions,
 )
@@ -251,7 +252,11 @@ def requests_for(
         known=known,
         shape=shape,
     )
-    return {task.pk: build_request(task, number, upstreams[task.subtask_id]) for task, number in claimed}
+    rejected = review_feedback.rejections(task.pk for task, number in claimed if number > 1)
+    return {
+        task.pk: build_request(task, number, upstreams[task.subtask_id], rejected.get(task.pk))
+        for task, number in claimed
+    }
 
 
 def mark_started(attempt: Attempt, worker: str, now, fields: dict) -> None:
@@ -277,9 +282,15 @@ def agents_with_tool_grants(agent_ids: Collection[int]) -> set[int]:
     return {agent_id for (agent_id,) in sql.select(ToolGrant, ("agent_id",), agent_id__in=sorted(agent_ids))}
 
 
-def build_request(task: TaskRun, attempt_number: int, upstreams: list[TaskRun] | None = None) -> AgentRequest:
+def build_request(
+    task: TaskRun,
+    attempt_number: int,
+    upstreams: list[TaskRun] | None = None,
+    rejection: review_feedback.Rejection | None = None,
+) -> AgentRequest:
     """The attempt's request. `upstreams`: the task's direct upstreams in plan order, when the
-    caller read them already (many claims at once read them in one query)."""
+    caller read them already (many claims at once read them in one query). `rejection`: the review
+    that rejected the task's previous output, told to the agent (`requests_for` looks it up)."""
     agent = task.agent
     shape = run_shape.of(task.run)
     return AgentRequest(
@@ -287,7 +298,9 @@ def build_request(task: TaskRun, attempt_number: int, upstreams: list[TaskRun] |
         provider=agent.provider,
         model=agent.model,
         system_prompt=agent.system_prompt,
-        prompt=context.build_prompt(task, shape.subtasks.get(task.subtask_id), goal=shape.goal, upstreams=upstreams),
+        prompt=context.build_prompt(
+            task, shape.subtasks.get(task.subtask_id), goal=shape.goal, upstreams=upstreams, rejection=rejection
+        ),
         max_tokens=agent.max_output_tokens,
         timeout_s=float(task.subtask.timeout_s or agent.timeout_s),  # the task's agent, loaded with it
         seed=f"{task.run.plan_id}:{task.subtask.key}",

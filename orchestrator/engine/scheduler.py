@@ -287,7 +287,7 @@ def open_gate(task: TaskRun, kind: str) -> Checkpoint:
     A decided checkpoint is history: a retried or re-run task asks again with a new one, and the
     earlier decision keeps its decider, time and comment: the run page, the admin and the API list
     it beside the new one. (It was reset once, and a rejection then survived only in the event
-    log.)"""
+    log.) A review's rejection is what the retried attempt is told (engine/review_feedback.py)."""
     transitions.move(task, State.WAITING_GATE if kind == Checkpoint.Kind.BEFORE else State.AWAITING_REVIEW)
     asked = Checkpoint.objects.filter(task_run=task, kind=kind)
     pending = asked.filter(status=Checkpoint.Status.PENDING).first()

@@ -155,6 +155,39 @@ def test_a_review_asked_again_by_a_rerun_waits_from_its_new_opening(client, pers
     assert Event.objects.filter(run=run, type="checkpoint.approved").exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_rejected_review_stays_on_record_and_its_comment_reaches_the_retried_attempt(
+    client, personas, demo_agents, make_plan, no_broker
+):
+    """A reviewer rejected the design with a comment, a person retried the task: the rejection read
+    "pending" with no decider in the admin, and the retried attempt's request did not mention it."""
+    from tests.conftest import run_here
+
+    run = run_here(runs.launch(make_plan({"design": ("writer", [], {"gate": "after"})}), budget_usd="5"))
+    rejected, task = run.checkpoints.get(), run.tasks.get()
+    client.force_login(personas["approver"])
+    client.post(f"/approvals/{rejected.pk}/reject/", {"comment": "Name the tables and the queue."}, **HTMX)
+    client.force_login(personas["launcher"])
+    assert client.post(f"/runs/{run.pk}/tasks/{task.pk}/retry/", **HTMX).status_code == 200
+    run_here(run)
+    client.force_login(personas["approver"])
+    attempt_page = client.get(f"/runs/{run.pk}/tasks/{task.pk}/attempts/2/").text
+    request = attempt_page.split("Request sent:", 1)[1]
+    assert "and the review that rejected an earlier output)</span></h4>" in request
+    assert (
+        "## Review of your previous output\nYour previous output (attempt 1) was rejected in review by approver.\n"
+        "The reviewer&#x27;s comment:\nName the tables and the queue.\n"
+    ) in request
+    assert "Review of your previous output" not in client.get(f"/runs/{run.pk}/tasks/{task.pk}/attempts/1/").text
+    # The rejection keeps its decider and comment beside the review asked again.
+    panel = client.get(f"/runs/{run.pk}/tasks/{task.pk}/", **HTMX).text
+    assert "Review checkpoint: <strong>rejected</strong> by approver at " in panel
+    assert "“Name the tables and the queue.”" in panel
+    assert "Review checkpoint: <strong>pending</strong></li>" in panel
+    waiting = re.findall(r'id="checkpoint-(\d+)"', client.get("/approvals/").text)
+    assert waiting == [str(run.checkpoints.get(status="pending").pk)] and waiting != [str(rejected.pk)]
+
+
 def test_an_output_review_shows_the_output_as_sanitised_markdown(client, personas, gated_run):
     run, gate = gated_run
     draft = run.tasks.get(subtask__key="draft")

@@ -119,6 +119,23 @@ def test_a_rerun_task_with_a_review_asks_for_the_review_again(make_agent, make_p
     assert again.pk != review.pk and again.created_at > review.decided_at
 
 
+def test_a_rerun_after_a_rejected_review_tells_the_agent_why(make_agent, make_plan, personas):
+    make_agent("writer", provider_options=fast_latency(0.01))
+    run = runs.launch(make_plan({"draft": ("writer", [], {"gate": "after"})}))
+    run_all(run)
+    runs.decide(run.checkpoints.get(kind="after"), approve=False, comment="Cite sources.", user=personas["approver"])
+    reruns.rerun_from(run.tasks.get(), user=personas["launcher"])
+    run_all(run)
+    prompt = Attempt.objects.get(task_run__run=run, number=2).request["prompt"]
+    assert prompt.endswith(
+        "## Review of your previous output\n"
+        "Your previous output (attempt 1) was rejected in review by approver.\n"
+        "The reviewer's comment:\nCite sources.\n"
+        "Do the task again, and address this feedback in your new output."
+    )
+    assert list(run.checkpoints.values_list("status", flat=True)) == ["rejected", "pending"]
+
+
 def test_launch_again_repeats_the_settings_with_a_new_run_of_the_same_plan(chain, personas):
     again = reruns.launch_again(chain, user=personas["launcher"])
     assert again.pk != chain.pk and again.plan_id == chain.plan_id
