@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0021_status_and_kind_labels"),
+        ("orchestrator", "0022_plan_copied_from"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
