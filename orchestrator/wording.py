@@ -77,16 +77,26 @@ def usd(amount) -> str:
     size = abs(value)
     if size == 0:
         return "$0.00"
-    if size.quantize(Decimal("0.0001"), ROUND_HALF_UP) >= 1:
-        return f"{sign}${size.quantize(Decimal('0.01'), ROUND_HALF_UP):,}"
-    if size < SMALLEST_USD:
+    if 0 < size < SMALLEST_USD:
         return "<$0.000001"
-    if size >= Decimal("0.01"):
+    shown = usd_shown(size)
+    return f"{sign}${shown:,}" if shown >= 1 else f"{sign}${shown}"
+
+
+def usd_shown(amount: Decimal) -> Decimal:
+    """The amount `usd` writes, rounded as it rounds it: cents from $1 (1.1254 → 1.13), else
+    four decimals, or two significant digits below a cent. A message that sets two amounts side
+    by side must not write "$1.13 is over the budget of $1.13"."""
+    size = abs(amount)
+    if size.quantize(Decimal("0.0001"), ROUND_HALF_UP) >= 1:
+        places = 2
+    elif size >= Decimal("0.01") or size == 0:
         places = 4
     else:
         # Two significant digits, at least four decimals: 0.005 → 0.0050, 0.000012 → 0.000012.
         places = min(6, max(4, -size.adjusted() + 1))
-    return f"{sign}${size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)}"
+    shown = size.quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
+    return shown if amount >= 0 else -shown
 
 
 # Past these an amount is written as Decimal writes it ("$1E+30"): every digit of an amount someone

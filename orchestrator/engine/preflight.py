@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from orchestrator import plans, wording
-from orchestrator.engine import context, cost_estimates
+from orchestrator.engine import context, cost_estimates, run_settings
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.governance import grant_wording
 from orchestrator.models import Plan, Subtask
@@ -190,11 +190,7 @@ class Preflight:
         """Why a launch would be refused for money, with both numbers ("" when it fits)."""
         if not self.over_budget:
             return ""
-        return (
-            f"The estimated cost {wording.usd(self.estimate_usd)} is over the budget of "
-            f"{wording.budget(self.budget_usd)}: raise the budget to at least {wording.usd(self.estimate_usd)} "
-            "or trim the plan."
-        )
+        return f"{run_settings.budget_shortfall(self.estimate_usd, self.budget_usd, what='The estimated cost')} or trim the plan."
 
     @property
     def can_launch(self) -> bool:

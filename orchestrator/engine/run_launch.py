@@ -11,7 +11,7 @@ from django.utils import timezone
 from orchestrator import events, plans, sql, wording
 from orchestrator.engine import cost_estimates, scheduler, waits
 from orchestrator.engine.action_errors import ActionError
-from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings
+from orchestrator.engine.run_settings import InvalidRunSetting, RunSettings, budget_shortfall
 from orchestrator.models import Checkpoint, Dependency, EventSequence, Plan, Run, TaskRun
 from orchestrator.plans import dag
 
@@ -64,10 +64,7 @@ def launch(
         raise LaunchRefused("; ".join(problems))
     estimate = estimate_cost(plan)
     if estimate > budget:
-        raise LaunchRefused(
-            f"estimated cost {wording.usd(estimate)} is over the budget of {wording.budget(budget)}: "
-            f"raise the budget to at least {wording.usd(estimate)} or trim the plan"
-        )
+        raise LaunchRefused(f"{budget_shortfall(estimate, budget, what='estimated cost')} or trim the plan")
     ranks = task_ranks(plan)
     with events.atomic():
         # A run that starts at once starts as it is created: one moment for both. (The ORM takes

@@ -11,7 +11,7 @@ GLASSBOX_DEFAULT_CAP and GLASSBOX_DEFAULT_BUDGET_USD, and for plan approval the 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
 
 from django.conf import settings
@@ -73,6 +73,29 @@ def parse_budget(value: Any) -> Decimal:
             "budget", f"must have at most {BUDGET_DECIMALS} decimal places, got {wording.budget(amount)}"
         )
     return amount
+
+
+def least_budget_for(cost: Decimal) -> Decimal:
+    """The smallest budget a person can type that covers `cost`: rounded up to whole cents from
+    $1 (as the pages write dollars), else to the budget's four decimals, and at least
+    MIN_BUDGET_USD. The advice said "raise the budget to at least $1.13" of an estimate of
+    $1.1254, and a budget of $1.13 was refused again with the same advice."""
+    places = Decimal("0.01") if cost >= 1 else MIN_BUDGET_USD
+    return max(MIN_BUDGET_USD, cost.quantize(places, rounding=ROUND_CEILING))
+
+
+def budget_shortfall(cost: Decimal, budget: Decimal, *, what: str = "the estimated cost") -> str:
+    """Why `budget` does not cover `cost`, and the least budget that does, which is accepted when
+    typed: "the estimated cost $1.13 is over the budget of $0.50: raise the budget to at least
+    $1.13". When `cost` as the pages round it is not that least budget, it is written to its last
+    decimal: "$1.1404 … at least $1.15", never "$1.14 … at least $1.15", nor "$1.12 is over the
+    budget of $1.12"."""
+    least = least_budget_for(cost)
+    shown = wording.usd(cost) if wording.usd_shown(cost) == least else wording.budget(cost)
+    return (
+        f"{what} {shown} is over the budget of {wording.budget(budget)}: "
+        f"raise the budget to at least {wording.budget(least)}"
+    )
 
 
 def parse_failure_policy(value: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -94,6 +95,23 @@ def test_over_budget_gives_both_numbers(demo_agents, priced_limit):
     assert checked.budget_refusal == (
         "The estimated cost $0.1332 is over the budget of $0.10: raise the budget to at least $0.1332 or trim the plan."
     )
+
+
+def test_a_budget_of_exactly_the_advised_amount_passes_the_preflight_and_launches(demo_agents, priced_limit):
+    """With a $0.50 budget it said "raise the budget to at least $1.13"; with $1.13 it said "The
+    estimated cost $1.13 is over the budget of $1.13": the advice was the estimate rounded to cents."""
+    document = (
+        "goal: A long read\nsubtasks:\n  - {key: a, agent: researcher, title: Read, "
+        "estimate: {input_tokens: 372000, output_tokens: 10}}\n"
+    )
+    checked = preflight.check_document(document, cap=4, budget_usd=BUDGET)
+    assert checked.estimate_usd > 1 and checked.estimate_usd != checked.estimate_usd.quantize(Decimal("0.01"))
+    advised = re.search(r"raise the budget to at least \$([\d.]+) or trim the plan\.$", checked.budget_refusal)
+    assert advised, checked.budget_refusal
+    again = preflight.check_document(document, cap=4, budget_usd=Decimal(advised.group(1)))
+    assert again.can_launch and again.budget_refusal == ""
+    plan = plans.save_plan(plans.validate_document(document), source=Plan.Source.MANUAL)
+    assert runs.launch(plan, budget_usd=advised.group(1)).budget_usd == Decimal(advised.group(1))
 
 
 def test_every_validation_problem_is_kept(demo_agents):

@@ -12,6 +12,8 @@ from orchestrator.engine.run_settings import (
     MAX_CAP,
     InvalidRunSetting,
     RunSettings,
+    budget_shortfall,
+    least_budget_for,
     parse_budget,
     parse_cap,
 )
@@ -118,3 +120,44 @@ def test_the_default_can_be_fixed_by_setting(db, settings, choice, expected):
     settings.GLASSBOX_PLAN_APPROVAL_DEFAULT = choice
     assert RunSettings.of().require_plan_approval is expected
     assert RunSettings.of(require_plan_approval=not expected).require_plan_approval is (not expected)
+
+
+@pytest.mark.parametrize(
+    "cost, least, words",
+    [
+        # The advice read "at least $1.13" of $1.1254; a budget of $1.13 was then refused again.
+        ("1.1254", "1.13", "the estimated cost $1.13 is over the budget of $0.50: raise the budget to at least $1.13"),
+        # Rounded down, the estimate would read "$1.14 … at least $1.15": written to its last decimal.
+        (
+            "1.1404",
+            "1.15",
+            "the estimated cost $1.1404 is over the budget of $0.50: raise the budget to at least $1.15",
+        ),
+        (
+            "0.3154",
+            "0.3154",
+            "the estimated cost $0.3154 is over the budget of $0.50: raise the budget to at least $0.3154",
+        ),
+        (
+            "0.133215",
+            "0.1333",
+            "the estimated cost $0.133215 is over the budget of $0.50: raise the budget to at least $0.1333",
+        ),
+        (
+            "0.000012",
+            "0.0001",
+            "the estimated cost $0.000012 is over the budget of $0.50: raise the budget to at least $0.0001",
+        ),
+    ],
+)
+def test_the_advised_budget_is_one_a_person_can_type_and_it_covers_the_cost(cost, least, words):
+    assert least_budget_for(Decimal(cost)) == Decimal(least)
+    assert parse_budget(least) >= Decimal(cost)
+    assert budget_shortfall(Decimal(cost), Decimal("0.50")) == words
+
+
+def test_a_cost_that_rounds_to_the_budget_is_not_said_to_be_over_it():
+    """ "$1.12 is over the budget of $1.12": the estimate is written to its last decimal."""
+    assert budget_shortfall(Decimal("1.1249"), Decimal("1.12")) == (
+        "the estimated cost $1.1249 is over the budget of $1.12: raise the budget to at least $1.13"
+    )
