@@ -47,7 +47,7 @@ GANTT_TYPES = {
 # Events after which the run's workspace may hold new files (a tool wrote one; an attempt ended).
 ARTIFACT_TYPES = {"tool.result", "task.succeeded", "task.failed", "task.cancelled", "attempt.lost", "attempt.cancelled"}
 # Run events that change no task row (the others, a run's start and end, may change every task).
-RUN_TYPES_SPARING_TASKS = {"run.created", "run.paused", "run.resumed"}
+RUN_TYPES_SPARING_TASKS = {"run.created", "run.paused", "run.resumed", "run.budget_changed"}
 # Events of a task that change only its path and its head (the panel sends those alone).
 PATH_TYPES = set(run_steps.STEP_EVENT_TYPES) | {"task.progress"}
 

@@ -20,6 +20,7 @@ urlpatterns = [
     path("pause/", run.run_pause, name="run_pause"),
     path("resume/", run.run_resume, name="run_resume"),
     path("cancel/", run.run_cancel, name="run_cancel"),
+    path("budget/", run.run_budget, name="run_budget"),
     path("launch-again/", run.run_launch_again, name="run_launch_again"),
     path("tasks/", run.run_part_redirect, name="run_tasks"),
     path("tasks/<int:task_id>/", run.run_task, name="run_task"),

@@ -1,7 +1,7 @@
 """The API's endpoints: thin, each one checks a permission and calls the engine.
 
 Runs (launch from a plan document or a saved plan; list; detail with tasks and totals; pause,
-resume, cancel), tasks (retry, skip), checkpoints (list; approve; reject with a comment),
+resume, cancel, change its budget), tasks (retry, skip), checkpoints (list; approve; reject with a comment),
 a run's events (`?after=SEQ`, in pages) and agents (list, add, change). The permission is checked before
 anything is looked up, so that an outsider learns nothing, not even whether an id exists.
 """
@@ -37,6 +37,7 @@ from .schemas import (
     AgentProvider,
     AgentStatus,
     ApproveIn,
+    BudgetIn,
     CheckpointPage,
     CheckpointStatus,
     CheckpointWithRun,
@@ -185,6 +186,16 @@ def resume_run(request, run_id: PathId):
 def cancel_run(request, run_id: PathId):
     """Cancel every unfinished task and end the run."""
     return _run_action(request, run_id, runs.cancel)
+
+
+@router.post("/runs/{run_id}/budget", response={200: RunDetailOut, **WRITE_ERRORS}, tags=["runs"])
+def change_run_budget(request, run_id: PathId, body: BudgetIn):
+    """Change a run's budget (not below what it spent and holds); a run stopped over budget goes on
+    once a task is retried. Written to the run's events as `run.budget_changed`, naming who."""
+    user = require(request, CONTROL_RUN, run=run_id)
+    run = _get(Run.objects.all(), run_id, "run")
+    runs.change_budget(run, body.budget_usd, user=user)
+    return run_detail(run)
 
 
 @router.get("/runs/{run_id}/events", response={200: EventPage, **READ_ERRORS}, tags=["events"])

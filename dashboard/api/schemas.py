@@ -312,6 +312,16 @@ class AgentCreateIn(AgentChangeIn):
     )
 
 
+class BudgetIn(Schema):
+    """A run's new budget: checked as a launch's is; never below what the run spent and holds."""
+
+    budget_usd: Annotated[StrictStr, AfterValidator(_budget)] = Field(
+        description=f"The new budget in US dollars as a decimal string, {run_settings.MIN_BUDGET_USD} to "
+        f"{run_settings.MAX_BUDGET_USD}",
+        json_schema_extra={"pattern": BUDGET_PATTERN},
+    )
+
+
 class SkipIn(Schema):
     reason: str = Field("", max_length=MAX_COMMENT_CHARS, json_schema_extra=NO_NUL)
 

@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_GET, require_POST
 
 from orchestrator.engine import plan_edits, reruns, runs
+from orchestrator.engine.run_budget import changed as budget_changed
 from orchestrator.models import Checkpoint, Run, TaskRun
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels.graph import graph
@@ -281,6 +282,18 @@ def run_resume(request, run_id: int):
 @permission_required(CONTROL_RUN)
 def run_cancel(request, run_id: int):
     return _run_action(request, run_id, runs.cancel, "Run {run.pk} cancelled.")
+
+
+@require_POST
+@permission_required(CONTROL_RUN)
+def run_budget(request, run_id: int):
+    """Change the run's budget (the header's Budget form)."""
+    run = _run(run_id)
+    try:
+        runs.change_budget(run, request.POST.get("budget_usd", ""), user=request.user)
+    except runs.ActionError as error:
+        return _answer(request, run, message=error.sentence, ok=False)
+    return _answer(request, run, message=budget_changed(run), ok=True, parts=RUN_PARTS)
 
 
 @require_POST

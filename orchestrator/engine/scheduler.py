@@ -489,16 +489,22 @@ def note_waiting(run: Run, waiting: list[tuple[TaskRow, waits.Wait, float]], now
             )
 
 
+# The error of the tasks a stop over budget cancelled: a retry after a raise sends them back to wait.
+OVER_BUDGET_ERROR = "run over budget"
+
+
 def stop_over_budget(run: Run) -> None:
-    """Nothing is running and the next task would pass the budget: the run cannot go on."""
+    """Nothing is running and the next task would pass the budget: the run cannot go on until a
+    person raises its budget (engine/run_budget.py) and retries a task, which the message says:
+    it said "raise the budget and retry" while nothing could raise a run's budget."""
     spent = run.cost_usd
     message = (
         f"stopped: the budget of {wording.budget(run.budget_usd)} does not cover the next task "
-        f"(spent {wording.usd(spent)}); raise the budget and retry"
+        f"(spent {wording.usd(spent)}); raise the budget on the run's page, then retry a cancelled task"
     )
     for task in run.tasks.filter(state__in=[State.PENDING, *TaskRun.ADMISSIBLE, State.WAITING_GATE]):
-        transitions.move(task, State.CANCELLED, error="run over budget", finished_at=timezone.now())
-        events.record("task.cancelled", run=run, task=task, message="run over budget")
+        transitions.move(task, State.CANCELLED, error=OVER_BUDGET_ERROR, finished_at=timezone.now())
+        events.record("task.cancelled", run=run, task=task, message=OVER_BUDGET_ERROR)
     close_pending_checkpoints(run, "the run went over its budget")
     end_run(run, Run.Status.OVER_BUDGET, message)
 

@@ -8,7 +8,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from orchestrator import events, wording
-from orchestrator.engine import run_shape, scheduler, transitions, undecided
+from orchestrator.engine import run_budget, run_shape, scheduler, transitions, undecided
 from orchestrator.engine.action_errors import ActionError, already_ended
 from orchestrator.models import Dependency, Run, TaskRun
 from orchestrator.plans import dag
@@ -35,10 +35,16 @@ def given_up_because_of(task: TaskRun) -> Q:
     """The tasks that gave up because `task` failed: those skipped below it, and the work fail_fast
     stopped when it failed. A person's retry or skip of it sends them back to wait (wait_again). A
     skip left the fail_fast stop in place: the run reopened and ended at once, "failed" with the
-    summary "0 of 5 tasks failed", its other tasks still "run stopped: breaks failed"."""
-    return Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True) | Q(
+    summary "0 of 5 tasks failed", its other tasks still "run stopped: breaks failed".
+
+    In a run stopped over budget, also the work the stop cancelled: once a person raised the
+    budget, a retry goes on with the whole run, not with the retried task alone."""
+    given_up = Q(subtask_id__in=downstream_closure(task), state=State.SKIPPED, skip_cascades=True) | Q(
         state=State.CANCELLED, error__endswith="(fail_fast)"
     )
+    if task.run.status == Run.Status.OVER_BUDGET:
+        given_up |= Q(state=State.CANCELLED, error=scheduler.OVER_BUDGET_ERROR)
+    return given_up
 
 
 def retry_task(task: TaskRun, *, user=None) -> TaskRun:
@@ -52,6 +58,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
             )
         if run.status == Run.Status.CANCELLED:
             raise ActionError(f"run {run.pk} was cancelled: launch it again instead")
+        run_budget.refuse_uncovered_retry(run, task)
         now = timezone.now()
         transitions.move(
             task,

@@ -380,6 +380,52 @@ def test_the_timeline_shows_a_pause_as_it_happens_and_where_it_ended(
     print(path.parent)
 
 
+def test_a_run_stopped_over_budget_has_its_budget_raised_from_its_header_and_a_retry_goes_on(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """It said "raise the budget and retry" with no way to raise it; Retry said "scope will run
+    again." and the run ended once more in the same second."""
+    from orchestrator import events
+    from orchestrator.engine import scheduler
+
+    page = logged_in_page
+    run = runs.launch(make_plan({"scope": ("researcher", []), "write": ("writer", ["scope"])}), budget_usd="1")
+    scope = run.tasks.get(subtask__key="scope")
+    Attempt.objects.filter(task_run__run=run).update(reserved_usd=0)
+    TaskRun.objects.filter(pk=scope.pk).update(state=TaskRun.State.FAILED, finished_at=timezone.now())
+    Run.objects.filter(pk=run.pk).update(cost_usd="0.999", reserved_usd=0)
+    with events.atomic():
+        scheduler.stop_over_budget(scheduler.lock_run(run.pk))
+    open_run(page, run)
+    header = page.locator("#run-header")
+    expect(header).to_contain_text("raise the budget on the run's page, then retry a cancelled task")
+    expect(page.locator("#cost-budget-stop")).to_have_text("stopped: the next task would exceed the budget")
+    budget = header.get_by_label("Budget $")
+    expect(budget).to_have_value("1.00")
+
+    page.goto(f"/runs/{run.pk}/?task={scope.pk}")
+    page.evaluate("window.__notReloaded = true")
+    page.locator("#task-panel [data-action='retry']").click()
+    flash = page.locator("#run-flash")
+    expect(flash).to_contain_text(re.compile(r"Task scope may cost up to \$0\.0\d+ .* at least \$1\.02 first"))
+    expect(flash).not_to_contain_text("will run again")
+
+    budget = page.locator("#run-header").get_by_label("Budget $")
+    budget.fill("1.02")
+    page.locator("#run-header [data-action='change-budget']").click()
+    expect(flash).to_contain_text(
+        f"Run {run.pk}'s budget is now $1.02. It stays stopped until you retry a cancelled task."
+    )
+    expect(page.locator("#run-totals")).to_contain_text("of $1.02")
+    expect(page.locator("#run-header").get_by_label("Budget $")).to_have_value("1.02")
+    screenshot(page, "budget-raised")
+
+    page.locator("#task-panel [data-action='retry']").click()
+    expect(flash).to_contain_text("scope will run again.")
+    expect(page.locator("#run-header [data-run-status]")).to_have_attribute("data-run-status", "running")
+    assert_not_reloaded(page)
+
+
 def test_a_long_plan_under_review_scrolls_in_its_box_and_the_page_ends_with_its_content(
     logged_in_page, demo_agents, priced_limit, make_plan, screenshot
 ):

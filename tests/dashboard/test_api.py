@@ -4,6 +4,7 @@ agents, errors in one shape, token and session authentication."""
 from __future__ import annotations
 
 import json
+import re
 from decimal import Decimal
 
 import pytest
@@ -11,6 +12,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from orchestrator.engine import reruns, runs
 from orchestrator.governance import tokens
@@ -275,6 +277,43 @@ def test_pause_resume_cancel(api, two_runs):
     assert actors == {"launcher"}
 
 
+def test_a_runs_budget_is_changed_by_whoever_controls_runs_with_the_launchs_checks(api, two_runs):
+    first, _ = two_runs
+    changed = api["launcher"].post(f"/runs/{first.pk}/budget", {"budget_usd": "7.25"})
+    assert changed.status_code == 200 and changed.json()["run"]["budget_usd"] == "7.2500"
+    event = Event.objects.get(run=first, type="run.budget_changed")
+    assert (event.actor_name, event.message) == ("launcher", "budget changed from $0.50 to $7.25 by launcher")
+
+    invalid = api["launcher"].post(f"/runs/{first.pk}/budget", {"budget_usd": "0.123456"})
+    assert invalid.status_code == 422
+    assert error(invalid)["details"] == [
+        {"where": "body", "field": "budget_usd", "message": "must have at most 4 decimal places, got $0.123456"}
+    ]
+    same = api["launcher"].post(f"/runs/{first.pk}/budget", {"budget_usd": "7.25"})
+    assert same.status_code == 409 and error(same)["message"] == f"Run {first.pk}'s budget is already $7.25"
+    denied = api["viewer"].post(f"/runs/{first.pk}/budget", {"budget_usd": "9"})
+    assert denied.status_code == 403 and error(denied)["code"] == "permission_denied"
+    first.refresh_from_db()
+    assert first.budget_usd == Decimal("7.25")
+
+
+def test_a_retry_the_budget_cannot_cover_is_refused_with_the_numbers_until_the_budget_is_raised(api, two_runs):
+    first, _ = two_runs
+    a = first.tasks.get(subtask__key="a")
+    TaskRun.objects.filter(pk=a.pk).update(state=TaskRun.State.FAILED, finished_at=timezone.now())
+    Run.objects.filter(pk=first.pk).update(cost_usd=Decimal("0.49"), reserved_usd=0)
+    refused = api["launcher"].post(f"/tasks/{a.pk}/retry")
+    assert refused.status_code == 409
+    said = re.fullmatch(
+        rf"Task a may cost up to \$0\.0\d+ and run {first.pk} has \$0\.0100 of its budget of \$0\.50 left "
+        r"\(\$0\.4900 spent\): raise the budget to at least \$(0\.5\d+) first",
+        error(refused)["message"],
+    )
+    assert said, error(refused)["message"]
+    assert api["launcher"].post(f"/runs/{first.pk}/budget", {"budget_usd": said.group(1)}).status_code == 200
+    assert api["launcher"].post(f"/tasks/{a.pk}/retry").json()["state"] in ("ready", "queued")
+
+
 def test_retry_and_skip_tasks(api, two_runs):
     first, _ = two_runs
     task = first.tasks.get(subtask__key="a")
@@ -498,6 +537,7 @@ def test_the_schema_documents_every_operation_and_error(personas, team):
         ("POST", "/api/runs/{run_id}/pause"),
         ("POST", "/api/runs/{run_id}/resume"),
         ("POST", "/api/runs/{run_id}/cancel"),
+        ("POST", "/api/runs/{run_id}/budget"),
         ("GET", "/api/runs/{run_id}/events"),
         ("POST", "/api/tasks/{task_id}/retry"),
         ("POST", "/api/tasks/{task_id}/skip"),

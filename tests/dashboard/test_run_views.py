@@ -280,6 +280,67 @@ def test_refused_action_answers_with_the_reason(login, personas, brief):
     assert "cannot be resumed" in response.content.decode()  # a plain post: the message after the redirect
 
 
+def stop_over_budget(run: Run) -> Run:
+    """End `run` over budget as the scheduler does when the next task does not fit."""
+    from orchestrator import events
+    from orchestrator.engine import scheduler
+
+    with events.atomic():
+        scheduler.stop_over_budget(scheduler.lock_run(run.pk))
+    run.refresh_from_db()
+    return run
+
+
+def test_whoever_controls_runs_changes_the_budget_from_the_header(login, personas, brief):
+    """No page, API call or command could change a run's budget, while an over-budget run said
+    "raise the budget and retry"."""
+    assert 'data-action="change-budget"' not in login(personas["viewer"]).get(url("run_detail", brief)).text
+    client = login(personas["launcher"])
+    page = client.get(url("run_detail", brief)).text
+    assert 'name="budget_usd"' in page and 'value="5.00"' in page and 'data-action="change-budget"' in page
+    response = client.post(url("run_budget", brief), {"budget_usd": "7.5"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert f'<span class="run-flash-text">Run {brief.pk}&#x27;s budget is now $7.50.</span>' in html
+    assert 'id="run-totals"' in html and "of $7.50" in html  # the Cost card says so at once
+    brief.refresh_from_db()
+    assert brief.budget_usd == Decimal("7.5")
+    event = Event.objects.get(run=brief, type="run.budget_changed")
+    assert (event.actor_user, event.message) == (personas["launcher"], "budget changed from $5.00 to $7.50 by launcher")
+
+    refused = client.post(url("run_budget", brief), {"budget_usd": "lots"}, HTTP_HX_REQUEST="true")
+    assert refused["X-Glassbox-Refused"] == "1"
+    assert "Budget must be an amount in USD such as 0.50, got &#x27;lots&#x27;" in refused.content.decode()
+    assert login(personas["viewer"]).post(url("run_budget", brief), {"budget_usd": "9"}).status_code == 403
+
+
+def test_a_run_stopped_over_budget_keeps_its_budget_form_and_its_retry_is_refused_with_the_numbers(
+    login, personas, brief
+):
+    """Retry said "scope will run again." in green, while the run reopened, cancelled the task
+    again and ended in the same second."""
+    Run.objects.filter(pk=brief.pk).update(cost_usd=Decimal("4.999"), reserved_usd=0)
+    Attempt.objects.filter(task_run__run=brief).update(reserved_usd=0)
+    TaskRun.objects.filter(pk=task(brief, "scope").pk).update(state=TaskRun.State.FAILED, finished_at=timezone.now())
+    run = stop_over_budget(brief)
+    client = login(personas["launcher"])
+    page = client.get(url("run_detail", run)).text
+    assert "raise the budget on the run&#x27;s page, then retry a cancelled task" in page
+    assert 'data-action="change-budget"' in page and 'data-action="cancel"' not in page
+    scope = task(run, "scope")
+    response = client.post(url("run_task_retry", run, scope.pk), HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert response["X-Glassbox-Refused"] == "1" and "will run again" not in html
+    assert "Task scope may cost up to $0.0" in html and "raise the budget to at least $5.02 first" in html
+    run.refresh_from_db()
+    assert run.status == Run.Status.OVER_BUDGET and not Event.objects.filter(run=run, type="run.reopened").exists()
+
+    client.post(url("run_budget", run), {"budget_usd": "5.02"}, HTTP_HX_REQUEST="true")
+    assert "scope will run again." in client.post(url("run_task_retry", run, scope.pk), HTTP_HX_REQUEST="true").text
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING
+    assert task(run, "a").state == TaskRun.State.PENDING  # the work the stop cancelled waits again
+
+
 def test_get_on_an_action_is_not_allowed(login, personas, brief):
     assert login(personas["launcher"]).get(url("run_cancel", brief)).status_code == 405
 

@@ -734,6 +734,23 @@ def test_pause_resume_cancel(gated_run):
     assert run.summary == f"cancelled by {console.cli_actor()}"
 
 
+@pytest.mark.django_db
+def test_budget_changes_a_runs_budget_as_the_command_lines_user(demo_agents, make_plan):
+    """No command could raise a run's budget, while a run stopped over budget said to."""
+    from orchestrator.models import Event
+
+    run = runs.launch(make_plan({"only": ("writer", [])}), budget_usd="1")
+    out, _ = run_command("budget", str(run.pk), "2.50")
+    assert out == f"Run {run.pk}'s budget is now $2.50.\n"
+    event = Event.objects.get(run=run, type="run.budget_changed")
+    assert (event.actor_name, event.message) == (
+        console.cli_actor(),
+        f"budget changed from $1.00 to $2.50 by {console.cli_actor()}",
+    )
+    with pytest.raises(CommandError, match=r"^Budget must have at most 4 decimal places, got \$0\.123456$"):
+        run_command("budget", str(run.pk), "0.123456")
+
+
 # --- what a newcomer meets: each state of a run, refusals in sentences ----------------------------
 
 
