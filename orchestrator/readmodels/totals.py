@@ -393,6 +393,15 @@ class Totals:
         return wording.percent_text(self.cost_usd, self.budget_usd)
 
     @property
+    def budget_stop(self) -> str:
+        """Why a run stopped over budget, on its Cost card: the next task's worst case would have
+        taken it past the budget, so it stopped short of it. The header's "Over budget" sat beside
+        "83% used" as if the budget had been spent and more ("" for any other run)."""
+        if self.status != Run.Status.OVER_BUDGET:
+            return ""
+        return "stopped: the next task would exceed the budget"
+
+    @property
     def outcome(self) -> str:
         """The Tasks card's headline: "3 of 10 succeeded", "7 of 22 succeeded · 15 cancelled",
         "1 of 3 succeeded · 2 skipped (a rejected at its gate)"."""

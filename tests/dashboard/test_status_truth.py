@@ -968,3 +968,19 @@ def test_the_cost_card_of_a_run_on_priced_models_says_nothing_of_prices(viewer, 
     assert run.input_tokens + run.output_tokens > 0
     words = cost_card(run_page(viewer, run))
     assert "used" in words and "no price" not in words
+
+
+def test_a_run_stopped_over_budget_says_the_next_task_would_exceed_it_beside_the_budget_used(
+    viewer, make_agent, make_plan, priced_limit
+):
+    """The header said "Over budget" beside a Cost card at "83% used", nothing saying why: the run
+    stopped short of its budget because the next task's worst case would have passed it."""
+    make_agent("researcher", max_output_tokens=100)
+    plan = make_plan({f"t{i}": ("researcher", [], {"instructions": "Compare in depth. " * 450}) for i in range(6)})
+    run = run_here(runs.launch(plan, budget_usd="0.02", cap=6))
+    assert run.status == Run.Status.OVER_BUDGET and run.cost_usd < run.budget_usd
+    card = cost_card(run_page(viewer, run))
+    used = re.search(r"(\d+)% used", card)
+    assert used and int(used.group(1)) < 100, card
+    assert "stopped: the next task would exceed the budget" in card
+    assert "then retry a cancelled task" in text_of(run_page(viewer, run))
