@@ -859,7 +859,7 @@ def test_an_output_its_review_did_not_approve_is_headed_as_such_not_as_a_partial
     """A design whose review was rejected (then skipped), or skipped while in review: its output
     is whole but not a result. The panel and the downloads headed it "Partial output of attempt 1
     (succeeded)": neither partial nor a result."""
-    from orchestrator.readmodels.run_export import run_export, run_markdown
+    from orchestrator.readmodels.run_export import below_heading, run_export, run_markdown
 
     make_agent("researcher", provider_options=fast_latency(0.01))
     run = runs.launch(
@@ -890,7 +890,8 @@ def test_an_output_its_review_did_not_approve_is_headed_as_such_not_as_a_partial
         "heading": heading,
         "text": design.output,
     }
-    assert f"_{heading}: not a result._\n\n{design.output.rstrip()}\n" in run_markdown(run)
+    text = below_heading(design.output.rstrip(), "###")  # its headings under the task's
+    assert f"_{heading}: not a result._\n\n{text}\n" in run_markdown(run)
 
 
 # --- What a tool call's wait holds up ------------------------------------------------------------
