@@ -194,6 +194,10 @@ GLASSBOX_LEASE_S = env_float("GLASSBOX_LEASE_S", 15.0, minimum=0)
 # Retry backoff: base * 2**(attempt-1), capped, with full jitter.
 GLASSBOX_RETRY_BASE_S = env_float("GLASSBOX_RETRY_BASE_S", 1.0, minimum=0)
 GLASSBOX_RETRY_MAX_S = env_float("GLASSBOX_RETRY_MAX_S", 30.0, minimum=0)
+# Attempts of a task's start that may be lost with their worker (killed, or stalled past its lease)
+# before the task fails: a lost attempt is not the task's fault and spends none of its retries,
+# but a task that kills its worker every time must not be retried for ever.
+GLASSBOX_MAX_LOST_ATTEMPTS = env_int("GLASSBOX_MAX_LOST_ATTEMPTS", 3, minimum=1)
 # An admitted attempt that no worker claimed after this long is handed to the broker again (the
 # Redis broker loses a task whose worker dies; a process can die between commit and enqueue).
 # A second delivery is harmless: only one claim of an attempt can succeed.

@@ -1,7 +1,9 @@
 """Crash recovery and timers: the periodic tick (DESIGN §3, Crash recovery).
 
 - A running attempt whose lease expired (its worker was killed or stalled) is marked lost and
-  its task is retried as a new attempt; whatever the lost attempt says later is discarded.
+  its task is retried as a new attempt, spending none of its retries (a worker's death is not the
+  task's fault), up to GLASSBOX_MAX_LOST_ATTEMPTS lost attempts (engine/retries.py
+  `retry_lost_or_fail`); whatever the lost attempt says later is discarded.
 - A queued attempt that no worker claimed in time is handed to the broker again (the Redis
   broker loses a task whose worker dies; a process can die between commit and enqueue).
 - Runs with ready work whose backoff or rate-limit wait has passed are advanced.
@@ -27,7 +29,7 @@ from django.utils import timezone
 
 from orchestrator import events, sql
 from orchestrator.engine import dispatch, scheduler, settlement, silences, tool_approvals
-from orchestrator.engine.retries import schedule_retry_or_fail
+from orchestrator.engine.retries import retry_lost_or_fail
 from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels import prices
@@ -125,7 +127,7 @@ def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list
         return [
             "cancelled"
             if run.is_finished  # the failure of one before it stopped the run (fail_fast)
-            else schedule_retry_or_fail(run, a.task, a.message, retryable=True, own_fault=True, retry_after=0)
+            else retry_lost_or_fail(run, a.task, a.message)
             for a in lost
         ]
 

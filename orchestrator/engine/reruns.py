@@ -111,6 +111,7 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
                     error="",
                     progress=0,
                     fault_count=0,
+                    lost_count=0,
                     skip_cascades=False,
                     not_before=None,
                     ready_at=None,

@@ -2,6 +2,11 @@
 a retry after exponential backoff with jitter, or the task failed for good — and, under the
 fail_fast policy, the run stopped.
 
+A failure spends the task's retries (`max_retries`) when it is the task's own; a lost attempt (its
+worker killed, or silent past its lease) is not the task's fault and spends none, as a graceful
+hand-back spends none: it is bounded apart (GLASSBOX_MAX_LOST_ATTEMPTS,
+`TaskRun.no_retry_after_loss`), so a task that kills its worker every time still ends.
+
 Called inside the transaction that records the attempt's end (attempt_ends.fail) or declares it
 lost (reaper), with the run's row locked.
 """
@@ -20,8 +25,6 @@ from orchestrator.models import ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import ProviderError
 
 State = TaskRun.State
-# Bound on a start's attempts whatever their cause, so a provider that never recovers cannot loop forever.
-MAX_ATTEMPTS = 50
 
 
 def backoff_seconds(fault_count: int, retry_after: float | None) -> float:
@@ -64,48 +67,76 @@ def back_off_provider(run: Run, task: TaskRun, error: ProviderError) -> None:
 def schedule_retry_or_fail(
     run: Run, task: TaskRun, message: str, *, retryable: bool, own_fault: bool, retry_after: float | None
 ) -> str:
-    """After a failed or lost attempt: retry with backoff, or fail the task for good."""
+    """After a failed attempt: retry with backoff, or fail the task for good."""
     task.refresh_from_db()
     faults = task.fault_count + (1 if own_fault else 0)
     max_retries = task.subtask.effective_max_retries
-    now = timezone.now()
     # The bound counts this start's attempts: a re-run (engine/reruns.py) starts the count again.
-    if retryable and faults <= max_retries and task.attempt_count - task.earlier_attempts < MAX_ATTEMPTS:
-        delay = backoff_seconds(faults, retry_after)
-        not_before = now + timedelta(seconds=delay)
-        wait = waits.RetryBackoff(not_before, message)
-        transitions.move(
-            task,
-            State.READY,
-            fault_count=faults,
-            not_before=not_before,
-            lease_owner="",
-            lease_expires_at=None,
-            error=message[:2000],
-            ready_at=now,
-            wait_reason=wait.message,
-            wait_code=wait.code,
-        )
-        events.record(
-            "task.retry_scheduled",
-            run=run,
-            task=task,
-            message=f"attempt {task.attempt_count} failed ({message[:200]}); retry in {delay:.1f} s",
-            payload={"attempt": task.attempt_count, "error": message[:500], "delay_s": round(delay, 3)},
-        )
-        return "retry scheduled"
-    # Appended, not bracketed: a provider's message often ends in brackets of its own. The
-    # attempts are this start's: those before a re-run are the row's own line (engine/reruns.py).
-    attempts = task.attempt_count - task.earlier_attempts
-    reason = message if not retryable else f"{message}, after {wording.counted(attempts, 'attempt')}"
+    if retryable and faults <= max_retries and _attempts(task) < TaskRun.MAX_ATTEMPTS:
+        return _retry(run, task, message, backoff_seconds(faults, retry_after), fault_count=faults)
+    return _fail(
+        run, task, message if not retryable else f"{message}, after {_attempts_said(task)}", fault_count=faults
+    )
+
+
+def retry_lost_or_fail(run: Run, task: TaskRun, message: str) -> str:
+    """After an attempt lost with its worker (engine/reaper.py): retried with backoff, spending no
+    retry, unless the rule says no retry is left (`TaskRun.no_retry_after_loss`: its start lost
+    GLASSBOX_MAX_LOST_ATTEMPTS attempts, or made MAX_ATTEMPTS); then the task fails and says why."""
+    task.refresh_from_db()
+    lost = task.lost_count + 1
+    if why := TaskRun.no_retry_after_loss(task.lost_count, _attempts(task)):
+        return _fail(run, task, f"{message}, after {_attempts_said(task)} (no retry left: {why})", lost_count=lost)
+    return _retry(run, task, message, backoff_seconds(lost, None), lost_count=lost)
+
+
+def _attempts(task: TaskRun) -> int:
+    """This start's attempts: those before a re-run are the row's own line (engine/reruns.py)."""
+    return task.attempt_count - task.earlier_attempts
+
+
+def _attempts_said(task: TaskRun) -> str:
+    return wording.counted(_attempts(task), "attempt")
+
+
+def _retry(run: Run, task: TaskRun, message: str, delay: float, **counts: int) -> str:
+    """The task ready again once `delay` seconds have passed; `counts`: its fault or lost count."""
+    now = timezone.now()
+    not_before = now + timedelta(seconds=delay)
+    wait = waits.RetryBackoff(not_before, message)
+    transitions.move(
+        task,
+        State.READY,
+        **counts,
+        not_before=not_before,
+        lease_owner="",
+        lease_expires_at=None,
+        error=message[:2000],
+        ready_at=now,
+        wait_reason=wait.message,
+        wait_code=wait.code,
+    )
+    events.record(
+        "task.retry_scheduled",
+        run=run,
+        task=task,
+        message=f"attempt {task.attempt_count} failed ({message[:200]}); retry in {delay:.1f} s",
+        payload={"attempt": task.attempt_count, "error": message[:500], "delay_s": round(delay, 3)},
+    )
+    return "retry scheduled"
+
+
+def _fail(run: Run, task: TaskRun, reason: str, **counts: int) -> str:
+    """The task failed for good with `reason` (appended to, not bracketed: a provider's message
+    often ends in brackets of its own); under fail_fast its run stops."""
     transitions.move(
         task,
         State.FAILED,
-        fault_count=faults,
+        **counts,
         lease_owner="",
         lease_expires_at=None,
         error=reason[:2000],
-        finished_at=now,
+        finished_at=timezone.now(),
     )
     events.record("task.failed", run=run, task=task, message=reason[:500], payload={"error": reason[:2000]})
     if run.failure_policy == Run.FailurePolicy.FAIL_FAST:

@@ -2,7 +2,7 @@
 
 A running task whose worker stopped renewing its lease says so (readmodels/silence.py: "no word
 from worker vm:4121 since 10:30:52 UTC — retried when its lease runs out at 10:31:07 UTC if it
-stays silent"), but a silent worker sends no events, and open pages redraw a task on its events.
+stays silent", or that it fails then when no retry is left), but a silent worker sends no events, and open pages redraw a task on its events.
 So each tick (engine/reaper.py) records one `attempt.silent` event for a running attempt that
 turned silent — once per silence: the lease it stopped at names it — and one `attempt.heard` when
 its worker renews the lease again after that; a lease that runs out is the reaper's
@@ -53,7 +53,14 @@ def announce_silent(now: datetime) -> int:
             tasks = _silent_tasks(now, TaskRun.objects.filter(pk__in=task_ids))
             said = _said(SILENT, [task.pk for task in tasks], now)
             for task in tasks:
-                silence = silence_of(task.state, task.lease_owner, task.lease_expires_at, now)
+                silence = silence_of(
+                    task.state,
+                    task.lease_owner,
+                    task.lease_expires_at,
+                    now,
+                    lost_before=task.lost_count,
+                    attempts=task.attempt_count - task.earlier_attempts,
+                )
                 if silence is None or (task.pk, task.attempt_count, _moment(silence.lease_expires_at)) in said:
                     continue
                 events.record(

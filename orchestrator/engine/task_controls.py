@@ -64,6 +64,7 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
             task,
             State.READY,
             fault_count=0,
+            lost_count=0,
             skip_cascades=False,
             error="",
             not_before=None,

@@ -10,6 +10,7 @@ from django.db import models
 
 from orchestrator.models.agents import Agent
 from orchestrator.models.plans import Plan, Subtask
+from orchestrator.wording import counted
 
 
 class Run(models.Model):
@@ -111,6 +112,9 @@ class TaskRun(models.Model):
     TERMINAL = (State.SUCCEEDED, State.FAILED, State.SKIPPED, State.CANCELLED)
     ACTIVE = (State.QUEUED, State.RUNNING)
     ADMISSIBLE = (State.READY, State.THROTTLED)
+    # Bound on a start's attempts whatever their cause, so a provider that never recovers cannot
+    # loop forever (engine/retries.py).
+    MAX_ATTEMPTS = 50
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tasks")
     subtask = models.ForeignKey(Subtask, on_delete=models.PROTECT, related_name="task_runs")
@@ -142,6 +146,9 @@ class TaskRun(models.Model):
     earlier_cost_usd = models.DecimalField(max_digits=14, decimal_places=6, default=Decimal("0"))
     # Failures that were the task's own fault (not a provider-wide 429/529): the retry budget.
     fault_count = models.PositiveIntegerField(default=0)
+    # Attempts of this start lost with their worker (engine/reaper.py): not the task's fault, so they
+    # spend no retry, but bounded apart (GLASSBOX_MAX_LOST_ATTEMPTS, `no_retry_after_loss`).
+    lost_count = models.PositiveIntegerField(default=0)
     # A skip that downstream tasks inherit (upstream failed or was rejected), unlike a person's
     # "skip this task", after which downstream tasks go on without it.
     skip_cascades = models.BooleanField(default=False)
@@ -171,6 +178,28 @@ class TaskRun(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in self.TERMINAL
+
+    @classmethod
+    def no_retry_after_loss(cls, lost_before: int, attempts: int) -> str:
+        """Why a task whose running attempt is lost now (its worker killed or silent past its
+        lease) fails instead of being retried, as a clause ("3 attempts lost with their worker,
+        the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"); "" when it is retried.
+        `lost_before`: its start's attempts lost before this one (`lost_count`); `attempts`: its
+        start's attempts, this one included.
+
+        A lost attempt spends no retry (`max_retries` bounds the task's own failures; a worker's
+        death is not one), so only these bounds stop it. The reaper decides by this rule
+        (engine/retries.py) and a silent worker's task says it beforehand (readmodels/silence.py):
+        the page promises a retry only when one will come."""
+        lost = lost_before + 1
+        if lost >= settings.GLASSBOX_MAX_LOST_ATTEMPTS:
+            whose = "its worker" if lost == 1 else "their worker"
+            return (
+                f"{counted(lost, 'attempt')} lost with {whose}, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"
+            )
+        if attempts >= cls.MAX_ATTEMPTS:
+            return f"{counted(attempts, 'attempt')}, the most a task makes"
+        return ""
 
 
 class Attempt(models.Model):

@@ -6,12 +6,16 @@ A worker's agent host renews the leases of the attempts it runs every third of G
 after it: so a running task's lease says when its worker was last heard of (its end less
 GLASSBOX_LEASE_S, as every write of a running task's lease sets it). Once that is SILENT_AFTER
 renewals ago, a renewal was missed beyond a late beat: the worker is dead or stalled, and the
-reaper retries the task when the lease runs out unless the worker speaks again. Until then the
-task read "running" as if all were fine, for up to GLASSBOX_LEASE_S (15 s by default).
+reaper retries the task when the lease runs out unless the worker speaks again — or fails it when
+no retry is left (`TaskRun.no_retry_after_loss`, the rule the reaper decides by, so the words
+never promise a retry that will not come). Until then the task read "running" as if all were
+fine, for up to GLASSBOX_LEASE_S (15 s by default).
 
 The words name moments, not a count of seconds (a page that no event redraws would keep a count
 that stopped being true at once): "no word from worker vm:4121 since 10:30:52 UTC — retried when
-its lease runs out at 10:31:07 UTC if it stays silent". Derived from the task's row alone, so the
+its lease runs out at 10:31:07 UTC if it stays silent", or "— fails when its lease runs out at
+10:31:07 UTC if it stays silent (no retry left: 3 attempts lost with their worker, …)". Derived
+from the task's row alone, so the
 task row, the panel's head, the agent's lane and `run_status` say it without a query of their own.
 The ticker's check (engine/silences.py) records when a task turns silent and when it is heard
 again, so that open pages redraw it.
@@ -51,6 +55,8 @@ class Silence:
     heard_at: datetime  # its last renewal
     lease_expires_at: datetime
     now: datetime
+    # Why the reaper would fail the task, not retry it, when the lease runs out ("": it retries it).
+    no_retry: str = ""
 
     @property
     def seconds(self) -> float:
@@ -60,9 +66,12 @@ class Silence:
     def text(self) -> str:
         """The task's note while its worker is silent (the row, the panel's head, run_status)."""
         since = f"no word from worker {self.worker or '?'} since {clock(self.heard_at)}"
+        then, left = ("fails", f" (no retry left: {self.no_retry})") if self.no_retry else ("retried", "")
         if self.now >= self.lease_expires_at:
-            return f"{since} — its lease ran out at {clock(self.lease_expires_at)}: retried at the reaper's next pass"
-        return f"{since} — retried when its lease runs out at {clock(self.lease_expires_at)} if it stays silent"
+            return (
+                f"{since} — its lease ran out at {clock(self.lease_expires_at)}: {then} at the reaper's next pass{left}"
+            )
+        return f"{since} — {then} when its lease runs out at {clock(self.lease_expires_at)} if it stays silent{left}"
 
     @property
     def short(self) -> str:
@@ -97,17 +106,24 @@ def lost_text(attempt: Attempt) -> str:
 
 
 def silence_of(
-    state: str, worker: str, lease_expires_at: datetime | None, now: datetime | None = None
+    state: str,
+    worker: str,
+    lease_expires_at: datetime | None,
+    now: datetime | None = None,
+    *,
+    lost_before: int,
+    attempts: int,
 ) -> Silence | None:
     """The silence of a task with these columns, or None while its worker is heard (or it is not
-    running)."""
+    running). `lost_before`: its start's attempts lost so far (`TaskRun.lost_count`); `attempts`:
+    its start's attempts, the running one included: whether losing this one leaves a retry."""
     if state != TaskRun.State.RUNNING or lease_expires_at is None:
         return None
     now = now or timezone.now()
     heard_at = lease_expires_at - timedelta(seconds=settings.GLASSBOX_LEASE_S)
     if (now - heard_at).total_seconds() < silent_after_s():
         return None
-    return Silence(worker, heard_at, lease_expires_at, now)
+    return Silence(worker, heard_at, lease_expires_at, now, TaskRun.no_retry_after_loss(lost_before, attempts))
 
 
 def silent_lease_bound(now: datetime) -> datetime:

@@ -264,7 +264,13 @@ class TaskView(TaskRecord):
             earlier_attempts=task.earlier_attempts,
             earlier_tokens=task.earlier_tokens,
             earlier_cost_usd=task.earlier_cost_usd,
-            silence=silence_of(task.state, task.lease_owner, task.lease_expires_at),
+            silence=silence_of(
+                task.state,
+                task.lease_owner,
+                task.lease_expires_at,
+                lost_before=task.lost_count,
+                attempts=task.attempt_count - task.earlier_attempts,
+            ),
             **shown(task.state, task.progress, task.wait_reason, activity),
         )
 
@@ -272,11 +278,12 @@ class TaskView(TaskRecord):
     def of_values(cls, values: dict[str, Any]) -> Self:
         """The view of a task read as plain values: VIEW_COLUMNS by their field names, and its
         LEASE_COLUMNS (`task_views`)."""
-        owner, expires = values.pop("lease_owner"), values.pop("lease_expires_at")
+        owner, expires, lost = values.pop("lease_owner"), values.pop("lease_expires_at"), values.pop("lost_count")
+        attempts = values["attempt_count"] - values["earlier_attempts"]
         return cls(
             **{
                 **values,
-                "silence": silence_of(values["state"], owner, expires),
+                "silence": silence_of(values["state"], owner, expires, lost_before=lost, attempts=attempts),
                 "live_input_tokens": 0,
                 "live_output_tokens": 0,
                 **shown(values["state"], values["progress"], values["wait_reason"]),
@@ -359,8 +366,8 @@ VIEW_COLUMNS = {
     for name in TaskView.model_fields
     if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity", "silence")
 } | {"gate": "subtask__gate"}
-# What a view reads besides, for its `silence`.
-LEASE_COLUMNS = ("lease_owner", "lease_expires_at")
+# What a view reads besides, for its `silence` (and whether losing its attempt leaves a retry).
+LEASE_COLUMNS = ("lease_owner", "lease_expires_at", "lost_count")
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:
@@ -420,6 +427,8 @@ class TaskState:
     worked_until: datetime | None
     lease_owner: str = ""
     lease_expires_at: datetime | None = None
+    lost_count: int = 0
+    earlier_attempts: int = 0  # for its silence's words, as `lost_count` (task_states reads both)
     live_input_tokens: int = 0
     live_output_tokens: int = 0
 
@@ -434,7 +443,13 @@ class TaskState:
     @property
     def silence(self) -> Silence | None:
         """Its worker's silence while it runs (the agent's lane says it), else None."""
-        return silence_of(self.state, self.lease_owner, self.lease_expires_at)
+        return silence_of(
+            self.state,
+            self.lease_owner,
+            self.lease_expires_at,
+            lost_before=self.lost_count,
+            attempts=self.attempt_count - self.earlier_attempts,
+        )
 
     @property
     def spent_tokens(self) -> int:
@@ -448,10 +463,10 @@ class TaskState:
         return self.spent_tokens - self.earlier_tokens
 
 
+# What `task_states` reads of a task after its STATE_FIELDS (or not as a column: its live tokens).
+AFTER_STATE_FIELDS = ("worked_until", *LEASE_COLUMNS, "earlier_attempts", "live_input_tokens", "live_output_tokens")
 STATE_FIELDS = tuple(
-    name
-    for name in TaskState.__dataclass_fields__
-    if name not in ("pk", "key", "title", "worked_until", "live_input_tokens", "live_output_tokens", *LEASE_COLUMNS)
+    name for name in TaskState.__dataclass_fields__ if name not in ("pk", "key", "title", *AFTER_STATE_FIELDS)
 )
 
 
@@ -467,7 +482,9 @@ def task_states(run: Run | int, *, running_only: bool = False) -> list[TaskState
     rows = (
         query.annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
         .order_by("subtask__position", "pk")
-        .values_list("pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until", *LEASE_COLUMNS)
+        .values_list(
+            "pk", "subtask__key", "subtask__title", *STATE_FIELDS, "worked_until", *LEASE_COLUMNS, "earlier_attempts"
+        )
     )
     states = [TaskState(*row) for row in rows]
     live = live_tokens(states)

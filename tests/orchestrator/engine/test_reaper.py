@@ -1,5 +1,6 @@
 """The reaper: a killed worker's attempts are declared lost and retried, exactly once each, a run's
-attempts together in one transaction (its lock taken once per batch), their saved usage kept."""
+attempts together in one transaction (its lock taken once per batch), their saved usage kept. A
+lost attempt spends none of its task's retries; GLASSBOX_MAX_LOST_ATTEMPTS bounds them apart."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from orchestrator.engine import execution, reaper, retries, runs, scheduler
+from orchestrator.engine import attempt_ends, execution, reaper, retries, runs, scheduler
 from orchestrator.models import Agent, Attempt, Event, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 
@@ -68,7 +69,8 @@ def test_a_killed_workers_attempts_of_one_run_are_lost_and_retried_once_each_in_
     assert set(attempts.values_list("state", flat=True)) == {Attempt.State.LOST}
     assert set(attempts.values_list("error", flat=True)) == {"lease expired: worker w1 stopped responding"}
     tasks = TaskRun.objects.filter(run=run)
-    assert set(tasks.values_list("state", "attempt_count", "fault_count")) == {(State.READY, 1, 1)}
+    # A worker's death is not the task's fault: no retry spent, one lost attempt counted.
+    assert set(tasks.values_list("state", "attempt_count", "fault_count", "lost_count")) == {(State.READY, 1, 0, 1)}
     assert all(task.not_before is not None and "w1 stopped responding" in task.error for task in tasks)
     for kind in ("attempt.lost", "task.retry_scheduled"):
         per_task = Event.objects.filter(run=run, type=kind).values_list("task_run_id", flat=True)
@@ -117,10 +119,11 @@ def test_an_attempt_that_heartbeated_after_the_reaper_looked_is_left_alone(make_
     assert not Event.objects.filter(task_run=alive, type="attempt.lost").exists()
 
 
-def test_under_fail_fast_the_first_lost_task_out_of_retries_stops_the_run_and_the_others_are_cancelled(
-    make_agent, make_plan
+def test_under_fail_fast_the_first_task_out_of_lost_attempts_stops_the_run_and_the_others_are_cancelled(
+    make_agent, make_plan, settings
 ):
-    make_agent("researcher", max_concurrency=3, max_retries=0)
+    settings.GLASSBOX_MAX_LOST_ATTEMPTS = 1
+    make_agent("researcher", max_concurrency=3, max_retries=2)
     run = runs.launch(
         make_plan({key: ("researcher", []) for key in ("a", "b", "c")}),
         cap=3,
@@ -164,3 +167,83 @@ def test_a_lost_attempt_is_priced_at_the_model_it_ran_with_not_its_agents_model_
     run.refresh_from_db()
     assert TaskRun.objects.get(pk=claim.task.pk).cost_usd == at_sim_1
     assert run.cost_usd == at_sim_1
+
+
+def lose(run: Run, task: TaskRun) -> TaskRun:
+    """The worker running `task` dies and its lease runs out: the reaper's pass. The task now."""
+    TaskRun.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    reaper.tick()
+    return TaskRun.objects.get(pk=task.pk)
+
+
+def claim_next(run: Run, task: TaskRun) -> execution.Claim:
+    """The retry of `task`, once its back-off has passed: admitted and claimed by worker "w1"."""
+    TaskRun.objects.filter(pk=task.pk).update(not_before=timezone.now())
+    scheduler.advance(run.pk)
+    task.refresh_from_db()
+    claim = execution.claim_attempt(Attempt.objects.get(task_run=task, number=task.attempt_count).pk, "w1")
+    assert claim is not None
+    return claim
+
+
+def lose_and_claim_again(run: Run, task: TaskRun) -> TaskRun:
+    """`lose` its attempt, then claim its retry when it was retried (`claim_next`). The task now."""
+    task = lose(run, task)
+    return claim_next(run, task).task if task.state == State.READY else task
+
+
+def test_a_lost_attempt_spends_no_retry_and_the_task_fails_at_its_third_lost_attempt_saying_why(
+    make_agent, make_plan, settings
+):
+    """The reviewer's run: an agent with max_retries 0 and a qcluster killed under it. Its task said
+    "retried when its lease runs out" and then failed "after 1 attempt", its downstream skipped: a
+    worker's crash spent the task's only attempt. Now a lost attempt is retried without spending a
+    retry, up to GLASSBOX_MAX_LOST_ATTEMPTS (3) lost attempts, and then the task fails saying so."""
+    assert settings.GLASSBOX_MAX_LOST_ATTEMPTS == 3  # the default
+    make_agent("researcher", max_retries=0)
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("researcher", ["a"])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "w1")
+    assert claim is not None
+    task = claim.task
+
+    task = lose_and_claim_again(run, task)
+    assert (task.state, task.attempt_count, task.fault_count, task.lost_count) == (State.RUNNING, 2, 0, 1)
+    task = lose_and_claim_again(run, task)
+    assert (task.state, task.attempt_count, task.fault_count, task.lost_count) == (State.RUNNING, 3, 0, 2)
+    task = lose_and_claim_again(run, task)
+
+    assert (task.state, task.attempt_count, task.lost_count) == (State.FAILED, 3, 3)
+    assert task.error == (
+        "lease expired: worker w1 stopped responding, after 3 attempts (no retry left: 3 attempts lost "
+        "with their worker, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS))"
+    )
+    assert [a.state for a in Attempt.objects.filter(task_run=task)] == [Attempt.State.LOST] * 3
+    assert Event.objects.get(run=run, type="task.failed").message == task.error
+    assert run.tasks.get(subtask__key="b").state == State.SKIPPED
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED
+
+
+def test_the_lost_attempts_and_the_retries_are_two_budgets(make_agent, make_plan, settings):
+    """A lost attempt leaves the task's own retries whole, and its own failures leave its lost
+    attempts whole: with max_retries 0, a task whose worker died still fails at its first failure of
+    its own; a person's retry of a failed task gives both back."""
+    settings.GLASSBOX_MAX_LOST_ATTEMPTS = 2
+    make_agent("researcher", max_retries=0)
+    run = runs.launch(make_plan({"a": ("researcher", [])}))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "w1")
+    assert claim is not None
+    task = lose(run, claim.task)
+    assert (task.state, task.fault_count, task.lost_count) == (State.READY, 0, 1)
+
+    claim = claim_next(run, task)
+    assert attempt_ends.fail(claim, "the model refused") == "failed"
+    task.refresh_from_db()
+    assert (task.state, task.fault_count, task.lost_count) == (State.FAILED, 1, 1)
+    assert task.error == "the model refused, after 2 attempts"
+
+    runs.retry_task(task)
+    task.refresh_from_db()
+    assert (task.fault_count, task.lost_count) == (0, 0)
+    task = lose(run, claim_next(run, task).task)  # its first lost attempt again: retried
+    assert (task.state, task.lost_count) == (State.READY, 1)

@@ -227,7 +227,7 @@ def test_the_bound_on_attempts_counts_this_starts_attempts(make_agent, make_plan
     gets its retries again instead of failing at its first fault."""
     from orchestrator.engine import retries
 
-    monkeypatch.setattr(retries, "MAX_ATTEMPTS", 2)
+    monkeypatch.setattr(TaskRun, "MAX_ATTEMPTS", 2)
     monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: 0.0)
     make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=5)
     run = run_with_retries(runs.launch(make_plan({"a": ("breaker", [])})))

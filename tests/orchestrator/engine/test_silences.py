@@ -44,6 +44,15 @@ def note_of(run):
     return view.note
 
 
+def assert_said_of_the_task(run, words: str) -> None:
+    """The row (its note), run_status and the agent's lane (its title) say `words` of the task."""
+    assert note_of(run) == TaskNote("silent", words)
+    (view,) = task_views(run)
+    assert task_note(view) == words
+    (lane,) = lanes(run)
+    assert lane.running[0].silence.text == words
+
+
 def said(run, kind: str) -> list[str]:
     return list(Event.objects.filter(run=run, type=kind).order_by("seq").values_list("message", flat=True))
 
@@ -62,11 +71,8 @@ def test_a_silent_workers_task_says_so_until_it_is_heard_again_or_its_lease_runs
         f"no word from worker vm:4121 since {clock(heard)} — "
         f"retried when its lease runs out at {clock(task.lease_expires_at)} if it stays silent"
     )
-    assert note_of(run) == TaskNote("silent", words)
-    (view,) = task_views(run)
-    assert task_note(view) == words
-    (lane,) = lanes(run)
-    assert lane.running[0].silence.short == f"no word since {clock(heard)}"
+    assert_said_of_the_task(run, words)
+    assert lanes(run)[0].running[0].silence.short == f"no word since {clock(heard)}"
     # Open pages hear of it once: one event of the task (which redraws its row, panel and lane).
     assert silences.announce() == {"silent": 1, "heard": 0}
     assert silences.announce() == {"silent": 0, "heard": 0}
@@ -110,3 +116,48 @@ def test_a_task_whose_worker_is_heard_within_two_renewals_never_reads_silent(run
     TaskRun.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() + timedelta(seconds=9))
     assert note_of(run).kind == "silent"
     assert silences.announce()["silent"] == 1
+
+
+def test_a_silent_workers_task_with_no_retry_left_says_it_fails_and_the_reaper_fails_it(running, settings):
+    """The reviewer's page said "retried when its lease runs out" of a task that then failed: the
+    words promise a retry only when the reaper will make one. Here the loss would be the task's
+    last allowed (GLASSBOX_MAX_LOST_ATTEMPTS 1): the row, run_status and the ticker's event say it
+    fails, and it does."""
+    run, task = running
+    settings.GLASSBOX_MAX_LOST_ATTEMPTS = 1
+    task = last_heard(task, 11)
+    heard = clock(task.lease_expires_at - timedelta(seconds=15))
+    why = "no retry left: 1 attempt lost with its worker, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"
+    words = (
+        f"no word from worker vm:4121 since {heard} — "
+        f"fails when its lease runs out at {clock(task.lease_expires_at)} if it stays silent ({why})"
+    )
+    assert_said_of_the_task(run, words)
+    assert silences.announce()["silent"] == 1
+    assert said(run, "attempt.silent") == [f"attempt 1: {words}"]
+
+    task = last_heard(task, 16)
+    assert note_of(run) == TaskNote(
+        "silent",
+        f"no word from worker vm:4121 since {clock(task.lease_expires_at - timedelta(seconds=15))} — "
+        f"its lease ran out at {clock(task.lease_expires_at)}: fails at the reaper's next pass ({why})",
+    )
+    assert reaper.tick()["reaped"] == 1
+    task.refresh_from_db()
+    assert task.state == State.FAILED
+    assert task.error == f"lease expired: worker vm:4121 stopped responding, after 1 attempt ({why})"
+
+
+def test_a_silent_workers_task_at_the_bound_on_attempts_says_it_fails(running, monkeypatch):
+    """The other bound a lost attempt meets: a start's attempts whatever their cause (MAX_ATTEMPTS)."""
+    run, task = running
+    monkeypatch.setattr(TaskRun, "MAX_ATTEMPTS", 1)
+    task = last_heard(task, 11)
+    assert note_of(run).text.endswith("if it stays silent (no retry left: 1 attempt, the most a task makes)")
+    last_heard(task, 16)
+    reaper.tick()
+    task.refresh_from_db()
+    assert (task.state, task.error) == (
+        State.FAILED,
+        "lease expired: worker vm:4121 stopped responding, after 1 attempt (no retry left: 1 attempt, the most a task makes)",
+    )
