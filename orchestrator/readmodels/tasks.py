@@ -21,7 +21,7 @@ from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
 from orchestrator import sql, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 
-from .live_tokens import NO_LIVE_TOKENS, LiveTokens, live_tokens
+from .live_tokens import NO_LIVE_TOKENS, NOT_RUNNING_ON, LiveTokens, live_tokens
 from .records import ENDED_OTHERWISE, PartialOutputRecord, TaskRecord, progress_shown
 from .silence import Silence, silence_of
 from .steps import activities
@@ -470,15 +470,15 @@ STATE_FIELDS = tuple(
 )
 
 
-def task_states(run: Run | int, *, running_only: bool = False) -> list[TaskState]:
-    """Every task of the run in plan order (or only its running ones), as TaskState (two
-    statements: the tasks with when their last attempts ended, and the tokens their running
-    attempts have used so far)."""
+def task_states(run: Run | int, *, live_only: bool = False) -> list[TaskState]:
+    """Every task of the run in plan order (or only those whose attempt may be running still,
+    `live_tokens.may_run_on`), as TaskState (two statements: the tasks with when their last
+    attempts ended, and the tokens their running attempts have used so far)."""
     run_id = run.pk if isinstance(run, Run) else run
     last_attempt = Attempt.objects.filter(task_run_id=OuterRef("pk"), number=OuterRef("attempt_count"))
     query = TaskRun.objects.filter(run_id=run_id)
-    if running_only:
-        query = query.filter(state=State.RUNNING)
+    if live_only:
+        query = query.filter(attempt_count__gt=0).exclude(state__in=NOT_RUNNING_ON)
     rows = (
         query.annotate(worked_until=Subquery(last_attempt.values("finished_at")[:1]))
         .order_by("subtask__position", "pk")
@@ -522,8 +522,10 @@ class RunTokens:
 def run_tokens(run: Run, tasks: Iterable[TaskState] | None = None) -> RunTokens:
     """The run's tokens, its running attempts' so far included. `tasks`: its tasks' states, read
     with `run` in one snapshot (a settled attempt is then counted on the run or on its task,
-    never both); without them, its running tasks are read here (read `run` in the same snapshot)."""
-    states = task_states(run, running_only=True) if tasks is None else tasks
+    never both); without them, the tasks whose attempts may run are read here (read `run` in the
+    same snapshot). An attempt whose task was cancelled counts until it stops, as it did before
+    the cancel: the total never goes back while nothing is undone."""
+    states = task_states(run, live_only=True) if tasks is None else tasks
     running_input = streaming = 0
     for state in states:
         running_input += state.live_input_tokens

@@ -71,3 +71,16 @@ def test_tasks_that_do_not_run_are_not_read_at_all(run, django_assert_num_querie
     by_key = tasks_of(run)
     with django_assert_num_queries(0):
         assert live_tokens(by_key.values()) == {}
+
+
+@pytest.mark.parametrize("stopped", [TaskRun.State.CANCELLED, TaskRun.State.SKIPPED])
+def test_an_attempt_whose_task_was_stopped_counts_until_it_stops_too(run, stopped):
+    """A cancel or a skip moves the task first; its attempt stops at its host's next beat and then
+    settles what it used. Until then what it used so far is the task's still."""
+    task = tasks_of(run)["a"]
+    attempt = start(task)
+    saved(attempt, 300, 20)
+    TaskRun.objects.filter(pk=task.pk).update(state=stopped)
+    assert live_tokens(tasks_of(run).values()) == {task.pk: LiveTokens(300, 20)}
+    Attempt.objects.filter(pk=attempt.pk).update(state=Attempt.State.CANCELLED)  # it stopped: settled
+    assert live_tokens(tasks_of(run).values()) == {}

@@ -236,12 +236,15 @@ def test_the_markdown_says_what_the_cost_leaves_out_on_a_model_with_no_price(lau
 
 
 def test_the_markdown_of_a_cancelled_run_says_what_its_stopping_attempt_has_not_counted_yet(launched):
-    """As the Tokens card: "1 attempt still stopping: not counted yet" until the attempt stops."""
+    """As the Tokens card: "1 attempt still stopping: not counted yet" until the attempt stops, its
+    tokens so far counted meanwhile (they read 0 once its task was cancelled, until it stopped)."""
     run = launched({"a": ("researcher", [])})
     claim = streaming_attempt(run)
     runs.cancel(run)
     assert totals(run).not_counted_yet == "1 attempt still stopping: not counted yet"
-    assert cost_line(run).endswith("; tokens: 0 (0 in, 0 out); 1 attempt still stopping: not counted yet")
+    assert cost_line(run).endswith(
+        "; tokens: 1,035 (1,027 in, 0 out, 8 streaming); 1 attempt still stopping: not counted yet"
+    )
 
     attempt_ends.cancel_attempt(claim, Usage(input_tokens=1_027, output_tokens=40))  # its next beat
     assert card(run) == (1_067, 1_027, 40, 0)

@@ -13,7 +13,7 @@ from orchestrator.models import Agent, Attempt, ProviderLimit, Run, TaskRun
 from orchestrator.providers.base import Usage
 from orchestrator.readmodels import other_runs
 from orchestrator.readmodels.prices import unpriced_text
-from orchestrator.readmodels.tasks import DISPLAY_ORDER, agents_of, task_states, task_views
+from orchestrator.readmodels.tasks import DISPLAY_ORDER, agents_of, run_tokens, task_states, task_views
 from orchestrator.readmodels.totals import effective_cap, totals
 
 from .conftest import start, succeed
@@ -73,6 +73,64 @@ def test_a_running_attempts_input_tokens_count_from_its_start_and_once_when_it_e
     assert (ended.input_tokens_so_far, ended.output_tokens, ended.streaming_tokens, ended.tokens) == (27, 40, 0, 67)
     assert [(v.tokens, v.input_tokens_so_far) for v in task_views(run)] == [(67, 27)]
     assert [s.spent_tokens for s in task_states(run)] == [67]
+
+
+def test_the_tokens_never_go_back_through_a_cancel_while_attempts_run(launched):
+    """The Tokens card read 3,001 → 2,634 → 3,115 through a cancel (run 8): once the run's tasks
+    were cancelled, their attempts' tokens so far were no longer counted, until those attempts
+    stopped at their host's next beat and settled. They count as long as the attempts run."""
+    run = launched({"a": ("researcher", []), "b": ("writer", []), "c": ("writer", [])}, cap=3)
+    succeed(run.tasks.get(subtask__key="c"), tokens=(100, 50))
+    Run.objects.filter(pk=run.pk).update(input_tokens=100, output_tokens=50)
+    claims = {}
+    for key, usage in (
+        ("a", Usage(input_tokens=1_000, output_tokens=400)),
+        ("b", Usage(input_tokens=900, output_tokens=300)),
+    ):
+        attempt = Attempt.objects.get(task_run__run=run, task_run__subtask__key=key)
+        claims[key] = execution.claim_attempt(attempt.pk, "host:1")
+        execution.save_progress([(claims[key], execution.Progress("so far", 40, usage))])
+
+    def seen() -> tuple[int, int, int, list[int]]:
+        """The Tokens card, run_status's count (`run_tokens` read alone), and the tasks' rows."""
+        run.refresh_from_db()
+        card = totals(run)
+        return card.tokens, run_tokens(run).total, card.streaming_tokens, [v.tokens for v in task_views(run)]
+
+    running = seen()
+    assert running == (2_750, 2_750, 700, [1_400, 1_200, 150])
+
+    runs.cancel(run)  # the tasks are cancelled; their attempts stop at their host's next beat
+    cancelled = seen()
+    assert cancelled == running
+    assert totals(run).not_counted_yet == "2 attempts still stopping: not counted yet"
+
+    # a's attempt stops, having streamed a little more; then b's.
+    attempt_ends.cancel_attempt(claims["a"], Usage(input_tokens=1_000, output_tokens=450))
+    a_stopped = seen()
+    assert a_stopped == (2_800, 2_800, 300, [1_450, 1_200, 150])
+    attempt_ends.cancel_attempt(claims["b"], Usage(input_tokens=900, output_tokens=300))
+    settled = seen()
+    assert settled == (2_800, 2_800, 0, [1_450, 1_200, 150])
+    assert totals(run).not_counted_yet == ""
+    totals_seen = [running[0], cancelled[0], a_stopped[0], settled[0]]
+    assert totals_seen == sorted(totals_seen)
+
+
+def test_a_skipped_running_tasks_tokens_so_far_count_until_its_attempt_stops(launched):
+    """A person's skip of a running task, like a cancel, leaves its attempt running until its host's
+    next beat: its tokens so far stay on the card and its row meanwhile."""
+    run = launched({"a": ("researcher", [])})
+    claim = execution.claim_attempt(Attempt.objects.get(task_run__run=run).pk, "host:1")
+    assert claim is not None
+    execution.save_progress([(claim, execution.Progress("so far", 40, Usage(input_tokens=500, output_tokens=80)))])
+    runs.skip_task(claim.task)
+    run.refresh_from_db()
+    assert run.tasks.get().state == State.SKIPPED
+    assert (totals(run).tokens, run_tokens(run).total, [v.tokens for v in task_views(run)]) == (580, 580, [580])
+    attempt_ends.cancel_attempt(claim, Usage(input_tokens=500, output_tokens=90))
+    run.refresh_from_db()
+    assert (totals(run).tokens, run_tokens(run).total, [v.tokens for v in task_views(run)]) == (590, 590, [590])
 
 
 def test_no_eta_once_the_run_ended(launched):
