@@ -163,9 +163,12 @@ def test_sigkill_of_a_worker_holding_fifty_attempts_loses_none_and_applies_none_
 
 
 def test_killing_a_whole_qcluster_then_starting_another_completes_the_run(qcluster, make_agent, make_plan, settings):
+    """With no retry to spare (max_retries 0): a worker's death is not the task's fault and spends
+    none. The tasks it ran said they would be retried, then failed "after 1 attempt" and their
+    downstream was skipped."""
     settings.GLASSBOX_QUEUED_GRACE_S = 5  # admissions made in this process
     qcluster.env["GLASSBOX_QUEUED_GRACE_S"] = "5"
-    make_agent("researcher", provider_options=fast_latency(2.0))
+    make_agent("researcher", provider_options=fast_latency(2.0), max_retries=0)
     plan = make_plan({f"t{i}": ("researcher", []) for i in range(6)})
     first = qcluster.start()
     run = runs.launch(plan, cap=3)
@@ -177,6 +180,7 @@ def test_killing_a_whole_qcluster_then_starting_another_completes_the_run(qclust
     assert_each_task_succeeded_exactly_once(run)
     assert Attempt.objects.filter(task_run__run=run, state=Attempt.State.LOST).count() >= 2
     assert Event.objects.filter(run=run, type="attempt.lost").count() >= 2
+    assert set(run.tasks.values_list("fault_count", flat=True)) == {0}
 
 
 def test_sigkill_of_a_clusters_main_process_alone_stops_the_rest_of_it_and_loses_nothing(
