@@ -85,8 +85,9 @@ def retry_lost_or_fail(run: Run, task: TaskRun, message: str) -> str:
     GLASSBOX_MAX_LOST_ATTEMPTS attempts, or made MAX_ATTEMPTS); then the task fails and says why."""
     task.refresh_from_db()
     lost = task.lost_count + 1
-    if why := TaskRun.no_retry_after_loss(task.lost_count, _attempts(task)):
-        return _fail(run, task, f"{message}, after {_attempts_said(task)} (no retry left: {why})", lost_count=lost)
+    if no_retry := TaskRun.no_retry_after_loss(task.lost_count, _attempts(task)):
+        reason = f"{message}, after {_attempts_said(task)} (no retry left: {no_retry.why}, {no_retry.bound})"
+        return _fail(run, task, reason, lost_count=lost)
     return _retry(run, task, message, backoff_seconds(lost, None), lost_count=lost)
 
 

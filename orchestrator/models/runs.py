@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import NamedTuple
 
 from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
@@ -180,12 +181,11 @@ class TaskRun(models.Model):
         return self.state in self.TERMINAL
 
     @classmethod
-    def no_retry_after_loss(cls, lost_before: int, attempts: int) -> str:
+    def no_retry_after_loss(cls, lost_before: int, attempts: int) -> NoRetry | None:
         """Why a task whose running attempt is lost now (its worker killed or silent past its
-        lease) fails instead of being retried, as a clause ("3 attempts lost with their worker,
-        the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"); "" when it is retried.
-        `lost_before`: its start's attempts lost before this one (`lost_count`); `attempts`: its
-        start's attempts, this one included.
+        lease) fails instead of being retried (None: it is retried). `lost_before`: its start's
+        attempts lost before this one (`lost_count`); `attempts`: its start's attempts, this one
+        included.
 
         A lost attempt spends no retry (`max_retries` bounds the task's own failures; a worker's
         death is not one), so only these bounds stop it. The reaper decides by this rule
@@ -193,13 +193,19 @@ class TaskRun(models.Model):
         the page promises a retry only when one will come."""
         lost = lost_before + 1
         if lost >= settings.GLASSBOX_MAX_LOST_ATTEMPTS:
-            whose = "its worker" if lost == 1 else "their worker"
-            return (
-                f"{counted(lost, 'attempt')} lost with {whose}, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"
-            )
+            return NoRetry(f"{counted(lost, 'attempt')} lost", "the most GLASSBOX_MAX_LOST_ATTEMPTS allows")
         if attempts >= cls.MAX_ATTEMPTS:
-            return f"{counted(attempts, 'attempt')}, the most a task makes"
-        return ""
+            return NoRetry(f"{counted(attempts, 'attempt')} made", "the most a task makes")
+        return None
+
+
+class NoRetry(NamedTuple):
+    """Why a lost attempt's task gets no retry: "3 attempts lost" (what a silent worker's task
+    says), and the bound that stops it, "the most GLASSBOX_MAX_LOST_ATTEMPTS allows" (what the
+    failed task's reason adds)."""
+
+    why: str
+    bound: str
 
 
 class Attempt(models.Model):

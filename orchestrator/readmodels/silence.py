@@ -14,7 +14,7 @@ fine, for up to GLASSBOX_LEASE_S (15 s by default).
 The words name moments, not a count of seconds (a page that no event redraws would keep a count
 that stopped being true at once): "no word from worker vm:4121 since 10:30:52 UTC — retried when
 its lease runs out at 10:31:07 UTC if it stays silent", or "— fails when its lease runs out at
-10:31:07 UTC if it stays silent (no retry left: 3 attempts lost with their worker, …)". Derived
+10:31:07 UTC if it stays silent (no retry left: 3 attempts lost)". Derived
 from the task's row alone, so the
 task row, the panel's head, the agent's lane and `run_status` say it without a query of their own.
 The ticker's check (engine/silences.py) records when a task turns silent and when it is heard
@@ -123,7 +123,8 @@ def silence_of(
     heard_at = lease_expires_at - timedelta(seconds=settings.GLASSBOX_LEASE_S)
     if (now - heard_at).total_seconds() < silent_after_s():
         return None
-    return Silence(worker, heard_at, lease_expires_at, now, TaskRun.no_retry_after_loss(lost_before, attempts))
+    no_retry = TaskRun.no_retry_after_loss(lost_before, attempts)
+    return Silence(worker, heard_at, lease_expires_at, now, no_retry.why if no_retry else "")
 
 
 def silent_lease_bound(now: datetime) -> datetime:

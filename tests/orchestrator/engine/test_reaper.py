@@ -214,8 +214,8 @@ def test_a_lost_attempt_spends_no_retry_and_the_task_fails_at_its_third_lost_att
 
     assert (task.state, task.attempt_count, task.lost_count) == (State.FAILED, 3, 3)
     assert task.error == (
-        "lease expired: worker w1 stopped responding, after 3 attempts (no retry left: 3 attempts lost "
-        "with their worker, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS))"
+        "lease expired: worker w1 stopped responding, after 3 attempts "
+        "(no retry left: 3 attempts lost, the most GLASSBOX_MAX_LOST_ATTEMPTS allows)"
     )
     assert [a.state for a in Attempt.objects.filter(task_run=task)] == [Attempt.State.LOST] * 3
     assert Event.objects.get(run=run, type="task.failed").message == task.error

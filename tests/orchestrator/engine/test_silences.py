@@ -127,7 +127,7 @@ def test_a_silent_workers_task_with_no_retry_left_says_it_fails_and_the_reaper_f
     settings.GLASSBOX_MAX_LOST_ATTEMPTS = 1
     task = last_heard(task, 11)
     heard = clock(task.lease_expires_at - timedelta(seconds=15))
-    why = "no retry left: 1 attempt lost with its worker, the most a task may lose (GLASSBOX_MAX_LOST_ATTEMPTS)"
+    why = "no retry left: 1 attempt lost"
     words = (
         f"no word from worker vm:4121 since {heard} — "
         f"fails when its lease runs out at {clock(task.lease_expires_at)} if it stays silent ({why})"
@@ -145,7 +145,10 @@ def test_a_silent_workers_task_with_no_retry_left_says_it_fails_and_the_reaper_f
     assert reaper.tick()["reaped"] == 1
     task.refresh_from_db()
     assert task.state == State.FAILED
-    assert task.error == f"lease expired: worker vm:4121 stopped responding, after 1 attempt ({why})"
+    assert task.error == (
+        "lease expired: worker vm:4121 stopped responding, after 1 attempt "
+        "(no retry left: 1 attempt lost, the most GLASSBOX_MAX_LOST_ATTEMPTS allows)"
+    )
 
 
 def test_a_silent_workers_task_at_the_bound_on_attempts_says_it_fails(running, monkeypatch):
@@ -153,11 +156,12 @@ def test_a_silent_workers_task_at_the_bound_on_attempts_says_it_fails(running, m
     run, task = running
     monkeypatch.setattr(TaskRun, "MAX_ATTEMPTS", 1)
     task = last_heard(task, 11)
-    assert note_of(run).text.endswith("if it stays silent (no retry left: 1 attempt, the most a task makes)")
+    assert note_of(run).text.endswith("if it stays silent (no retry left: 1 attempt made)")
     last_heard(task, 16)
     reaper.tick()
     task.refresh_from_db()
     assert (task.state, task.error) == (
         State.FAILED,
-        "lease expired: worker vm:4121 stopped responding, after 1 attempt (no retry left: 1 attempt, the most a task makes)",
+        "lease expired: worker vm:4121 stopped responding, after 1 attempt "
+        "(no retry left: 1 attempt made, the most a task makes)",
     )
