@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("orchestrator", "0021_status_and_kind_labels"),
+        ("orchestrator", "0023_one_pending_checkpoint_per_task_kind"),
     ]
 
     operations = [
