@@ -35,6 +35,7 @@ from orchestrator.readmodels import lanes as run_lanes
 from orchestrator.readmodels import launchers as run_launchers
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import other_runs as run_other_runs
+from orchestrator.readmodels import result as run_result
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
@@ -210,8 +211,10 @@ FINAL_TASKS_OPEN = 3
 
 def finals_context(finals: list[TaskRun]) -> dict:
     """The final tasks, whether they fold, and how many of them succeeded and how the others ended."""
+    outputs = run_result.result_outputs(finals)
     return {
         "final_tasks": finals,
+        "final_items": [(task, outputs[task.pk]) for task in finals],
         "final_outcome": run_tasks.outcome_of(finals),
         "finals_folded": len(finals) > FINAL_TASKS_OPEN,
         "finals_open": FINAL_TASKS_OPEN,

@@ -358,6 +358,16 @@ class PartialOutputRecord(Record):
             return cls(attempt=last_attempt.number, attempt_state=last_attempt.state, heading=heading, text=task.output)
         return cls.written_by(last_attempt, task.output)
 
+    @property
+    def what(self) -> str:
+        """What the text is, after its heading ("Partial output of attempt 1 (failed): the text it
+        wrote before it ended, not a result"), as the run page's Result and the Markdown say it."""
+        if self.attempt_state == Attempt.State.SUCCEEDED:
+            return "not a result"
+        if self.attempt_state is None:  # its heading says "(not a result)"
+            return "the text it wrote before it ended"
+        return "the text it wrote before it ended, not a result"
+
     @classmethod
     def written_by(cls, attempt: Attempt, text: str) -> Self:
         """`text` as the partial output of `attempt`, which ended without a result."""

@@ -24,7 +24,7 @@ from orchestrator.models import Event, Run, TaskRun
 
 from .checkpoint_event_records import CheckpointRecord
 from .live_tokens import NO_LIVE_TOKENS, live_tokens
-from .records import AgentRecord, PlanRecord, Record, RunRecord, TaskRunRecord
+from .records import AgentRecord, PartialOutputRecord, PlanRecord, Record, RunRecord, TaskRunRecord
 from .snapshot import read_snapshot
 from .steps import STEP_EVENT_TYPES, STOP_WORDS, PathRow, ended_numbers, rows_of
 from .tasks import outcome_text, rejected_at_gate, run_tokens
@@ -278,12 +278,7 @@ def run_markdown(run: Run) -> str:
         lines.append(f"{level} {_one_line(task['title'])} (`{task['key']}`, {task['agent']}, {task['state']})")
         lines.append("")
         if partial := task["partial_output"]:  # as the page heads it, so that it is not read as the result
-            what = (
-                "not a result"
-                if partial["attempt_state"] == "succeeded"
-                else "the text it wrote before it ended, not a result"
-            )
-            lines += [f"_{partial['heading']}: {what}._", ""]
+            lines += [f"_{partial['heading']}: {PartialOutputRecord(**partial).what}._", ""]
             lines += [below_heading(partial["text"].rstrip(), level), ""]
         elif task["output"]:
             lines += [below_heading(task["output"].rstrip(), level), ""]

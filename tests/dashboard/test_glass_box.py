@@ -222,6 +222,30 @@ def test_a_cancelled_tasks_partial_text_is_named_as_its_cancelled_attempts(viewe
     assert " yet" not in words(html)
 
 
+def result_section(client, run) -> str:
+    html = client.get(reverse("run_detail", args=[run.pk])).content.decode()
+    return words(html.split('id="run-result"')[1].split("</section>")[0])
+
+
+def test_the_results_final_task_shows_its_partial_text_as_the_downloads_head_it(viewer, run):
+    """The Result said "No output: simulated failure after 130 output tokens" of a final task whose
+    downloads gave the text its failed attempt wrote, headed "Partial output of attempt 1 (failed)"."""
+    task = run.tasks.get(subtask__key="write")
+    Attempt.objects.create(task_run=task, number=1)
+    end_task(task, TaskRun.State.FAILED, 1, Attempt.State.FAILED, "Half a report", "simulated failure after 130")
+    result = result_section(viewer, run)
+    heading = "Partial output of attempt 1 (failed): the text it wrote before it ended, not a result."
+    assert "No output" not in result
+    assert f"{heading} The task ended: simulated failure after 130 Half a report" in result
+    assert f"_{heading}_" in run_export.run_markdown(run)  # the download heads it alike
+
+
+def test_a_final_task_that_wrote_nothing_says_it_has_no_output(viewer, run):
+    task = run.tasks.get(subtask__key="write")
+    end_task(task, TaskRun.State.CANCELLED, 1, Attempt.State.CANCELLED, "", "run stopped")
+    assert "No output: run stopped" in result_section(viewer, run)
+
+
 def test_a_succeeded_attempt_without_steps_is_a_plain_agents_one_call(viewer, run):
     task = look(run)
     end_task(task, TaskRun.State.SUCCEEDED, 1, Attempt.State.SUCCEEDED, "The answer")
