@@ -36,6 +36,7 @@ from orchestrator.readmodels import launchers as run_launchers
 from orchestrator.readmodels import log as run_log
 from orchestrator.readmodels import other_runs as run_other_runs
 from orchestrator.readmodels import result as run_result
+from orchestrator.readmodels import run_labels
 from orchestrator.readmodels import steps as run_steps
 from orchestrator.readmodels import tasks as run_tasks
 from orchestrator.readmodels import totals as run_totals
@@ -138,7 +139,11 @@ def render(part: str, ctx: dict) -> str:
 
 
 def header_context(run: Run) -> dict:
-    return {"run_active": not run.is_finished, "launched_by": run_launchers.launched_by(run)}
+    return {
+        "run_active": not run.is_finished,
+        "launched_by": run_launchers.launched_by(run),
+        "status_label": run_labels.status_label(run),
+    }
 
 
 def totals_context(run: Run, states=None, now: datetime | None = None, elsewhere=None, agents=None) -> dict:

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from orchestrator import wording
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels import prices
+from orchestrator.readmodels import prices, run_labels
 from orchestrator.readmodels.launchers import launchers
 from orchestrator.readmodels.run_counts import run_counts
 from orchestrator.readmodels.tasks import StripSegment, count_text, counts_by_run, rejected_at_gate, state_strip
@@ -45,6 +45,7 @@ class RunRow:
     elapsed: str
     idle: str  # how much of the elapsed time nothing could start ("57 s of it paused"), or ""
     launched_by: str  # as its run.created event recorded: "alice", "root from the command line"
+    status_label: str  # "Succeeded", "Plan rejected" (readmodels/run_labels.py)
     states: dict[str, int] = field(default_factory=dict)  # tasks by state
     rejected: list[str] = field(default_factory=list)  # keys of its tasks rejected at their gate
     unpriced: dict[str, int] = field(default_factory=dict)  # tokens on models with no price (prices.unpriced_by_run)
@@ -109,6 +110,7 @@ def run_rows(runs) -> list[RunRow]:
     states = counts_by_run(run.pk for run in runs)
     rejected = rejected_at_gate(run.pk for run in runs if states.get(run.pk, {}).get(TaskRun.State.SKIPPED))
     launched_by = launchers([run.pk for run in runs])
+    status_labels = run_labels.labels(runs)
     unpriced = prices.unpriced_by_run(run.pk for run in runs)
     rows = []
     for run in runs:
@@ -127,6 +129,7 @@ def run_rows(runs) -> list[RunRow]:
                 elapsed=elapsed,
                 idle=run_idle_text(run),
                 launched_by=launched_by[run.pk],
+                status_label=status_labels[run.pk],
                 states=states.get(run.pk, {}),
                 rejected=rejected.get(run.pk, []),
                 unpriced=unpriced.get(run.pk, {}),

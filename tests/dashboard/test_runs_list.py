@@ -197,3 +197,17 @@ def test_a_rows_cost_says_what_it_leaves_out_on_a_model_with_no_price(client, pe
         assert note.group(1).startswith("simulated:sim-unpriced has no price: its 1,212 tokens are not in the cost")
         other = re.search(rf'<tr id="(?:run-row|plan-run)-{second.pk}">(.*?)</tr>', html, re.S).group(1)
         assert "cost-unpriced" not in other  # nothing used
+
+
+def test_a_run_whose_plan_was_rejected_says_so_not_cancelled(client, personas, demo_agents, make_plan):
+    """Runs whose plan was rejected looked identical to runs cancelled by a person, in the runs list
+    and the plan page's "Runs of this plan"; the stored status (and the API's) stays `cancelled`."""
+    plan = make_plan({"a": ("researcher", [])})
+    rejected = runs.launch(plan, require_plan_approval=True, actor_name="cli:alice")
+    runs.decide(rejected.checkpoints.get(), approve=False, user=personas["approver"], comment="wrong goal")
+    cancelled = runs.cancel(runs.launch(plan, actor_name="cli:alice"), user=personas["launcher"])
+    client.force_login(personas["viewer"])
+    for url in ["/runs/table/", f"/plans/{plan.pk}/"]:
+        html = client.get(url).text
+        badges = dict(re.findall(r'href="/runs/(\d+)/".*?<span class="badge status-\w+">([^<]*)</span>', html, re.S))
+        assert badges == {str(rejected.pk): "Plan rejected", str(cancelled.pk): "Cancelled"}, url

@@ -267,8 +267,11 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     assert "it cost" not in words and "estimated $" not in words  # no price here: no estimate either
     assert not run.tasks.exclude(wait_code="").exists()
     row = text_of(runs_row(viewer, run))
-    assert "Cancelled" in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
+    assert (
+        "Plan rejected" in row and "Cancelled" not in row and "0 of 2 tasks succeeded" in row and "2 cancelled" in row
+    )
     assert tasks_card(page) == "0 of 2 succeeded · 2 cancelled"
+    assert 'data-run-status="cancelled">Plan rejected</span>' in page  # the header: its stored status unchanged
     assert concurrency_card(page) == ("0 running · ended", "the run has ended: it holds no slot · run cap 4")
 
 

@@ -333,6 +333,15 @@ def test_runs_counts_only_succeeded_tasks_and_names_the_other_ends(demo_agents, 
 
 
 @pytest.mark.django_db
+def test_a_run_whose_plan_was_rejected_reads_plan_rejected_not_cancelled(demo_agents, make_plan):
+    """It read "cancelled", as a run a person cancelled does."""
+    run = runs.launch(make_plan({"a": ("writer", [])}), require_plan_approval=True)
+    run_command("reject", str(run.checkpoints.get().pk), "--comment", "wrong goal")
+    assert columns(run_command("runs")[0].splitlines()[2])[:2] == [str(run.pk), "plan rejected"]
+    assert f"Run {run.pk}: plan rejected" in run_command("run_status", str(run.pk))[0]
+
+
+@pytest.mark.django_db
 def test_a_run_a_gates_rejection_failed_says_so_where_its_tasks_are_counted(gated_run):
     """It said "failed · 0 of 2 succeeded · 2 skipped": nothing in the counts said why the run failed."""
     run, checkpoint = gated_run

@@ -6,6 +6,7 @@ from django.core.management.base import BaseCommand
 
 from orchestrator.engine import runs
 from orchestrator.management import console
+from orchestrator.readmodels import run_labels
 from orchestrator.readmodels.costs import run_unpriced_text
 from orchestrator.readmodels.records import RunTotals
 from orchestrator.readmodels.tasks import TaskView, task_views
@@ -41,7 +42,7 @@ class Command(BaseCommand):
         run = console.get_run(run)
         progress = runs.progress(run)
         write = self.stdout.write
-        write(f"Run {run.pk}: {console.status_text(progress.status)}")
+        write(f"Run {run.pk}: {run_labels.status_label(run).lower()}")
         write(f"Goal:     {console.shorten(run.plan.goal, 200)}")
         write(f"Progress: {console.progress_counts(progress)}")
         write(

@@ -7,6 +7,7 @@ from django.db.models import Count
 
 from orchestrator.management import console
 from orchestrator.models import Run, TaskRun
+from orchestrator.readmodels import run_labels
 from orchestrator.readmodels.launchers import launchers
 from orchestrator.readmodels.tasks import counts_by_run, outcome_text, rejected_at_gate
 
@@ -33,10 +34,11 @@ class Command(BaseCommand):
         counts = counts_by_run(run.pk for run in runs)
         rejected = rejected_at_gate(run.pk for run in runs if counts.get(run.pk, {}).get(TaskRun.State.SKIPPED))
         launched_by = launchers(run.pk for run in runs)
+        status_labels = run_labels.labels(runs)
         rows = [
             (
                 run.pk,
-                console.status_text(run.status),
+                status_labels[run.pk].lower(),
                 # As the run page's Tasks card words it: a cancelled or skipped task is not "done".
                 outcome_text(counts.get(run.pk, {}), run.total_tasks, rejected.get(run.pk, ())),
                 console.usd(run.cost_usd),
