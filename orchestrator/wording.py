@@ -220,13 +220,14 @@ def rate_wait(code: str) -> str:
 
 
 # A task's states as the run page's badges, legend and counts name them, by state (TaskRun.State's
-# values, data, never renamed; "waiting" is the page's state of a ready task a cap or a retry
-# delay holds back).
+# values, data, never renamed; "waiting" is the page's state of a ready task a cap holds back,
+# "retrying" of one waiting for its retry's backoff).
 TASK_STATE_LABELS = {
     "pending": "pending",
     "waiting_gate": "needs approval",
     "ready": "ready",
     "waiting": "held back",
+    "retrying": "retrying",
     "throttled": "throttled",
     "queued": "queued",
     "running": "running",
@@ -243,6 +244,7 @@ TASK_STATE_CLAUSES = {
     "waiting_gate": "needs approval",
     "ready": "is ready",
     "waiting": "is held back",
+    "retrying": "is retrying",
     "throttled": "is throttled",
     "queued": "is queued",
     "running": "is running",

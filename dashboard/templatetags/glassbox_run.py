@@ -79,8 +79,8 @@ def event_text(event) -> str:
 
 @register.filter
 def task_state(task) -> str:
-    """A TaskRun's display state: `waiting` for a ready task held back, else its state."""
-    return display_state(task.state, task.wait_reason)
+    """A TaskRun's display state (`readmodels.tasks.display_state`)."""
+    return display_state(task.state, task.wait_reason, task.wait_code)
 
 
 @register.filter

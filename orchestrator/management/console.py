@@ -23,7 +23,7 @@ from orchestrator import wording
 from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
-from orchestrator.readmodels.tasks import WAITING, outcome_text, rejected_at_gate
+from orchestrator.readmodels.tasks import RETRYING, WAITING, outcome_text, rejected_at_gate
 from orchestrator.readmodels.totals import run_idle_text
 
 MANAGE = "python manage.py"
@@ -165,10 +165,11 @@ def checkpoint_line(checkpoint: Checkpoint) -> str:
 # The counts of tasks under way (RunProgress's fields), each said by its state's label as the run
 # page says it (wording.TASK_STATE_LABELS).
 UNDER_WAY = (
-    ("running", TaskRun.State.RUNNING),
+    ("running_now", TaskRun.State.RUNNING),
     ("queued", TaskRun.State.QUEUED),
     ("ready_now", TaskRun.State.READY),
     ("held_back", WAITING),
+    ("retrying", RETRYING),
     ("throttled", TaskRun.State.THROTTLED),
     ("needs_approval", TaskRun.State.WAITING_GATE),
     ("in_review", TaskRun.State.AWAITING_REVIEW),

@@ -18,12 +18,23 @@ from orchestrator import wording
 from orchestrator.models import Agent, Run, TaskRun
 
 from . import other_runs
-from .tasks import DISPLAY_ORDER, STATE_LABELS, WAITING, State, TaskState, agents_of, outcome_text, task_states
+from .tasks import (
+    DISPLAY_ORDER,
+    RETRYING,
+    STATE_LABELS,
+    WAITING,
+    State,
+    TaskState,
+    agents_of,
+    outcome_text,
+    task_states,
+)
 
 # A ready task not yet admitted, as the task table calls it (display states), with what each means.
 NOT_ADMITTED = {
     State.READY: "ready: admitted at the next scheduling step",
-    WAITING: "held back by a concurrency cap or a retry delay",
+    WAITING: "held back by a concurrency cap or an agent's limits",
+    RETRYING: "waiting for a retry's backoff to pass",
     State.THROTTLED: "held back by the provider's rate budget or a backoff",
 }
 

@@ -27,16 +27,26 @@ class RunProgress(RunTotals):
     status: str
     summary: str
     pending_checkpoints: list[Checkpoint] = Field(default_factory=list)
-    # `waiting` told apart, in the run page's words: at a gate, and done but in review.
+    # `waiting` told apart, in the run page's words: at a gate (and, of the `running` ones, those
+    # whose agent waits for a tool call's approval: the page says they need approval too), and
+    # done but in review.
     needs_approval: int = 0
+    awaiting_tool_approval: int = 0
     in_review: int = 0
-    # Of the `ready` tasks, those a cap, a pause or a retry delay holds back (the page's "held back").
+    # Of the `ready` tasks, those a cap or a pause holds back (the page's "held back"), and those
+    # waiting for their retry's backoff to pass (the page's "retrying").
     held_back: int = 0
+    retrying: int = 0
+
+    @property
+    def running_now(self) -> int:
+        """The running tasks whose agent waits for no person: `running` less `awaiting_tool_approval`."""
+        return self.running - self.awaiting_tool_approval
 
     @property
     def ready_now(self) -> int:
-        """The ready tasks nothing holds back: `ready` less `held_back`."""
-        return self.ready - self.held_back
+        """The ready tasks nothing holds back: `ready` less `held_back` and `retrying`."""
+        return self.ready - self.held_back - self.retrying
 
 
 def progress(run: Run) -> RunProgress:
@@ -50,9 +60,16 @@ def progress(run: Run) -> RunProgress:
 def _progress(run: Run) -> RunProgress:
     run.refresh_from_db()
     rows = list(
-        run.tasks.order_by().values_list("state").annotate(n=Count("pk"), held=Count("pk", filter=run_tasks.HELD_BACK))
+        run.tasks.order_by()
+        .values_list("state")
+        .annotate(
+            n=Count("pk"),
+            held=Count("pk", filter=run_tasks.HELD_BACK),
+            retrying=Count("pk", filter=run_tasks.RETRYING_NOW),
+            approval=Count("pk", filter=run_tasks.AWAITING_TOOL_APPROVAL),
+        )
     )
-    counts = {state: n for state, n, _ in rows}
+    counts = {state: n for state, n, *_ in rows}
     end = run.finished_at or timezone.now()
     tokens = run_tokens(run)
     return RunProgress(
@@ -69,9 +86,11 @@ def _progress(run: Run) -> RunProgress:
         ready=counts.get(State.READY, 0),
         throttled=counts.get(State.THROTTLED, 0),
         waiting=counts.get(State.WAITING_GATE, 0) + counts.get(State.AWAITING_REVIEW, 0),
-        needs_approval=counts.get(State.WAITING_GATE, 0),
+        awaiting_tool_approval=sum(approval for *_, approval in rows),
+        needs_approval=counts.get(State.WAITING_GATE, 0) + sum(approval for *_, approval in rows),
         in_review=counts.get(State.AWAITING_REVIEW, 0),
-        held_back=sum(held for *_, held in rows),
+        held_back=sum(held for _, _, held, _, _ in rows),
+        retrying=sum(retrying for _, _, _, retrying, _ in rows),
         pending=counts.get(State.PENDING, 0),
         done=sum(counts.get(s, 0) for s in TaskRun.TERMINAL),
         elapsed_s=(end - run.started_at).total_seconds() if run.started_at else 0.0,

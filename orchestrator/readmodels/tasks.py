@@ -16,7 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal, NamedTuple, Self
 
-from django.db.models import Case, Count, OuterRef, Q, Subquery, Value, When
+from django.db.models import Case, CharField, Count, F, OuterRef, Q, Subquery, Value, When
 
 from orchestrator import sql, wording
 from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
@@ -28,9 +28,17 @@ from .steps import activities
 
 State = TaskRun.State
 
-# A ready task held back by a cap or a retry delay (the engine's `throttled` state is the
+# A ready task held back by a cap or an agent's limits (the engine's `throttled` state is the
 # other kind of holding back: by the provider's rate budget or backoff).
 WAITING = "waiting"
+# A ready task waiting for its retry's backoff to pass: not held back by anything a person can
+# raise, and not to be counted with those (it was "3 held back" beside "0 running of 4").
+RETRYING = "retrying"
+# The wait codes (engine/waits.py: codes are data, never renamed) of a retry's backoff, and of a
+# running task whose agent waits for a person to approve a tool call: it shows "needs approval",
+# as a task at its gate does, where its node was drawn running.
+RETRY_BACKOFF = "retry_backoff"
+TOOL_APPROVAL = "tool_approval"
 
 # Display states in the order a legend or a count lists them (active work first).
 DISPLAY_ORDER = (
@@ -38,6 +46,7 @@ DISPLAY_ORDER = (
     State.QUEUED,
     State.THROTTLED,
     WAITING,
+    RETRYING,
     State.READY,
     State.WAITING_GATE,
     State.AWAITING_REVIEW,
@@ -64,6 +73,7 @@ STRIP_ORDER = (
     State.QUEUED,
     State.THROTTLED,
     WAITING,
+    RETRYING,
     State.READY,
     State.WAITING_GATE,
     State.PENDING,
@@ -175,34 +185,50 @@ def counts_by_run(run_ids: Iterable[int]) -> dict[int, dict[str, int]]:
     """Tasks by display state for each of these runs, in one query: what the runs lists count
     (the page's strips, the `runs` command's outcomes).
 
-    A ready task that a cap or a retry delay holds back counts as `waiting` ("held back"), as the
-    run page's Tasks card and graph count it: the runs list must not call "ready" what the run
-    page calls "held back"."""
+    A ready task that a cap holds back counts as `waiting` ("held back"), one waiting for its retry
+    as `retrying`, as the run page's Tasks card and graph count them: the runs list must not call
+    "ready" what the run page calls "held back"."""
     counts: dict[int, dict[str, int]] = {}
-    held_back = Case(When(HELD_BACK, then=Value(True)), default=Value(False))
     rows = (
         TaskRun.objects.filter(run_id__in=list(run_ids))
         .order_by()
-        .annotate(held_back=held_back)
-        .values_list("run_id", "state", "held_back")
+        .annotate(shown_as=SHOWN_AS)
+        .values_list("run_id", "shown_as")
     )
-    for run_id, state, is_held_back, n in rows.annotate(n=Count("pk")):
-        shown_as = WAITING if is_held_back else state
+    for run_id, shown_as, n in rows.annotate(n=Count("pk")):
         by_state = counts.setdefault(run_id, {})
         by_state[shown_as] = by_state.get(shown_as, 0) + n
     return counts
 
 
-def display_state(state: str, wait_reason: str = "") -> str:
-    """`waiting` for a ready task that a cap or a retry delay holds back, else the task's state.
+def display_state(state: str, wait_reason: str = "", wait_code: str = "") -> str:
+    """The state a person reads: `retrying` for a ready task waiting for its retry's backoff,
+    `waiting` for one that a cap holds back, `waiting_gate` ("needs approval") for a running task
+    whose agent waits for a tool call's approval, else the task's state.
 
-    The one rule of "held back": `HELD_BACK` is it as a filter, for counts read in the database
-    (the run's `held_back`, readmodels/run_progress.py)."""
-    return WAITING if state == State.READY and wait_reason else state
+    The one rule of them: `SHOWN_AS` is it as a database expression, `HELD_BACK` and `RETRYING_NOW`
+    as filters, for counts read in the database (readmodels/run_progress.py)."""
+    if state == State.READY and wait_code == RETRY_BACKOFF:
+        return RETRYING
+    if state == State.READY and wait_reason:
+        return WAITING
+    if state == State.RUNNING and wait_code == TOOL_APPROVAL:
+        return State.WAITING_GATE
+    return state
 
 
-# `display_state`'s rule as a filter: the tasks it shows `waiting` ("held back").
-HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="")
+# `display_state`'s rule as filters: the tasks it shows `retrying`, `waiting` ("held back"), and
+# the running ones it shows as needing approval; and as the display state of each row.
+RETRYING_NOW = Q(state=State.READY, wait_code=RETRY_BACKOFF)
+HELD_BACK = Q(state=State.READY) & ~Q(wait_reason="") & ~Q(wait_code=RETRY_BACKOFF)
+AWAITING_TOOL_APPROVAL = Q(state=State.RUNNING, wait_code=TOOL_APPROVAL)
+SHOWN_AS = Case(
+    When(RETRYING_NOW, then=Value(RETRYING)),
+    When(HELD_BACK, then=Value(WAITING)),
+    When(AWAITING_TOOL_APPROVAL, then=Value(State.WAITING_GATE.value)),
+    default=F("state"),
+    output_field=CharField(),
+)
 
 
 class TaskNote(NamedTuple):
@@ -217,13 +243,13 @@ class TaskNote(NamedTuple):
 NO_NOTE = TaskNote("", "")
 
 
-def shown(state: str, progress: int, wait_reason: str, activity: str = "") -> dict[str, Any]:
+def shown(state: str, progress: int, wait_reason: str, wait_code: str, activity: str = "") -> dict[str, Any]:
     """What a TaskView shows otherwise than its task's columns say: its progress as its record
     gives it (`progress_shown`), a ready task held back is `waiting`, and only a running task has
     an activity."""
     return {
         "progress": progress_shown(state, progress),
-        "display_state": display_state(state, wait_reason),
+        "display_state": display_state(state, wait_reason, wait_code),
         "activity": activity if state == State.RUNNING else "",
     }
 
@@ -242,6 +268,7 @@ class TaskView(TaskRecord):
     live_input_tokens: int
     live_output_tokens: int
     gate: str
+    wait_code: str = ""  # its wait's code (engine/waits.py): a retry's, a tool call's approval…
     activity: str  # what a running agent is doing now ("step 3 · calling lookup"), else ""
     # A running task whose worker missed its lease renewals: since when, and until when it waits
     # for it (readmodels/silence.py), else None.
@@ -271,7 +298,8 @@ class TaskView(TaskRecord):
                 lost_before=task.lost_count,
                 attempts=task.attempt_count - task.earlier_attempts,
             ),
-            **shown(task.state, task.progress, task.wait_reason, activity),
+            wait_code=task.wait_code,
+            **shown(task.state, task.progress, task.wait_reason, task.wait_code, activity),
         )
 
     @classmethod
@@ -286,7 +314,7 @@ class TaskView(TaskRecord):
                 "silence": silence_of(values["state"], owner, expires, lost_before=lost, attempts=attempts),
                 "live_input_tokens": 0,
                 "live_output_tokens": 0,
-                **shown(values["state"], values["progress"], values["wait_reason"]),
+                **shown(values["state"], values["progress"], values["wait_reason"], values["wait_code"]),
             }
         )
 
@@ -434,7 +462,7 @@ class TaskState:
 
     @property
     def display_state(self) -> str:
-        return display_state(self.state, self.wait_reason)
+        return display_state(self.state, self.wait_reason, self.wait_code)
 
     @property
     def is_terminal(self) -> bool:

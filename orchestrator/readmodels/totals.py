@@ -477,7 +477,9 @@ def totals(
         eta_s=eta_s,
         total=len(tasks),
         done=sum(counts[s] for s in TaskRun.TERMINAL),
-        running=counts[State.RUNNING],
+        # The slots its attempts hold: a task whose agent waits for a call's approval keeps its
+        # slot (its state is running; its count on the Tasks card is "needs approval").
+        running=sum(1 for v in tasks if v.state == State.RUNNING),
         counts=[StateCount(s, STATE_LABELS[s], counts[s]) for s in DISPLAY_ORDER if counts[s]],
         cost_usd=run.cost_usd,
         reserved_usd=run.reserved_usd,

@@ -711,3 +711,31 @@ def test_an_open_panel_shows_the_progress_and_tokens_of_its_running_task_as_its_
     expect(page.locator(f"#task-head-{task.pk} .task-facts div:nth-child(2) dd")).to_have_text(row_tokens)
     expect(page.locator(f"#task-head-{task.pk} .task-facts div:nth-child(1) dd")).to_have_text("100%")
     assert_not_reloaded(page)
+
+
+def test_a_task_waiting_for_a_tool_calls_approval_or_its_retry_is_drawn_in_its_own_state(
+    logged_in_page, demo_agents, priced_limit, make_plan, screenshot
+):
+    """A task whose call waited for approval was drawn running (blue), not in the purple of
+    "needs approval"; one waiting for its retry was drawn "held back", as a cap holds a task."""
+    from orchestrator.engine import execution, tool_approvals
+
+    page = logged_in_page
+    run = runs.launch(make_plan({"calls": ("researcher", []), "again": ("writer", []), "held": ("writer", [])}))
+    calls, again, held = (run.tasks.get(subtask__key=key) for key in ("calls", "again", "held"))
+    claim = execution.claim_attempt(Attempt.objects.get(task_run=calls).pk, "host:1")
+    asked = tool_approvals.Asked("c1", "write_file", "workspace", "write_file", {"path": "notes.md"})
+    tool_approvals.open_checkpoint(claim, asked)
+    TaskRun.objects.filter(pk=again.pk).update(
+        state=TaskRun.State.READY, wait_code="retry_backoff", wait_reason="retrying from 17:57:16 UTC after: boom"
+    )
+    TaskRun.objects.filter(pk=held.pk).update(
+        state=TaskRun.State.READY, wait_code="run_cap", wait_reason="run cap reached (1 queued or running)"
+    )
+    open_run(page, run)
+    assert wait_for_node(page, calls.pk, ("waiting_gate",)) == "waiting_gate"
+    assert wait_for_node(page, again.pk, ("retrying",)) == "retrying"
+    assert wait_for_node(page, held.pk, ("waiting",)) == "waiting"
+    drawn = page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).style('border-color')", calls.pk)
+    assert drawn.replace(" ", "") == "rgb(124,58,237)"  # base.css: --state-waiting_gate, the purple of "needs approval"
+    screenshot(page, "approval-and-retry")

@@ -597,6 +597,8 @@ def test_run_totals_are_the_engines_progress_counts(api, two_runs):
             "needs_approval",
             "in_review",
             "held_back",
+            "retrying",
+            "awaiting_tool_approval",
         },
     )
     assert {k: v for k, v in totals.items() if k != "elapsed_s"} == {

@@ -988,3 +988,42 @@ def test_a_run_stopped_over_budget_says_the_next_task_would_exceed_it_beside_the
     assert used and int(used.group(1)) < 100, card
     assert "stopped: the next task would exceed the budget" in card
     assert "then retry a cancelled task" in text_of(run_page(viewer, run))
+
+
+# --- A retry's wait, and a tool call's approval, in their own words --------------------------------
+
+
+def state_counts(html: str) -> list[str]:
+    """The Tasks card's counts by state ("1 retrying", "1 running")."""
+    counts = re.search(r'<ul class="state-counts">(.*?)</ul>', html, re.S)
+    assert counts, "no counts on the Tasks card"
+    return [text_of(item).strip() for item in re.findall(r"<li>(.*?)</li>", counts.group(1), re.S)]
+
+
+def test_a_task_waiting_for_its_retry_is_retrying_not_held_back(viewer, demo_agents, make_plan):
+    """Tasks waiting for a retry read "3 held back" beside "0 running of 4", the words of tasks a
+    cap or an agent's limits hold; the row said "retrying from 17:57:16 UTC"."""
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", [])}))
+    run.tasks.filter(subtask__key="a").update(
+        state=State.READY, wait_code="retry_backoff", wait_reason="retrying from 17:57:16 UTC after: boom"
+    )
+    run.tasks.filter(subtask__key="b").update(
+        state=State.READY, wait_code="run_cap", wait_reason="run cap reached (1 queued or running)"
+    )
+    html = run_page(viewer, run)
+    assert state_counts(html) == ["1 held back", "1 retrying"]
+    a, b = (run.tasks.get(subtask__key=key) for key in "ab")
+    assert 'data-state="retrying"' in task_row_whole(html, a) and ">retrying</span>" in task_row_whole(html, a)
+    assert 'data-state="waiting"' in task_row_whole(html, b)
+    assert '<li data-state="retrying"><span class="dot state-retrying"></span>retrying</li>' in html  # the legend
+
+
+def test_a_task_whose_tool_call_waits_for_approval_is_drawn_needing_approval(viewer, demo_agents, make_plan):
+    """Its graph node (which reads its row's data-state) was drawn running, in blue."""
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", [])}))
+    tool_call_waiting(run, "a")
+    html = run_page(viewer, run)
+    row = task_row_whole(html, run.tasks.get(subtask__key="a"))
+    assert 'data-state="waiting_gate"' in row and ">needs approval</span>" in row
+    assert "1 needs approval" in state_counts(html)
+    assert concurrency_card(html)[0].startswith("1 running of 4")  # it keeps its slot while it waits

@@ -98,7 +98,7 @@ def test_every_task_state_has_a_label_and_a_clause_in_its_words():
     "waiting" too, says what the task is in its label's words, never its code."""
     from orchestrator.models import TaskRun
 
-    states = {*TaskRun.State.values, "waiting"}
+    states = {*TaskRun.State.values, "waiting", "retrying"}
     assert set(wording.TASK_STATE_LABELS) == states == set(wording.TASK_STATE_CLAUSES)
     assert not [said for said in wording.TASK_STATE_CLAUSES.values() if "_" in said]
     assert (wording.task_is("succeeded"), wording.task_is("waiting_gate")) == ("has succeeded", "needs approval")

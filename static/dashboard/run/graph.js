@@ -45,16 +45,16 @@ var MINIMAP_MIN_NODES = 12;
 var MODES = ["fanout", "agent", "step", "none"];
 
 // The aggregate state of a group: the most urgent state among its members.
-var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "queued", "ready", "awaiting_review",
+var GROUP_PRIORITY = ["failed", "running", "throttled", "waiting", "retrying", "queued", "ready", "awaiting_review",
   "waiting_gate", "pending", "cancelled", "skipped", "succeeded"];
 // A group's label names three states at most; the rest are counted as "N others" (groupLabel).
 var OTHERS = "others";
 // The order of the counts in a group's label.
-var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", "ready", "waiting_gate",
+var GROUP_LABEL_ORDER = ["running", "failed", "queued", "throttled", "waiting", "retrying", "ready", "waiting_gate",
   "awaiting_review", "succeeded", "pending", "skipped", "cancelled"];
 // The order of the states in a group's fill (groupStrip).
 var GROUP_STRIP_ORDER = ["succeeded", "failed", "skipped", "cancelled", "running", "awaiting_review", "queued",
-  "throttled", "waiting", "ready", "waiting_gate", "pending"];
+  "throttled", "waiting", "retrying", "ready", "waiting_gate", "pending"];
 // A group's box: as wide as GROUP_WIDTH, its label wrapped within GROUP_TEXT_WIDTH, and as tall as
 // the longest label it can ever show needs at the largest of its fonts (GROUP_FONTS: near,
 // zoom-mid, zoom-far) with GROUP_PAD above and below (groupHeight). The box's size is fixed when
@@ -386,6 +386,7 @@ function stylesheet() {
     },
     { selector: "node[state = 'skipped'], node[state = 'cancelled']", style: { "border-style": "dashed", color: "#4a5565" } },
     { selector: "node[state = 'waiting']", style: { "border-style": "double", "border-width": 4 } },
+    { selector: "node[state = 'retrying']", style: { "border-style": "dotted", "border-width": 3 } },
     { selector: "node[state = 'throttled']", style: { "border-style": "dashed", "border-width": 3 } },
     { selector: "node[state = 'running']", style: { "border-width": 3 } },
     {

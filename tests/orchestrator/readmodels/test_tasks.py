@@ -11,9 +11,11 @@ from orchestrator.models import Attempt, Checkpoint, TaskRun
 from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, live_tokens
 from orchestrator.readmodels.tasks import (
     NO_NOTE,
+    RETRYING,
     WAITING,
     TaskNote,
     TaskView,
+    counts_by_run,
     display_state,
     outcome_of,
     outcome_text,
@@ -33,6 +35,38 @@ def test_display_state_separates_held_back_from_ready():
     assert display_state(State.READY, "run cap reached (4 running)") == WAITING
     assert display_state(State.THROTTLED, "provider sim limit") == State.THROTTLED
     assert display_state(State.QUEUED, "stale reason") == State.QUEUED
+
+
+def test_a_task_waiting_for_its_retry_is_retrying_not_held_back():
+    """Tasks waiting for a retry were "held back", the state of those a cap or an agent's limits hold."""
+    retry = "retrying from 17:57:16 UTC after: simulated failure"
+    assert display_state(State.READY, retry, "retry_backoff") == RETRYING
+    assert display_state(State.READY, "run cap reached (4 running)", "run_cap") == WAITING
+
+
+def test_a_running_task_waiting_for_a_tool_calls_approval_needs_approval():
+    """Its graph node was drawn running (blue), not as needing approval."""
+    waits = "waits for a person to approve a call of workspace:write_file"
+    assert display_state(State.RUNNING, waits, "tool_approval") == State.WAITING_GATE
+    assert display_state(State.RUNNING, "", "") == State.RUNNING
+
+
+def test_the_counts_of_retrying_held_back_and_approval_agree_with_the_rows(launched):
+    """The runs list, run_status and the rows count a retrying task, a held back one and one whose
+    call waits for approval under the same words."""
+    run = launched({"a": ("researcher", []), "b": ("researcher", []), "c": ("researcher", [])})
+    for key, state, reason, code in (
+        ("a", State.READY, "retrying from 17:57:16 UTC after: boom", "retry_backoff"),
+        ("b", State.READY, "run cap reached (1 running)", "run_cap"),
+        ("c", State.RUNNING, "waits for a person to approve a call of workspace:write_file", "tool_approval"),
+    ):
+        TaskRun.objects.filter(run=run, subtask__key=key).update(state=state, wait_reason=reason, wait_code=code)
+    labels = {view.key: view.state_label for view in task_views(run)}
+    assert labels == {"a": "retrying", "b": "held back", "c": "needs approval"}
+    assert counts_by_run([run.pk])[run.pk] == {RETRYING: 1, WAITING: 1, State.WAITING_GATE: 1}
+    progress = runs.progress(run)
+    assert (progress.retrying, progress.held_back, progress.ready_now) == (1, 1, 0)
+    assert (progress.running_now, progress.needs_approval) == (0, 1)
 
 
 def test_the_runs_held_back_count_is_the_rows_it_shows_held_back(launched):
