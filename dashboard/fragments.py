@@ -23,7 +23,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.safestring import mark_safe
 
-from orchestrator import events
+from orchestrator import events, wording
 from orchestrator.engine import approvers, checkpoint_questions
 from orchestrator.engine import context as agent_context
 from orchestrator.engine import runs as engine_runs
@@ -205,7 +205,11 @@ ARTIFACTS_LISTED = 200
 
 def artifacts_context(run: Run) -> dict:
     files = workspace.artifacts(run.pk)
-    return {"artifacts": files[:ARTIFACTS_LISTED], "artifacts_unlisted": max(0, len(files) - ARTIFACTS_LISTED)}
+    return {
+        "artifacts": files[:ARTIFACTS_LISTED],
+        "artifacts_unlisted": max(0, len(files) - ARTIFACTS_LISTED),
+        "no_files": wording.no_files(run.is_finished),
+    }
 
 
 # Up to this many final tasks, each shows its summary (one alone, its whole output); beyond it,

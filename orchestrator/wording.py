@@ -256,6 +256,14 @@ TASK_STATE_CLAUSES = {
 }
 
 
+def no_files(run_finished: bool) -> str:
+    """What a run's Artifacts card says while the workspace holds no file: an ended run will get
+    none ("No files yet" on an ended run promised some), a run under way may."""
+    if run_finished:
+        return "This run wrote no files."
+    return "No files yet: what the agents write in the workspace appears here."
+
+
 def task_is(state: str) -> str:
     """What a task in `state` is, after its name: task_is("succeeded") == "has succeeded" ("task
     start has succeeded: only a failed, cancelled or skipped task can be retried"),

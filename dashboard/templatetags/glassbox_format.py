@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from django import template
 
+from orchestrator import wording
+
 from ..formatting import (
     format_budget,
     format_clock,
@@ -26,6 +28,12 @@ register = template.Library()
 def duration(seconds) -> str:
     """0.4 s, 12 s, 3 min 05 s, 2 h 04 min, 3 d 2 h; an em dash when unknown."""
     return format_duration(None if seconds in (None, "") else float(seconds))
+
+
+@register.filter
+def time_limit(seconds) -> str:
+    """A timeout as a person sets it (`wording.time_limit`): 6 s, 20 s, 2 min 00 s."""
+    return wording.time_limit(None if seconds in (None, "") else float(seconds))
 
 
 @register.filter(expects_localtime=True)

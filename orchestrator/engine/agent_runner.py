@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from orchestrator import wording
 from orchestrator.db_threads import run as db
 from orchestrator.engine import agent_loop, attempt_ends, cost_estimates, execution, feedback, tool_attempt
 from orchestrator.engine.agent_loop import LoopOutcome
@@ -216,7 +217,7 @@ async def _stream(current: AttemptRun, request: AgentRequest) -> str:
         return await succeed(current, current.progress.output, completed.usage)
     except TimeoutError:
         current.interruptible = False
-        message = f"timed out after {request.timeout_s:.0f} s"
+        message = f"timed out after {wording.time_limit(request.timeout_s)}"
         timed_out = Attempt.State.TIMED_OUT
         return await record(
             attempt_ends.fail, claim, message, attempt_state=timed_out, usage=usage(), output=current.progress.output
@@ -262,7 +263,8 @@ def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: in
     """Why an agent loop did not finish, in words a person can act on."""
     calls = f"{outcome.steps} model call(s) and {outcome.tool_calls} tool call(s)"
     if outcome.stop == agent_loop.DEADLINE:
-        return f"timed out after {request.timeout_s:.0f} s (time awaiting approvals not counted), after {calls}"
+        limit = wording.time_limit(request.timeout_s)
+        return f"timed out after {limit} (time awaiting approvals not counted), after {calls}"
     if outcome.stop == agent_loop.MAX_STEPS:
         return (
             f"stopped unfinished after {calls}: the agent's max_steps is {max_steps}; "

@@ -542,6 +542,14 @@ def test_the_page_lists_the_runs_files_with_sizes_and_links(viewer, run):
     assert f'href="/runs/{run.pk}/artifacts/notes/a%20b.txt"' in page
 
 
+def test_an_ended_run_without_files_says_it_wrote_none_not_none_yet(viewer, run):
+    """An ended run said "No files yet", as if more could come."""
+    runs.cancel(run, actor_name="cli:alice")
+    page = words(viewer.get(reverse("run_detail", args=[run.pk])).content.decode())
+    assert "Artifacts files the agents left in the run's workspace This run wrote no files." in page
+    assert "No files yet" not in page
+
+
 def test_a_workspace_of_many_files_lists_the_first_and_counts_the_rest(viewer, run, monkeypatch):
     monkeypatch.setattr(fragments, "ARTIFACTS_LISTED", 3)
     for i in range(5):

@@ -108,6 +108,15 @@ def test_rerun_from_here_in_the_task_panel(launcher, finished):
     assert '<span class="run-flash-text">Task scope is queued: only a task that has finished' in refused.text
 
 
+def test_a_timeout_under_ten_seconds_reads_as_the_whole_seconds_it_was_set_to(launcher, finished):
+    """A 6 s timeout read "timeout 6.0 s" beside "timeout 20 s" and "timed out after 6 s"."""
+    write = finished.tasks.get(subtask__key="write")
+    request = write.attempts.get().request
+    write.attempts.update(request={**request, "timeout_s": 6})
+    panel = launcher.get(f"/runs/{finished.pk}/tasks/{write.pk}/", **HTMX).text
+    assert "max 1,024 tokens · timeout 6 s" in panel
+
+
 def test_the_task_panel_shows_the_request_behind_each_attempt(launcher, finished):
     write = finished.tasks.get(subtask__key="write")
     scope = finished.tasks.get(subtask__key="scope")
