@@ -10,6 +10,9 @@ Client → server (JSON text frames):
   before the first resume.
 * `{"type": "watch", "task": ID}` (or `"task": null`) — the task whose panel is open: its
   header, streamed output and attempts come along with its events.
+* `{"type": "ping"}` — "are you there?": answered at once with the text frame `pong` (PONG). An
+  idle run sends nothing, and a socket may stay open while nothing gets through: the page pings
+  every few seconds and, when no word comes back, says so and reconnects (static/dashboard/run/live.js).
 
 Server → client: HTML text frames of htmx out-of-band fragments, swapped by htmx-ext-ws. Each
 frame starts with `<div id="live-seq" data-from=A data-to=B data-tasks=...>`: the frame brings
@@ -62,6 +65,9 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
+
+# The answer to a client's ping: a text frame that is not HTML (the page drops it before htmx sees it).
+PONG = "pong"
 
 # An alias with no entry in CHANNEL_LAYERS: Channels then gives the consumer no channel layer.
 NO_CHANNEL_LAYER = "none"
@@ -133,6 +139,8 @@ class RunConsumer(AsyncWebsocketConsumer):
             self.in_step = False  # the page says where it is: it may have missed more than events
             if self.broadcaster is not None:
                 self.broadcaster.wake.set()
+        elif kind == "ping":
+            await self.send(text_data=PONG)
         elif kind == "watch":
             task = message.get("task")
             self.watched = int(task) if isinstance(task, int) or (isinstance(task, str) and task.isdigit()) else None

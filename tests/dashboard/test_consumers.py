@@ -292,6 +292,22 @@ def test_progress_bursts_are_coalesced_and_stream_to_a_watched_panel(run, person
     async_to_sync(scenario)()
 
 
+def test_a_ping_is_answered_at_once_even_on_an_idle_run(run, personas):
+    """The page pings to learn that the socket still gets through: an idle run sends nothing else."""
+    cookie = cookies_for(personas["viewer"])
+
+    async def scenario():
+        comm = communicator(run.pk, cookie)
+        await comm.connect()
+        for _ in range(2):  # before any resume, and again: every ping gets its answer
+            await comm.send_to(text_data=json.dumps({"type": "ping"}))
+            assert await comm.receive_from(timeout=RECEIVE_S) == consumers.PONG
+        assert await comm.receive_nothing(timeout=0.6)  # and nothing else: no events were asked for
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+
+
 def test_malformed_messages_are_ignored(run, personas):
     cookie = cookies_for(personas["viewer"])
 
