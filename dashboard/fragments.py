@@ -277,7 +277,11 @@ def task_table_context(run: Run) -> dict:
     """The table's rows, rendered here (shared looks once: dashboard/task_rows.py) with what a row
     reads besides its task: the run and no out-of-band swap."""
     views = run_tasks.task_views(run)
-    return {"tasks": views, "task_rows": mark_safe("".join(task_rows.render_rows({"run": run, "oob": False}, views)))}
+    return {
+        "tasks": views,
+        "task_rows": mark_safe("".join(task_rows.render_rows({"run": run, "oob": False}, views))),
+        "task_scroll_cue": run_tasks.task_table_scroll_cue(len(views)),
+    }
 
 
 def log_context(run: Run, *, task_id=None, type_filter="") -> dict:

@@ -118,6 +118,19 @@ def state_strip(counts: Mapping[str, int]) -> list[StripSegment]:
 
 MIN_SEGMENT = 1.5
 
+# The run page's Tasks card shows every task up to this many rows (a table cut short hid its last
+# task, with no scrollbar in sight); a longer one scrolls in its box, which says so at its bottom
+# edge, so that the event log beside it stays within reach.
+TASK_TABLE_WHOLE = 12
+
+
+def task_table_scroll_cue(count: int) -> str:
+    """What the bottom edge of a table of `count` tasks says: "" when it shows every one (at most
+    TASK_TABLE_WHOLE), else "18 tasks in all: scroll the table to see every one"."""
+    if count <= TASK_TABLE_WHOLE:
+        return ""
+    return f"{wording.counted(count, 'task')} in all: scroll the table to see every one"
+
 
 def outcome_text(counts: Mapping[str, int], total: int, rejected: Sequence[str] = ()) -> str:
     """How many of `total` tasks succeeded, and how many ended otherwise: "7 of 22 succeeded ·

@@ -337,3 +337,60 @@ def test_a_short_pauses_label_is_read_whole_or_left_to_its_title(logged_in_page,
         if viewport is DESKTOP:
             assert bands[0]["shown"]  # room beside the short one at 1280 px
         assert overflow(page) == []
+
+
+# The Tasks box: how far it scrolls down, where its last row ends and where the box ends.
+TASKS_BOX = """() => {
+    const box = document.querySelector('.tasks-box');
+    const rows = box.querySelectorAll('#task-table .grid-row');
+    return {
+        hidden: box.scrollHeight - box.clientHeight,
+        last: rows[rows.length - 1].getBoundingClientRect().bottom,
+        bottom: box.getBoundingClientRect().bottom,
+    };
+}"""
+
+
+def test_a_small_task_table_shows_its_last_task_and_a_long_one_says_it_scrolls(
+    logged_in_page, demo_agents, make_plan, request
+):
+    """A 6-task run's table was a 430 px box that cut its final row off, with no scrollbar in sight;
+    now a small table shows every row, and a long one scrolls in a box whose bottom edge says so."""
+    page = logged_in_page
+    titles = {  # examples/research_brief.yaml's
+        "frame": "Frame the decision",
+        "operations": "Operations and tooling",
+        "performance": "Performance and concurrency",
+        "durability": "Durability and recovery",
+        "switching_cost": "Cost of switching and of switching back",
+        "decision_brief": "Write the decision brief",
+    }
+    tasks = {
+        key: ("researcher", ["frame"] if i else [], {"title": title}) for i, (key, title) in enumerate(titles.items())
+    }
+    small = runs.launch(make_plan(tasks, goal="Six tasks"), budget_usd="1", require_plan_approval=True)
+    now = timezone.now()
+    finish_run(small, started=now - timedelta(seconds=30), finished=now)
+    for viewport in (DESKTOP, PHONE):
+        open_page(page, f"/runs/{small.pk}/", viewport)
+        expect(page.locator("#task-table .grid-row")).to_have_count(6)
+        part_shot(page, request, "#tasks-title >> xpath=../..", f"six-tasks-{viewport['width']}")
+        box = page.evaluate(TASKS_BOX)
+        assert box["hidden"] <= 1, f"at {viewport['width']} px the box hides {box['hidden']} px of the table"
+        assert box["last"] <= box["bottom"] + 0.5, f"at {viewport['width']} px the final task is cut: {box}"
+        expect(page.locator(".table-scroll-cue")).to_have_count(0)
+
+    many = {f"step_{i:02}": ("researcher", [f"step_{i - 1:02}"] if i else []) for i in range(20)}
+    large = runs.launch(make_plan(many, goal="Twenty tasks"), budget_usd="1", require_plan_approval=True)
+    for viewport in (DESKTOP, PHONE):
+        open_page(page, f"/runs/{large.pk}/", viewport)
+        cue = page.locator(".tasks-box .table-scroll-cue")
+        expect(cue).to_have_text("20 tasks in all: scroll the table to see every one")
+        part_shot(page, request, "#tasks-title >> xpath=../..", f"twenty-tasks-{viewport['width']}")
+        box = page.evaluate(TASKS_BOX)
+        assert box["hidden"] > 0, "a 20-task table scrolls in its box"
+        cue_box, frame = cue.bounding_box(), page.locator(".tasks-box").bounding_box()
+        assert abs(cue_box["y"] + cue_box["height"] - (frame["y"] + frame["height"])) <= 2, (
+            "the cue is at the bottom edge"
+        )
+        assert not outside(cue_box, frame), f"at {viewport['width']} px the cue sticks out of its box"

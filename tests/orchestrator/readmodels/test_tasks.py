@@ -12,6 +12,7 @@ from orchestrator.readmodels.live_tokens import NO_LIVE_TOKENS, live_tokens
 from orchestrator.readmodels.tasks import (
     NO_NOTE,
     RETRYING,
+    TASK_TABLE_WHOLE,
     WAITING,
     TaskNote,
     TaskView,
@@ -21,6 +22,7 @@ from orchestrator.readmodels.tasks import (
     outcome_text,
     rejected_at_gate,
     task_states,
+    task_table_scroll_cue,
     task_view,
     task_views,
 )
@@ -244,3 +246,9 @@ def test_a_tasks_note_says_why_it_is_where_it_is_as_its_row_and_run_status_say_i
         "retry_runs": TaskNote("activity", "step 1 · thinking"),
         "succeeded": TaskNote("summary", "three sources found"),
     }
+
+
+def test_a_task_table_says_it_scrolls_only_when_it_holds_more_than_it_shows_whole():
+    assert task_table_scroll_cue(6) == ""
+    assert task_table_scroll_cue(TASK_TABLE_WHOLE) == ""
+    assert task_table_scroll_cue(20) == "20 tasks in all: scroll the table to see every one"
