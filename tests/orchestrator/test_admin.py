@@ -106,6 +106,18 @@ def test_the_audit_log_gives_each_events_time_to_the_second_in_utc(client, super
     assert client.post(reverse("admin:orchestrator_event_change", args=[event.pk]), {"time": "x"}).status_code == 403
 
 
+def test_the_event_changelist_says_what_an_event_without_a_message_did_as_the_run_page_does(client, superuser, a_run):
+    """A task.succeeded event keeps its story in its payload: the list showed "-" for it."""
+    task = a_run.tasks.get()
+    events.record(
+        "task.succeeded", run=a_run, task=task, payload={"attempt": 1, "output_tokens": 401, "cost_usd": "0.0031"}
+    )
+    client.force_login(superuser)
+    page = client.get(reverse("admin:orchestrator_event_changelist")).content.decode()
+    assert "attempt 1 · output tokens 401 · $0.0031" in page
+    assert '<td class="field-task">a</td>' in page  # the task by its key
+
+
 def test_the_event_changelist_shows_the_newest_first(client, superuser, a_run):
     events.record("note", run=a_run, message="the latest")
     client.force_login(superuser)
