@@ -5,10 +5,12 @@ from __future__ import annotations
 from functools import wraps
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponseForbidden
+from django.http import HttpResponse, HttpResponseForbidden
+from django.shortcuts import render
 from django.views.csrf import csrf_failure as django_csrf_failure
 
 from orchestrator.governance.audit import record_denial
+from orchestrator.governance.permission_wording import denial_in_words
 
 VIEW_RUN = "orchestrator.view_run"
 LAUNCH_RUN = "orchestrator.launch_run"
@@ -16,9 +18,15 @@ CONTROL_RUN = "orchestrator.control_run"
 DECIDE_CHECKPOINT = "orchestrator.decide_checkpoint"
 
 
-def deny(request, permission: str, *, run=None) -> HttpResponseForbidden:
+def deny(request, permission: str, *, run=None) -> HttpResponse:
+    """403, audited, saying what the person may not do and which role allows it: the page
+    (templates/403.html), or the sentence alone for htmx, whose answer the run page shows in
+    its message line."""
     record_denial(request.user, permission, action=f"{request.method} {request.path}", run=run)
-    return HttpResponseForbidden(f"You do not have permission to do this ({permission}).")
+    said = denial_in_words(permission)
+    if request.headers.get("HX-Request") == "true":
+        return HttpResponseForbidden(said)
+    return render(request, "403.html", {"exception": said}, status=403)
 
 
 def permission_required(permission: str):
