@@ -4,6 +4,10 @@
   its task is retried as a new attempt, spending none of its retries (a worker's death is not the
   task's fault), up to GLASSBOX_MAX_LOST_ATTEMPTS lost attempts (engine/retries.py
   `retry_lost_or_fail`); whatever the lost attempt says later is discarded.
+- A running attempt whose task no longer runs it (cancelled or skipped while it ran) ends when its
+  host next beats; if its worker was killed first, nothing ever ends it, and the run page said
+  "1 attempt still stopping" for good. Once its worker has been silent for a lease it is declared
+  lost, its saved usage counted (`reap_orphans`); its task is not touched.
 - A queued attempt that no worker claimed in time is handed to the broker again (the Redis
   broker loses a task whose worker dies; a process can die between commit and enqueue).
 - Runs with ready work whose backoff or rate-limit wait has passed are advanced.
@@ -24,7 +28,7 @@ from typing import NamedTuple
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from orchestrator import events, sql
@@ -132,6 +136,60 @@ def reap_run(run_id: int, expired: list[tuple[int, int]], now: datetime) -> list
         ]
 
 
+def reap_orphans() -> int:
+    """Declare lost the running attempts whose task no longer runs them (cancelled or skipped
+    while they ran, see the module docstring) and whose worker has not beaten for a lease: a run's
+    in one transaction under its lock, their saved usage settled on the attempt, its task and its
+    run as a cancelled attempt's is. The task keeps its state. Returns how many were reaped."""
+    silent_since = timezone.now() - timedelta(seconds=settings.GLASSBOX_LEASE_S)
+    orphans = (
+        Attempt.objects.filter(state=Attempt.State.RUNNING, heartbeat_at__lt=silent_since)
+        .exclude(task_run__state=State.RUNNING, task_run__attempt_count=F("number"))
+        .values_list("pk", "task_run__run_id")
+    )
+    by_run: dict[int, list[int]] = defaultdict(list)
+    for attempt_id, run_id in orphans:
+        by_run[run_id].append(attempt_id)
+    return sum(_reap_orphans_of(run_id, ids, silent_since) for run_id, ids in sorted(by_run.items()))
+
+
+def _reap_orphans_of(run_id: int, attempt_ids: list[int], silent_since: datetime) -> int:
+    now = timezone.now()
+    with events.atomic():
+        run = scheduler.lock_run(run_id)
+        names = ("pk", "task_run_id", "number", "worker", *USAGE_FIELDS)
+        rows = sql.select(  # still running, still silent, under their lock: exactly once
+            Attempt,
+            names,
+            order_by=("pk",),
+            lock=True,
+            pk__in=attempt_ids,
+            state=Attempt.State.RUNNING,
+            heartbeat_at__lt=silent_since,
+        )
+        if not rows:
+            return 0
+        tasks = TaskRun.objects.select_related("subtask").in_bulk([r[1] for r in rows])
+        limits = prices.price_list()
+        ran_with = _ran_with([r[0] for r in rows])
+        settled = settlement.settlements([(r[0], Usage(*r[4:]), limits.get(ran_with[r[0]])) for r in rows])
+        for row, s in zip(rows, settled, strict=True):
+            task = tasks[row[1]]
+            ended = task.get_state_display().lower()
+            why = f"lease expired: worker {row[3]} stopped responding after its task was {ended}"
+            settlement.apply_settlements([s], run_id=run.pk, state=Attempt.State.LOST, finished_at=now, error=why)
+            if s.counts:
+                sql.update(TaskRun, s.task_totals(), pk=task.pk)
+            events.record(
+                "attempt.lost",
+                run=run,
+                task=task,
+                message=f"attempt {row[2]} lost: {why}",
+                payload={"attempt": row[2], "worker": row[3]},
+            )
+    return len(rows)
+
+
 def _ran_with(attempt_ids: list[int]) -> dict[int, tuple[str, str]]:
     """The provider and model each attempt ran with, as its request recorded them when it was
     claimed (readmodels/prices.py `ran_with`): what its tokens are priced at, as the attempt's
@@ -204,6 +262,7 @@ def tick() -> dict[str, int]:
     """One pass of crash recovery and timers. Safe to run in many processes at once."""
     said = silences.announce()
     reaped = reap_by_run()
+    orphans = reap_orphans()
     requeued = requeue_stale()
     advanced = 0
     due = set(runs_with_due_work())
@@ -213,4 +272,5 @@ def tick() -> dict[str, int]:
     for run_id in sorted(due):
         scheduler.advance(run_id)
         advanced += 1
-    return {"reaped": sum(map(len, reaped.values())), "requeued": requeued, "advanced": advanced, **said}
+    reaped_count = sum(map(len, reaped.values()))
+    return {"reaped": reaped_count, "orphans": orphans, "requeued": requeued, "advanced": advanced, **said}

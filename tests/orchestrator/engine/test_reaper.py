@@ -247,3 +247,33 @@ def test_the_lost_attempts_and_the_retries_are_two_budgets(make_agent, make_plan
     assert (task.fault_count, task.lost_count) == (0, 0)
     task = lose(run, claim_next(run, task).task)  # its first lost attempt again: retried
     assert (task.state, task.lost_count) == (State.READY, 1)
+
+
+def test_an_attempt_of_a_task_cancelled_under_a_killed_worker_is_declared_lost_with_its_usage(make_agent, make_plan):
+    """The run was cancelled, then its worker killed before its next beat: nothing ever ended the
+    attempt, and the run page said "1 attempt still stopping" for good."""
+    from orchestrator.readmodels.totals import attempts_stopping
+
+    run, (claim,) = running_wave(make_agent, make_plan, 1)
+    execution.save_progress([(claim, execution.Progress("Half a", 10, Usage(input_tokens=300, output_tokens=40)))])
+    runs.cancel(run)
+    assert attempts_stopping(run) == 1
+    assert reaper.reap_orphans() == 0  # its worker may still be beating: it stops at its next beat
+    Attempt.objects.filter(pk=claim.attempt.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert reaper.tick()["orphans"] == 1
+    attempt = Attempt.objects.get(pk=claim.attempt.pk)
+    assert attempt.state == Attempt.State.LOST and attempt.finished_at is not None
+    assert attempt.error == "lease expired: worker w1 stopped responding after its task was cancelled"
+    task, run = TaskRun.objects.get(pk=claim.task.pk), Run.objects.get(pk=run.pk)
+    assert task.state == State.CANCELLED  # the task keeps its end
+    assert (task.input_tokens, task.output_tokens) == (300, 40) == (run.input_tokens, run.output_tokens)
+    assert attempts_stopping(run) == 0
+    assert Event.objects.filter(run=run, type="attempt.lost").count() == 1
+    assert reaper.reap_orphans() == 0  # exactly once
+
+
+def test_a_running_attempt_of_a_running_task_is_left_to_the_lease_not_to_the_orphans(make_agent, make_plan):
+    run, (claim,) = running_wave(make_agent, make_plan, 1)
+    Attempt.objects.filter(pk=claim.attempt.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert reaper.reap_orphans() == 0
+    assert Attempt.objects.get(pk=claim.attempt.pk).state == Attempt.State.RUNNING
