@@ -12,7 +12,7 @@ every name from here (`from orchestrator.models import Run`); the app label stay
 # isort: off
 from orchestrator.models.agents import Agent, ProviderLimit
 from orchestrator.models.plans import Dependency, Plan, PlannerAttempt, Subtask
-from orchestrator.models.runs import Attempt, Checkpoint, EventSequence, Run, TaskRun
+from orchestrator.models.runs import Attempt, Checkpoint, EventSequence, NoRetry, Run, TaskRun
 from orchestrator.models.events import AppendOnlyError, Event, EventQuerySet
 from orchestrator.models.rate_counters import RateCounter
 from orchestrator.models.api_tokens import ApiToken
@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "EventQuerySet",
     "EventSequence",
+    "NoRetry",
     "Plan",
     "PlannerAttempt",
     "ProviderLimit",

@@ -11,7 +11,7 @@ from playwright.sync_api import expect
 
 from dashboard.fragments import FINAL_TASKS_OPEN
 from orchestrator import events
-from orchestrator.models import TaskRun
+from orchestrator.models import Attempt, TaskRun
 from tests.browser.test_narrow import PHONE
 from tests.browser.test_run_layout import DESKTOP, open_page, part_shot
 from tests.large_run import finished_large_run
@@ -69,7 +69,11 @@ def test_the_folded_result_follows_a_final_task_that_fails_and_keeps_what_the_re
 
     check = run.tasks.get(subtask__key="check_7")
     with transaction.atomic():
-        TaskRun.objects.filter(pk=check.pk).update(state=TaskRun.State.FAILED, error="provider refused the request")
+        # As a provider's refusal leaves it: its attempt failed before writing a word.
+        TaskRun.objects.filter(pk=check.pk).update(
+            state=TaskRun.State.FAILED, error="provider refused the request", output=""
+        )
+        Attempt.objects.filter(task_run=check).update(state=Attempt.State.FAILED)
         events.record("task.failed", task=check, payload={"attempt": 1, "error": "provider refused the request"})
 
     expect(result.locator(".final-outcome")).to_have_text("16 final tasks: 15 of 16 succeeded · 1 failed")

@@ -18,6 +18,13 @@ State = TaskRun.State
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def retries_wait(monkeypatch):
+    """A retry waits 30 s: with the backoff's jitter (anything from 0) the reaper's own pass
+    sometimes admitted a retry at once, and a task read "queued" where the test read it ready."""
+    monkeypatch.setattr(retries, "backoff_seconds", lambda faults, retry_after: max(30.0, retry_after or 0.0))
+
+
 def running_wave(make_agent, make_plan, count: int):
     """A run of `count` independent tasks, every one running on worker "w1"; their claims."""
     make_agent("researcher", max_concurrency=count, max_retries=2)

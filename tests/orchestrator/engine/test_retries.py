@@ -75,5 +75,5 @@ def test_a_task_waiting_for_its_retry_says_from_when_not_a_countdown_that_stays(
     assert attempt_ends.fail(claim, lost, error=ProviderError(lost, retryable=True)) == "retry scheduled"
     (row,) = task_views(run)  # what the page's row and run_status say
     task = TaskRun.objects.get(pk=row.pk)
-    assert row.state_label == "held back"
+    assert row.state_label == "retrying"  # its own state, not a cap's "held back"
     assert row.wait_reason == f"retrying from {task.not_before:%H:%M:%S} UTC after: {lost}"
