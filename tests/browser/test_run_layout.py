@@ -56,11 +56,21 @@ def test_the_timelines_axis_labels_stay_inside_its_panel(logged_in_page, demo_ag
     ticks = page.locator("#run-gantt .gantt-tick")
     expect(ticks.last).to_have_text("10 s")
     screenshot(page, "timeline")
-    timeline = page.locator("#run-gantt").bounding_box()
-    axis = page.locator("#run-gantt .gantt-ticks").bounding_box()
-    for tick in ticks.all():
-        assert not outside(tick.bounding_box(), timeline), f"the label {tick.inner_text()!r} sticks out of the timeline"
-    last = ticks.last.bounding_box()
+    # Measured in one pass of the page's script: a live frame may redraw the ticks between two
+    # reads (a tick read one by one was once gone, its box None, by the time it was measured).
+    timeline, axis, boxes = page.evaluate(
+        """() => {
+            const box = (el) => { const r = el.getBoundingClientRect(); return {x: r.x, width: r.width}; };
+            const gantt = document.querySelector('#run-gantt');
+            const ticks = [...gantt.querySelectorAll('.gantt-tick')];
+            return [box(gantt), box(gantt.querySelector('.gantt-ticks')),
+                    ticks.map((el) => ({...box(el), text: el.innerText}))];
+        }"""
+    )
+    for tick in boxes:
+        assert not outside(tick, timeline), f"the label {tick['text']!r} sticks out of the timeline"
+    last = boxes[-1]
+    assert last["text"] == "10 s"
     assert abs(last["x"] + last["width"] - (axis["x"] + axis["width"])) <= 1  # its line still marks the end
 
     open_page(page, f"/runs/{run.pk}/", PHONE)

@@ -147,7 +147,7 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
     claim = execution.claim_attempt(attempt.pk, "slow-host:1")
     TaskRun.objects.filter(pk=claim.task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
 
-    real_retry = reaper.schedule_retry_or_fail
+    real_retry = reaper.retry_lost_or_fail
     reaper_holds_the_attempt = threading.Event()
 
     def linger_then_retry(*args, **kwargs):
@@ -156,7 +156,7 @@ def test_a_late_heartbeat_racing_the_reaper_is_refused_without_a_deadlock(make_a
             time.sleep(1.5)  # the host's heartbeat starts meanwhile
         return real_retry(*args, **kwargs)
 
-    monkeypatch.setattr(reaper, "schedule_retry_or_fail", linger_then_retry)
+    monkeypatch.setattr(reaper, "retry_lost_or_fail", linger_then_retry)
     outcomes: dict[str, object] = {}
 
     def in_thread(name, work):
