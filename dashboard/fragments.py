@@ -195,8 +195,15 @@ OTHER_TASKS_LISTED = 40
 def result_context(run: Run) -> dict:
     finals = run_graph.final_tasks(run)
     final_ids = {t.pk for t in finals}
-    others = [t for t in run_tasks.tasks_query(run.pk).defer("output") if t.pk not in final_ids]
-    return {**finals_context(finals), "other_tasks": others, "other_tasks_listed": OTHER_TASKS_LISTED}
+    others = run_result.other_outputs(
+        run.is_finished, (t for t in run_tasks.tasks_query(run.pk).defer("output") if t.pk not in final_ids)
+    )
+    return {
+        **finals_context(finals),
+        "other_tasks": others.listed,
+        "other_tasks_listed": OTHER_TASKS_LISTED,
+        "never_ran": wording.counted(others.never_ran, "other task") if others.never_ran else "",
+    }
 
 
 # The run page lists this many of the workspace's files (sorted by path); the rest are counted.

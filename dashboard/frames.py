@@ -82,7 +82,8 @@ def parts_for(types: set[str], *, touches_final: bool = False) -> set[str]:
     if "run" in families or "checkpoint" in families:
         parts |= {"header", "checkpoints", "result_final"}
     if {t for t in types if t.startswith("run.")} - RUN_TYPES_SPARING_TASKS:
-        parts.add("task_table")
+        # Its end also decides which tasks "Every task's output" lists (result.other_outputs).
+        parts |= {"task_table", "result"}
     if "plan" in families:
         parts |= {"checkpoints", "graph", "task_table", "lanes", "header", "gantt", "result"}
     if families & {"task", "attempt", "provider", "run"}:

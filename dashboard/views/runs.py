@@ -86,6 +86,12 @@ class RunRow:
         return self.run.cost_usd > self.run.budget_usd
 
     @property
+    def budget_stop(self) -> str:
+        """Under its meter, why a run stopped over budget: the badge "Over budget" beside "83%"
+        read as if the budget had been spent and more."""
+        return run_labels.budget_stop(self.run)
+
+    @property
     def budget_used_percent(self) -> int:
         return wording.percent(self.run.cost_usd, self.run.budget_usd)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from orchestrator import events, wording
-from orchestrator.engine import run_launch, scheduler, task_controls, transitions
+from orchestrator.engine import run_budget, run_launch, scheduler, task_controls, transitions
 from orchestrator.engine.action_errors import ActionError
 from orchestrator.models import Attempt, Checkpoint, Run, TaskRun
 
@@ -90,6 +90,9 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
                 f"an attempt of {', '.join(stopping)} is still stopping (a cancel or a skip reaches it at "
                 "its next heartbeat, within seconds): re-run once it has ended"
             )
+        # What it spent stays spent: a re-run the budget left cannot cover would reopen the run only
+        # to stop it over budget again in the same second.
+        run_budget.refuse_uncovered_retry(run, task)
         resets.sort(key=lambda t: t.pk != task.pk)  # the task first, then its downstream in plan order
         keep_outputs(resets)
         for reset in resets:

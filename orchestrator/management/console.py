@@ -23,6 +23,7 @@ from orchestrator import wording
 from orchestrator.engine import checkpoint_questions, runs, tool_approvals
 from orchestrator.engine.run_settings import InvalidRunSetting, parse_budget, parse_cap
 from orchestrator.models import Checkpoint, Run, TaskRun
+from orchestrator.readmodels import run_labels
 from orchestrator.readmodels.tasks import RETRYING, WAITING, outcome_text, rejected_at_gate
 from orchestrator.readmodels.totals import run_idle_text
 
@@ -87,9 +88,12 @@ def budget(amount: Decimal | float | int | None) -> str:
     return wording.budget(amount)
 
 
-def status_text(status: str) -> str:
-    """A run's status as the run page words it, in lower case: "awaiting approval", "over budget"
-    (the `--json` outputs keep the engine's name: "awaiting_approval")."""
+def status_text(run: Run, status: str) -> str:
+    """A run's status as the run page words it, in lower case: "awaiting approval", "over budget",
+    "plan rejected" for a run ended by its plan's rejection (readmodels/run_labels.py; the `--json`
+    outputs keep the engine's name: "awaiting_approval", "cancelled")."""
+    if status == Run.Status.CANCELLED and run_labels.plan_rejected([run.pk]):
+        return run_labels.PLAN_REJECTED.lower()
     return Run.Status(status).label.lower()
 
 

@@ -78,6 +78,7 @@ class Lane:
     run_ended: bool = False  # the run is over: nothing of it is in flight, other runs' use is not its concern
     run_paused: bool = False  # the run admits nothing: its lanes are not idle, they wait for Resume
     held_by_run_cap: int = 0  # its ready tasks that the run's cap holds back
+    ran: int = 0  # its tasks that started, in this start or before a re-run
 
     @property
     def slots_here(self) -> int:
@@ -120,7 +121,11 @@ class Lane:
         a bare "idle" left a person to guess why an agent with work to do did nothing.
         """
         if self.done == self.total:
-            return "finished" if self.succeeded == self.total else "ended"
+            if self.succeeded == self.total:
+                return "finished"
+            # A rejected plan's run, or one cancelled before the agent's turn: "ended" read as if
+            # the agent had worked and stopped.
+            return "ended" if self.ran else "ended before any of its tasks ran"
         parts = [PAUSED_LANE] if self.run_paused else []
         if self.queued:
             parts.append(f"{self.queued} queued, waiting for a worker")
@@ -176,6 +181,7 @@ def lanes(
                 run_ended=run.is_finished,
                 run_paused=run.status == Run.Status.PAUSED,
                 held_by_run_cap=sum(1 for v in items if v.state == State.READY and v.wait_code == RUN_CAP),
+                ran=sum(1 for v in items if v.started_at is not None or v.earlier_attempts),
                 cap=agents[agent_id].max_concurrency,
                 tokens=sum(v.spent_tokens for v in items),
                 cost_usd=sum((v.cost_usd for v in items), Decimal("0")),

@@ -47,3 +47,26 @@ def result_output(task: TaskRun, last_attempt: Attempt | None) -> ResultOutput:
     if task.is_terminal:
         return ResultOutput("none", note=f"No output: {task.error or task.get_state_display().lower()}")
     return ResultOutput("pending")
+
+
+def never_ran(task: TaskRun) -> bool:
+    """No attempt of the task ever started (in this start or before a re-run): it wrote nothing."""
+    return task.started_at is None and not task.earlier_attempts
+
+
+class OtherOutputs(NamedTuple):
+    """The Result's "Every task's output" beyond the final tasks: `listed`, the tasks whose output
+    may be opened; `never_ran`, how many an ended run left that never started (a rejected plan's
+    run, a run cancelled or failed early): they were listed, each opening on nothing."""
+
+    listed: list[TaskRun]
+    never_ran: int
+
+
+def other_outputs(run_is_finished: bool, tasks: Iterable[TaskRun]) -> OtherOutputs:
+    """While the run goes on every task is listed (the list is drawn again when the run ends)."""
+    tasks = list(tasks)
+    if not run_is_finished:
+        return OtherOutputs(tasks, 0)
+    listed = [t for t in tasks if not never_ran(t)]
+    return OtherOutputs(listed, len(tasks) - len(listed))

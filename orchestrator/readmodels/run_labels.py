@@ -10,6 +10,9 @@ from collections.abc import Iterable
 from orchestrator.models import Checkpoint, Run
 
 PLAN_REJECTED = "Plan rejected"
+# Beside "Over budget", why the run stopped short of its budget (it did not spend past it): the
+# next task's worst case would have taken it past (scheduler.stop_over_budget).
+OVER_BUDGET_STOP = "stopped: the next task would exceed the budget"
 
 
 def plan_rejected(run_ids: Iterable[int]) -> set[int]:
@@ -41,3 +44,8 @@ def labels(runs: Iterable[Run]) -> dict[int, str]:
 def status_label(run: Run) -> str:
     """One run's status label (the run page's header)."""
     return labels([run])[run.pk]
+
+
+def budget_stop(run: Run) -> str:
+    """Why a run stopped over budget, for where its cost is shown ("" for any other run)."""
+    return OVER_BUDGET_STOP if run.status == Run.Status.OVER_BUDGET else ""

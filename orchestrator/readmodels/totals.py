@@ -21,7 +21,7 @@ from django.utils import timezone
 from orchestrator import wording
 from orchestrator.models import Agent, Attempt, Checkpoint, ProviderLimit, Run, TaskRun
 
-from . import costs, eta, other_runs, prices
+from . import costs, eta, other_runs, prices, run_labels
 from .tasks import (
     DISPLAY_ORDER,
     STATE_LABELS,
@@ -187,6 +187,9 @@ class Totals:
     # The tokens used on models without a price ("provider:model" -> tokens): not in `cost_usd`,
     # and beyond the budget's reach (`costs.unpriced_tokens`: each attempt's on the model it ran with).
     unpriced_tokens: Mapping[str, int] = field(default_factory=dict)
+    # Before a start, its agents' models without a price ("provider:model"), which the estimate
+    # counted at $0: a plan priced in part read "estimated $0.0150" as if that were all of it.
+    unpriced_in_estimate: tuple[str, ...] = ()
 
     @property
     def unpriced_note(self) -> str:
@@ -374,6 +377,9 @@ class Totals:
         if self.estimate_usd <= 0:
             return "no estimate: no price was known for its models"
         estimated = f"estimated {wording.usd(self.estimate_usd)}"
+        if self.unpriced_in_estimate:
+            models = self.unpriced_in_estimate
+            estimated += f" ({', '.join(models)} {'has' if len(models) == 1 else 'have'} no price: counted as $0)"
         if self.never_started:
             return f"{estimated}; it never started"
         if not finished:  # (a run awaiting its plan's approval has not started: the estimate alone)
@@ -397,9 +403,7 @@ class Totals:
         """Why a run stopped over budget, on its Cost card: the next task's worst case would have
         taken it past the budget, so it stopped short of it. The header's "Over budget" sat beside
         "83% used" as if the budget had been spent and more ("" for any other run)."""
-        if self.status != Run.Status.OVER_BUDGET:
-            return ""
-        return "stopped: the next task would exceed the budget"
+        return run_labels.OVER_BUDGET_STOP if self.status == Run.Status.OVER_BUDGET else ""
 
     @property
     def outcome(self) -> str:
@@ -419,6 +423,15 @@ class Totals:
     def counts_text(self) -> str:
         """The tasks by state in words: "3 succeeded, 2 cancelled"."""
         return ", ".join(f"{c.count} {c.label}" for c in self.counts) or "no tasks"
+
+
+def unpriced_in_estimate(run: Run, agents: Iterable[Agent], limits: prices.Prices) -> tuple[str, ...]:
+    """Of a run not started yet (its estimate is all there is to read), its agents' models without a
+    price, which the estimate counted at $0; () once it started (the Cost card counts its unpriced
+    tokens instead: `costs.unpriced_tokens`) or without a positive estimate (it says so itself)."""
+    if run.started_at is not None or not run.estimate_usd or run.estimate_usd <= 0:
+        return ()
+    return tuple(prices.unpriced_models({(a.provider, a.model) for a in agents}, limits or prices.price_list()))
 
 
 def totals(
@@ -486,6 +499,7 @@ def totals(
         budget_usd=run.budget_usd,
         tokens_so_far=run_tokens(run, tasks),
         unpriced_tokens=costs.unpriced_tokens(run, tasks, every_agent, limits),
+        unpriced_in_estimate=unpriced_in_estimate(run, every_agent.values(), limits),
         cap=run.cap,
         effective_cap=cap,
         peak_running=run.peak_running,

@@ -479,6 +479,17 @@ def test_a_final_tasks_start_brings_its_result_entry_with_its_state(run):
     assert final and "running" in final.group(0) and "queued" not in final.group(0)
 
 
+def test_a_runs_end_brings_the_result_listing_only_the_tasks_that_ran(run):
+    """The Result's "Every task's output" is drawn once: at the end it kept listing tasks the run
+    cancelled before they started, each opening on nothing."""
+    seen = last_seq(run)
+    runs.cancel(run)
+    html = batch_after(run, seen)
+    assert "run-result" in oob_ids(html)
+    result = re.search(r'<section id="run-result".*?</section>', html, re.S).group(0)
+    assert "Every task's output" not in result and "never ran, so wrote no output." in result
+
+
 def test_checkpoint_events_bring_the_checkpoints(run):
     task = run.tasks.get(subtask__key="write")
     TaskRun.objects.filter(pk=task.pk).update(state=TaskRun.State.AWAITING_REVIEW, output="Out")

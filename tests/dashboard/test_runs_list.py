@@ -211,3 +211,18 @@ def test_a_run_whose_plan_was_rejected_says_so_not_cancelled(client, personas, d
         html = client.get(url).text
         badges = dict(re.findall(r'href="/runs/(\d+)/".*?<span class="badge status-\w+">([^<]*)</span>', html, re.S))
         assert badges == {str(rejected.pk): "Plan rejected", str(cancelled.pk): "Cancelled"}, url
+
+
+def test_a_run_stopped_over_budget_says_it_stopped_short_of_its_budget(client, personas, two_runs):
+    """The badge "Over budget" sat beside "$0.83 of $1.00" and its meter at 83 %, as if the budget
+    had been spent and more: the row says why it stopped, as the run page's Cost card does."""
+    first, second = two_runs
+    Run.objects.filter(pk=first.pk).update(status=Run.Status.OVER_BUDGET)
+    client.force_login(personas["viewer"])
+    for url in [*PAGES, f"/plans/{first.plan_id}/"]:
+        html = client.get(url).text
+        row = re.search(rf'<tr id="(?:run-row|plan-run)-{first.pk}">(.*?)</tr>', html, re.S).group(1)
+        assert "Over budget</span>" in row, url
+        assert '<div class="small over">stopped: the next task would exceed the budget</div>' in row, url
+        other = re.search(rf'<tr id="(?:run-row|plan-run)-{second.pk}">(.*?)</tr>', html, re.S)
+        assert other is None or "would exceed the budget" not in other.group(1)

@@ -273,6 +273,10 @@ def test_reject_says_the_run_never_started_not_that_it_waits(viewer, personas, m
     assert tasks_card(page) == "0 of 2 succeeded · 2 cancelled"
     assert 'data-run-status="cancelled">Plan rejected</span>' in page  # the header: its stored status unchanged
     assert concurrency_card(page) == ("0 running · ended", "the run has ended: it holds no slot · run cap 4")
+    # Its lane said "ended" and the Result listed a's output to open, as if a had worked.
+    (lane,) = lane_feet(page).values()
+    assert "ended before any of its tasks ran" in lane
+    assert "Every task's output" not in page and "1 other task never ran, so wrote no output." in words
 
 
 def test_approving_the_plan_clears_what_the_tasks_waited_for(personas, make_agent, make_plan):

@@ -218,6 +218,27 @@ def test_waiting_exits_1_with_a_json_line_when_the_run_does_not_succeed(demo_age
 
 
 @pytest.mark.django_db
+def test_watching_a_run_whose_plan_is_rejected_ends_saying_plan_rejected(demo_agents, monkeypatch):
+    """Its closing line said "Run 7 cancelled", as for a run a person cancelled."""
+    real_launch = runs.launch
+
+    def launch_then_reject(plan, **options):
+        run = real_launch(plan, **{**options, "require_plan_approval": True})
+        run_command("reject", str(run.checkpoints.get().pk), "--comment", "wrong goal")
+        run.refresh_from_db()
+        return run
+
+    monkeypatch.setattr(runs, "launch", launch_then_reject)
+    out, err = StringIO(), StringIO()
+    with pytest.raises(SystemExit) as ended:
+        call_command("launch", RESEARCH_BRIEF, "--no-cluster-check", "--watch", stdout=out, stderr=err)
+    assert ended.value.code == 1
+    run = Run.objects.get()
+    assert f"Run {run.pk} plan rejected: " in out.getvalue()
+    assert "cancelled" not in out.getvalue().splitlines()[-1]
+
+
+@pytest.mark.django_db
 def test_ctrl_c_stops_watching_but_not_the_run(gated_run, monkeypatch):
     from orchestrator.management import console
 

@@ -122,7 +122,7 @@ class Command(BaseCommand):
 
     def report_end(self, run: Run, final, *, as_json: bool, messages) -> None:
         line = (
-            f"Run {run.pk} {console.status_text(final.status)}: {console.progress_counts(final)}; "
+            f"Run {run.pk} {console.status_text(run, final.status)}: {console.progress_counts(final)}; "
             f"{console.not_started(run) or f'elapsed {console.elapsed_text(run, final)}'}, cost {console.usd(final.cost_usd)}"
         )
         if stopping := stopping_text(final.attempts_stopping):

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from orchestrator.engine import reruns, runs
+from orchestrator.engine import reruns, run_budget, runs
 from orchestrator.models import Attempt, Checkpoint, Event, Run, TaskRun
 from tests.conftest import fast_latency
 from tests.conftest import run_here as run_all
@@ -99,6 +99,22 @@ def test_rerun_refuses_busy_downstream_cancelled_runs_and_unfinished_tasks(chain
     runs.cancel(other)
     with pytest.raises(runs.ActionError, match="was cancelled: launch it again instead"):
         reruns.rerun_from(other.tasks.get(subtask__key="a"))
+
+
+def test_a_rerun_the_budget_cannot_cover_is_refused_before_anything_moves(chain):
+    """It reopened the run, which stopped over budget again in the same second, the time between
+    counted in its Elapsed; a retry was refused up front (engine/run_budget.py), a re-run was not."""
+    draft = chain.tasks.get(subtask__key="draft")
+    left = run_budget.worst_case_cost(draft) / 2
+    Run.objects.filter(pk=chain.pk).update(cost_usd=Decimal("1.00") - left)
+    ended_at, seq = chain.finished_at, Event.objects.filter(run=chain).count()
+    with pytest.raises(
+        runs.ActionError, match=r"^task draft may cost up to \$.* raise the budget to at least \$1\.01 first$"
+    ):
+        reruns.rerun_from(draft)
+    chain.refresh_from_db()
+    assert (chain.status, chain.finished_at, Event.objects.filter(run=chain).count()) == ("succeeded", ended_at, seq)
+    assert set(chain.tasks.values_list("state", flat=True)) == {State.SUCCEEDED}
 
 
 def test_a_rerun_task_with_a_review_asks_for_the_review_again(make_agent, make_plan, personas):

@@ -104,7 +104,7 @@ def test_an_ended_runs_lane_holds_no_slots_whatever_other_runs_use(launched, dem
     assert (lane.slots_here, lane.slots_elsewhere, lane.slots_used) == (0, 0, 0)
     assert lane.slots_text == "0/4" and lane.slot_marks == ["", "", "", ""]
     assert lane.slots_title == "This run has ended: it holds none of researcher's 4 slots"
-    assert lane.idle_text == "ended"
+    assert lane.idle_text == "ended before any of its tasks ran"  # "ended" read as if it had worked
     (running,) = lanes(other)
     assert (running.slots_here, running.slots_elsewhere, running.slots_text) == (2, 0, "2/4")
 
@@ -121,3 +121,15 @@ def test_a_lane_whose_tasks_the_run_cap_holds_back_says_so_not_idle(launched, de
     runs.pause(run)
     writer = {lane.agent.name: lane for lane in lanes(run)}["writer"]
     assert writer.idle_text == "paused: nothing new starts until the run is resumed"  # the pause holds them now
+
+
+def test_a_lane_says_ended_once_one_of_its_tasks_ran_and_finished_when_all_succeeded(launched, demo_agents):
+    run = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    start(run.tasks.get(subtask__key="a"))
+    runs.cancel(run)
+    (lane,) = lanes(run)
+    assert lane.idle_text == "ended"
+    done = launched({"a": ("researcher", [])})
+    succeed(done.tasks.get(), tokens=(10, 20), cost="0.002")
+    (lane,) = lanes(done)
+    assert lane.idle_text == "finished"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.models import Attempt, TaskRun
-from orchestrator.readmodels.result import result_outputs
+from orchestrator.readmodels.result import other_outputs, result_outputs
 
 from .conftest import start, succeed
 
@@ -30,3 +30,13 @@ def test_each_final_task_is_a_result_partial_text_nothing_or_not_yet(launched):
     assert outputs[b.pk].partial.text == "Half of it"
     assert (outputs[c.pk].kind, outputs[c.pk].note) == ("none", "No output: run stopped")
     assert outputs[d.pk].kind == "pending"
+
+
+def test_an_ended_run_lists_the_outputs_of_tasks_that_ran_and_counts_those_that_never_did(launched):
+    run = launched({"a": ("researcher", []), "b": ("researcher", []), "c": ("writer", [])})
+    a, b, c = (run.tasks.get(subtask__key=key) for key in "abc")
+    succeed(a)
+    TaskRun.objects.filter(pk=c.pk).update(earlier_attempts=1)  # it ran before a re-run reset it
+    tasks = list(run.tasks.order_by("subtask__position"))
+    assert other_outputs(False, tasks) == ([a, b, c], 0)  # a run going on lists them all
+    assert other_outputs(True, tasks) == ([a, c], 1)

@@ -354,6 +354,23 @@ def test_the_cost_against_the_estimate_says_it_counts_priced_tokens_only_when_so
     assert totals(run).against_estimate == "estimated $0.0100: its priced tokens cost 2.5× that"
 
 
+def test_a_plan_priced_in_part_names_the_models_its_estimate_counts_at_zero(launched, demo_agents):
+    """A plan waiting for approval read "estimated $0.0150", its unpriced agent counted at $0 unsaid."""
+    Agent.objects.filter(name="researcher").update(model="sim-unpriced")
+    run = launched({"a": ("researcher", []), "w": ("writer", ["a"])}, require_plan_approval=True)
+    waiting = totals(run)
+    assert waiting.estimate_usd and waiting.estimate_usd > 0  # the writer's model has a price
+    assert waiting.against_estimate == (
+        f"estimated ${waiting.estimate_usd:.4f} (simulated:sim-unpriced has no price: counted as $0)"
+    )
+    runs.cancel(run)  # as a rejected plan ends it
+    assert totals(run).against_estimate.endswith("counted as $0); it never started")
+    started = launched({"a": ("researcher", []), "w": ("writer", ["a"])})
+    Run.objects.filter(pk=started.pk).update(started_at=timezone.now())
+    # Once started, the Cost card counts the unpriced tokens themselves (unpriced_note).
+    assert "no price" not in totals(Run.objects.get(pk=started.pk)).against_estimate
+
+
 def test_the_unpriced_note_names_each_model_with_its_tokens():
     assert unpriced_text({"anthropic:a": 1_000, "openai:b": 212}) == (
         "anthropic:a (1,000 tokens) and openai:b (212 tokens) have no price: their 1,212 tokens are not in the"
