@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from orchestrator import plans, wording
-from orchestrator.engine import context, cost_estimates, run_settings
+from orchestrator.engine import context, cost_estimates, preflight_groups, run_settings
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.governance import grant_wording
 from orchestrator.models import Plan, Subtask
@@ -52,6 +52,8 @@ class NodePreview:
     depends_on: tuple[str, ...]
     duration_s: float
     on_critical_path: bool
+
+    is_group = False  # a card of its own, not a folded group (preflight_groups.NodeGroup)
 
 
 @dataclass(frozen=True)
@@ -219,6 +221,12 @@ class Preflight:
         if self.duration_binding == makespan.CRITICAL_PATH:
             return f"at {cap}, set by the critical path ({path}); total work {work}"
         return f"at {cap}, set by {self.duration_bound}: critical path {path}, total work {work}"
+
+    @property
+    def layers_with_cards(self) -> list[tuple[list[NodePreview], list[NodePreview | preflight_groups.NodeGroup]]]:
+        """Each step with its cards as the page draws them: a wide step's like subtasks folded
+        into one card (`preflight_groups.fold`)."""
+        return [(layer, preflight_groups.fold(layer)) for layer in self.layers]
 
     @property
     def widest_layer(self) -> int:
