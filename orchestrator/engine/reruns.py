@@ -49,8 +49,9 @@ def launch_again(run: Run, *, user=None) -> Run:
     )
 
 
-def rerun_from(task: TaskRun, *, user=None) -> list[str]:
-    """Start `task` and its downstream over; returns the keys of the tasks reset, `task` first."""
+def rerun_from(task: TaskRun, *, user=None, actor_name: str = "") -> list[str]:
+    """Start `task` and its downstream over; returns the keys of the tasks reset, `task` first.
+    `actor_name`: who, when no user did it (the command line)."""
     with transaction.atomic():
         run = scheduler.lock_run(task.run_id)
         task = TaskRun.objects.select_related("subtask", "agent", "run").get(pk=task.pk)
@@ -129,13 +130,21 @@ def rerun_from(task: TaskRun, *, user=None) -> list[str]:
             run=run,
             task=task,
             user=user,
+            actor_name=actor_name,
             message=f"re-run from {task.key}: {wording.counted(len(keys), 'task')} start over",
             payload={"reset": keys},
         )
         for reset in resets[1:]:
-            events.record("task.reset", run=run, task=reset, user=user, message=f"starts over: re-run from {task.key}")
+            events.record(
+                "task.reset",
+                run=run,
+                task=reset,
+                user=user,
+                actor_name=actor_name,
+                message=f"starts over: re-run from {task.key}",
+            )
         if run.is_finished:
-            task_controls.reopen(run, user=user, why=f"a re-run from {task.key}")
+            task_controls.reopen(run, user=user, actor_name=actor_name, why=f"a re-run from {task.key}")
     scheduler.advance(run.pk)
     return keys
 

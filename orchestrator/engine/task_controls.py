@@ -47,8 +47,9 @@ def given_up_because_of(task: TaskRun) -> Q:
     return given_up
 
 
-def retry_task(task: TaskRun, *, user=None) -> TaskRun:
-    """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again."""
+def retry_task(task: TaskRun, *, user=None, actor_name: str = "") -> TaskRun:
+    """Run a failed, cancelled or skipped task again; tasks skipped because of it wait again.
+    `actor_name`: who, when no user did it (the command line, `console.cli_actor`)."""
     with events.atomic():
         run = scheduler.lock_run(task.run_id)
         task = TaskRun.objects.select_related("run", "subtask", "agent").get(pk=task.pk)
@@ -71,14 +72,18 @@ def retry_task(task: TaskRun, *, user=None) -> TaskRun:
             ready_at=now,
             finished_at=None,
         )
-        events.record("task.retried", run=run, task=task, user=user, message=f"{task.key} retried")
-        go_on_after(run, task, user=user, why=f"{task.key} retried", reopened_by=f"a retry of {task.key}")
+        events.record(
+            "task.retried", run=run, task=task, user=user, actor_name=actor_name, message=f"{task.key} retried"
+        )
+        go_on_after(
+            run, task, user=user, actor_name=actor_name, why=f"{task.key} retried", reopened_by=f"a retry of {task.key}"
+        )
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
 
 
-def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
+def skip_task(task: TaskRun, *, user=None, actor_name: str = "", reason: str = "") -> TaskRun:
     """A person decides this task is not needed: downstream tasks go on without it."""
     with events.atomic():
         run = scheduler.lock_run(task.run_id)
@@ -87,7 +92,9 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             raise ActionError(f"task {task.key} already ended ({task.get_state_display().lower()})")
         if run.is_finished and run.status != Run.Status.FAILED:
             raise ActionError(already_ended(run))
-        why = reason or f"skipped by {user.get_username() if user else 'the command line'}"
+        cli_user = actor_name.removeprefix("cli:")  # console.cli_actor: "cli:" and the system user
+        who = user.get_username() if user else f"{cli_user} from the command line" if cli_user else "the command line"
+        why = reason or f"skipped by {who}"
         transitions.move(
             task,
             State.SKIPPED,
@@ -101,24 +108,37 @@ def skip_task(task: TaskRun, *, user=None, reason: str = "") -> TaskRun:
             task.checkpoints.all(), f"the task was skipped: {reason}" if reason else f"the task was {why}"
         )
         events.record(
-            "task.skipped", run=run, task=task, user=user, message=why, payload={"reason": why, "by_person": True}
+            "task.skipped",
+            run=run,
+            task=task,
+            user=user,
+            actor_name=actor_name,
+            message=why,
+            payload={"reason": why, "by_person": True},
         )
-        go_on_after(run, task, user=user, why=f"{task.key} skipped by a person", reopened_by=f"a skip of {task.key}")
+        go_on_after(
+            run,
+            task,
+            user=user,
+            actor_name=actor_name,
+            why=f"{task.key} skipped by a person",
+            reopened_by=f"a skip of {task.key}",
+        )
     scheduler.advance(task.run_id)
     task.refresh_from_db()
     return task
 
 
-def go_on_after(run: Run, task: TaskRun, *, user, why: str, reopened_by: str) -> None:
+def go_on_after(run: Run, task: TaskRun, *, user, why: str, reopened_by: str, actor_name: str = "") -> None:
     """After a person retried or skipped `task`: the tasks that gave up because of it wait for it
     again (a skip: go on without it), and so does work fail_fast stopped when it failed; an ended
     run reopens."""
-    wait_again(run, given_up_because_of(task), user=user, why=why)
+    wait_again(run, given_up_because_of(task), user=user, actor_name=actor_name, why=why)
     if run.is_finished:
-        reopen(run, user=user, why=reopened_by)
+        reopen(run, user=user, actor_name=actor_name, why=reopened_by)
 
 
-def wait_again(run: Run, which: Q, *, user, why: str) -> None:
+def wait_again(run: Run, which: Q, *, user, why: str, actor_name: str = "") -> None:
     """Send the run's tasks matching `which` (skipped or cancelled because of a task a person now
     retried or skipped) back to pending, each with its own `task.reset` event saying why ("waits
     again: b retried"), as a re-run's reset tasks have theirs: the event log says what happened
@@ -162,12 +182,14 @@ def wait_again(run: Run, which: Q, *, user, why: str) -> None:
         finished_at=None,
     )
     for moved_task in moved:
-        events.record("task.reset", run=run, task=moved_task, user=user, message=f"waits again: {why}")
+        events.record(
+            "task.reset", run=run, task=moved_task, user=user, actor_name=actor_name, message=f"waits again: {why}"
+        )
 
 
-def reopen(run: Run, *, user, why: str) -> None:
+def reopen(run: Run, *, user, why: str, actor_name: str = "") -> None:
     """An ended run starts again because a person retried, skipped or re-ran one of its tasks
     (call under the run's lock): `run.reopened`, saying why. Not `run.resumed`: nothing was paused,
     and the log's filter and the timeline's pauses read that type as the end of a pause."""
     transitions.move(run, Run.Status.RUNNING, finished_at=None, summary="")
-    events.record("run.reopened", run=run, user=user, message=f"run reopened by {why}")
+    events.record("run.reopened", run=run, user=user, actor_name=actor_name, message=f"run reopened by {why}")

@@ -65,6 +65,28 @@ def run_action(action: Callable[..., Any], run_id: int) -> Run:
     return run
 
 
+def get_task(run: Run, key: str) -> TaskRun:
+    """The run's task of this key in the plan; a CommandError naming the keys it has otherwise."""
+    task = run.tasks.select_related("subtask", "agent").filter(subtask__key=key).first()
+    if task is None:
+        keys = list(run.tasks.order_by("subtask__position").values_list("subtask__key", flat=True))
+        shown = ", ".join(keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        raise CommandError(f"Run {run.pk} has no task {key!r}: its tasks are {shown}.")
+    return task
+
+
+def task_action(action: Callable[..., Any], run_id: int, key: str) -> TaskRun:
+    """Apply a task control (retry, skip, re-run) to the run's task `key` as the command line's
+    user (`cli_actor`); an ActionError becomes a CommandError. The task as it is after."""
+    task = get_task(get_run(run_id), key)
+    try:
+        action(task, user=None, actor_name=cli_actor())
+    except runs.ActionError as error:
+        raise CommandError(error.sentence) from None
+    task.refresh_from_db()
+    return task
+
+
 def decide_checkpoint(checkpoint_id: int, *, approve: bool, comment: str) -> Checkpoint:
     """Approve or reject a checkpoint through runs.decide; its refusals become CommandErrors."""
     checkpoint = get_checkpoint(checkpoint_id)

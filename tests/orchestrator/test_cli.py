@@ -27,7 +27,7 @@ from django.core.management.base import CommandError
 from orchestrator.engine import runs
 from orchestrator.engine.cluster import cluster_is_running
 from orchestrator.management import console
-from orchestrator.models import Checkpoint, Plan, Run, TaskRun
+from orchestrator.models import Attempt, Checkpoint, Plan, Run, TaskRun
 from tests.conftest import ROOT, child_env, child_pids, wait_until
 
 RESEARCH_BRIEF = str(ROOT / "examples" / "research_brief.yaml")
@@ -779,6 +779,39 @@ def test_budget_changes_a_runs_budget_as_the_command_lines_user(demo_agents, mak
     )
     with pytest.raises(CommandError, match=r"^Budget must have at most 4 decimal places, got \$0\.123456$"):
         run_command("budget", str(run.pk), "0.123456")
+
+
+@pytest.mark.django_db
+def test_retry_skip_and_rerun_control_a_task_by_its_key_as_the_command_lines_user(demo_agents, make_plan):
+    """No command could retry a task, while `budget` said a stopped run goes on once one is retried."""
+    from orchestrator.models import Event
+
+    run = runs.launch(make_plan({"a": ("writer", []), "b": ("writer", ["a"])}), budget_usd="1")
+    TaskRun.objects.filter(run=run, subtask__key="a").update(state=TaskRun.State.FAILED, error="simulated failure")
+    TaskRun.objects.filter(run=run, subtask__key="b").update(
+        state=TaskRun.State.SKIPPED, skip_cascades=True, error="upstream a did not succeed"
+    )
+    with pytest.raises(CommandError, match=rf"^Run {run.pk} has no task 'c': its tasks are a, b\.$"):
+        run_command("retry", str(run.pk), "c")
+
+    out, _ = run_command("retry", str(run.pk), "a")
+    assert out.startswith(f"Task a of run {run.pk} will run again (it is ")
+    retried = Event.objects.get(run=run, type="task.retried")
+    assert (retried.actor_name, retried.message) == (console.cli_actor(), "a retried")
+    assert Event.objects.get(run=run, type="task.reset").actor_name == console.cli_actor()  # b waits again
+    with pytest.raises(CommandError, match=r"^Task a is .*: only a failed, cancelled or skipped task can be retried$"):
+        run_command("retry", str(run.pk), "a")
+
+    out, _ = run_command("skip", str(run.pk), "b", "--reason", "not needed")
+    assert out == f"Task b of run {run.pk} skipped: the tasks after it go on without its output.\n"
+    skipped = Event.objects.get(run=run, type="task.skipped")
+    assert (skipped.actor_name, skipped.message) == (console.cli_actor(), "not needed")
+
+    TaskRun.objects.filter(run=run).update(state=TaskRun.State.SUCCEEDED)
+    Attempt.objects.filter(task_run__run=run).update(state=Attempt.State.SUCCEEDED)
+    out, _ = run_command("rerun", str(run.pk), "a")
+    assert out.startswith(f"Run {run.pk}: 2 tasks start over (a, b); ")
+    assert Event.objects.get(run=run, type="task.rerun").actor_name == console.cli_actor()
 
 
 # --- what a newcomer meets: each state of a run, refusals in sentences ----------------------------
