@@ -20,16 +20,13 @@ from orchestrator.models import Checkpoint
 from ..forms import DecisionForm
 from ..fragments import TEMPLATES
 from ..permissions import DECIDE_CHECKPOINT, VIEW_RUN, permission_required
+from .run import is_htmx
 from .runs import run_url
 
 
 def approvals(checkpoints, user) -> list[approval_inbox.Approval]:
     """The inbox's items for `user`, each linking to its run's page."""
     return approval_inbox.approvals(checkpoints, user, run_url=run_url)
-
-
-def is_htmx(request) -> bool:
-    return request.headers.get("HX-Request") == "true"
 
 
 @permission_required(DECIDE_CHECKPOINT)
