@@ -5,6 +5,8 @@ Thin wrappers over dashboard/formatting.py, the one formatter the views use too.
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django import template
 
 from orchestrator import wording
@@ -36,10 +38,11 @@ def time_limit(seconds) -> str:
     return wording.time_limit(None if seconds in (None, "") else float(seconds))
 
 
-@register.filter(expects_localtime=True)
+@register.filter
 def clock(moment) -> str:
-    """A time of day in the current time zone, "14:05:09" (as `time:"H:i:s"`); "" when unset."""
-    return "" if moment in (None, "") else format_clock(moment)
+    """A time of day in UTC, "14:05:09", under a heading that says UTC (the event log's); "" when
+    unset. In UTC whatever the current time zone: the heading does not follow it."""
+    return "" if moment in (None, "") else format_clock(moment.astimezone(UTC))
 
 
 @register.filter
