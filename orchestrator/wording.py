@@ -74,11 +74,13 @@ def usd(amount) -> str:
     if value is None:
         return EM_DASH
     sign = "-" if value < 0 else ""
-    size = abs(value)
+    size = value.copy_abs()  # abs() overflows the context at 1e999999999
     if size == 0:
         return "$0.00"
     if 0 < size < SMALLEST_USD:
         return "<$0.000001"
+    if size.adjusted() > _LARGEST_WRITTEN_OUT:  # rounding to cents would overflow the context
+        return f"{sign}${size}"
     shown = usd_shown(size)
     return f"{sign}${shown:,}" if shown >= 1 else f"{sign}${shown}"
 

@@ -103,3 +103,17 @@ def test_every_task_state_has_a_label_and_a_clause_in_its_words():
     assert not [said for said in wording.TASK_STATE_CLAUSES.values() if "_" in said]
     assert (wording.task_is("succeeded"), wording.task_is("waiting_gate")) == ("has succeeded", "needs approval")
     assert all(wording.TASK_STATE_LABELS[state] in wording.task_is(state) for state in states)  # the badge's words
+
+
+@pytest.mark.parametrize(
+    ("amount", "text"),
+    [
+        (Decimal("1234.5"), "$1,234.50"),
+        (Decimal("999999999999999"), "$999,999,999,999,999.00"),
+        (Decimal("1E+30"), "$1E+30"),  # raised: rounding 31 digits to cents overflowed the context
+        (Decimal("-1E+40"), "-$1E+40"),
+        (Decimal("1e999999999"), "$1E+999999999"),
+    ],
+)
+def test_an_amount_of_money_is_written_whatever_its_size(amount, text):
+    assert wording.usd(amount) == text
