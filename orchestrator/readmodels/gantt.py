@@ -1,7 +1,9 @@
 """The run page's timeline: every attempt as a bar on its agent's lane, overlaps on separate tracks,
-and the spans the run was paused, so that a gap in the bars says why nothing started then.
+the spans the run was paused and the spans it lay ended before a person reopened it, so that a
+gap in the bars says why nothing started then (the page folds a long ended span: gantt.js).
 
-`assign_tracks` and `paused_spans` take plain values and are tested without a database.
+`assign_tracks`, `paused_spans` and `ended_spans` take plain values and are tested without a
+database.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from orchestrator import wording
 from orchestrator.models import Attempt, Event, Run
 
 from .tasks import tasks_query
@@ -91,20 +94,67 @@ class PausedSpan:
 
 def paused_spans(changes: Iterable[tuple[str, datetime]], finished_at: datetime | None) -> list[PausedSpan]:
     """The paused spans from the run's `run.paused` and `run.resumed` events (type, time) in order; a
-    pause the run never resumed from ends when the run did (cancelled while paused)."""
-    spans, paused_at = [], None
+    pause the run never resumed from ends when the run did (cancelled while paused, or its last
+    running task ended), also when a person reopened the run later: the work after the reopening
+    was not paused."""
+    spans, paused_at, ended_at = [], None, None
     for kind, at in changes:
         if kind == "run.paused" and paused_at is None:
             paused_at = at
         elif kind == "run.resumed" and paused_at is not None:
             spans.append(PausedSpan(_ms(paused_at), _ms(at)))
             paused_at = None
+        elif kind in END_EVENTS:
+            ended_at = at
+        elif kind == REOPENED and paused_at is not None and ended_at is not None:
+            spans.append(PausedSpan(_ms(paused_at), _ms(ended_at)))
+            paused_at = None
     if paused_at is not None:
         spans.append(PausedSpan(_ms(paused_at), _ms_or_none(finished_at)))
     return spans
 
 
+@dataclass(frozen=True)
+class EndedSpan:
+    """A span the run lay ended (`ended_as`: failed, succeeded, …) until a person reopened it: a
+    retry, a skip or a re-run (`reopened_by`: "a retry of scope"). Its Elapsed counts it (`Run.ended_s`)."""
+
+    start_ms: int
+    end_ms: int
+    ended_as: str
+    reopened_by: str
+
+    @property
+    def seconds(self) -> float:
+        return (self.end_ms - self.start_ms) / 1000
+
+    @property
+    def title(self) -> str:
+        """What the band says on hover: "Ended (failed) for 10 min 00 s, then reopened by a retry of scope"."""
+        return f"Ended ({self.ended_as}) for {wording.duration(self.seconds)}, then reopened by {self.reopened_by}"
+
+
+def ended_spans(changes: Iterable[tuple[str, datetime, str]]) -> list[EndedSpan]:
+    """The spans the run lay ended, from its end events (`run.failed`, …) and the `run.reopened`
+    event after each (type, time, message), in order. Its last end, not reopened, is the end of the
+    timeline, not a span."""
+    spans, ended = [], None
+    for kind, at, message in changes:
+        if kind in END_EVENTS:
+            ended = (at, Run.Status(kind.removeprefix("run.")).label.lower())
+        elif kind == REOPENED and ended is not None:
+            by = message.removeprefix(REOPENED_PREFIX)
+            spans.append(EndedSpan(_ms(ended[0]), _ms(at), ended[1], by))
+            ended = None
+    return spans
+
+
 PAUSE_EVENTS = ("run.paused", "run.resumed")
+END_EVENTS = tuple(f"run.{status}" for status in Run.FINISHED)
+# task_controls.reopen writes it "run reopened by a retry of scope".
+REOPENED, REOPENED_PREFIX = "run.reopened", "run reopened by "
+# The events the timeline's bands read: when the run paused, resumed, ended and was reopened.
+CLOCK_EVENTS = (*PAUSE_EVENTS, *END_EVENTS, REOPENED)
 
 
 @dataclass
@@ -113,6 +163,7 @@ class Gantt:
     end_ms: int | None  # None while the run goes on: the timeline ends "now"
     lanes: list[GanttLane] = field(default_factory=list)
     paused: list[PausedSpan] = field(default_factory=list)
+    ended: list[EndedSpan] = field(default_factory=list)
     # What the timeline says while it has no bar (no_attempt_text). A running run's says it even
     # with bars (hidden by CSS), as a live page whose bars arrive one by one still does.
     empty_text: str = ""
@@ -194,16 +245,17 @@ def gantt(run: Run) -> Gantt:
             tracks[track].append(bar)
         result_lanes.append(GanttLane(agent=agent, agent_id=lane_agents[agent], tracks=tracks))
     start = run.started_at or (attempts[0].started_at if attempts else None)
+    changes = list(
+        Event.objects.filter(run_id=run.pk, type__in=CLOCK_EVENTS)
+        .order_by("seq")
+        .values_list("type", "created_at", "message")
+    )
     return Gantt(
         start_ms=_ms_or_none(start),
         end_ms=_ms_or_none(run.finished_at),
         lanes=result_lanes,
-        paused=paused_spans(
-            Event.objects.filter(run_id=run.pk, type__in=PAUSE_EVENTS)
-            .order_by("seq")
-            .values_list("type", "created_at"),
-            run.finished_at,
-        ),
+        paused=paused_spans([(kind, at) for kind, at, _ in changes], run.finished_at),
+        ended=ended_spans(changes),
         empty_text="" if attempts and run.is_finished else no_attempt_text(run),
     )
 

@@ -386,6 +386,64 @@ def test_the_timeline_shows_a_pause_as_it_happens_and_where_it_ended(
     print(path.parent)
 
 
+def test_a_reopened_runs_timeline_folds_the_minutes_it_lay_ended(
+    logged_in_page, make_agent, priced_limit, make_plan, no_broker, monkeypatch, screenshot
+):
+    """A run a person retried ten minutes after it failed drew its timeline from its start to now on
+    one axis: the minutes it lay ended filled it, and the seconds of work of each start were slivers."""
+    from tests.conftest import fast_latency, run_here
+
+    page = logged_in_page
+    real_now, behind = timezone.now, [timedelta(minutes=10, seconds=20)]
+    monkeypatch.setattr(timezone, "now", lambda: real_now() - behind[0])  # what this process writes
+    # It fails part-way through its five seconds: after one to four seconds of work.
+    researcher = make_agent("researcher", provider_options={**fast_latency(5), "failure_rate": 1}, max_retries=0)
+    run = run_here(runs.launch(make_plan({"scope": ("researcher", [])}), budget_usd="1"))
+    assert run.status == Run.Status.FAILED  # ten minutes ago
+    open_run(page, run)
+    page.set_viewport_size({"width": 1280, "height": 860})
+    ended_row = page.locator("#run-gantt .gantt-ended-row")
+    expect(ended_row).to_have_count(0)  # ended, not reopened: its timeline ends where it ended
+
+    behind[0] = timedelta(0)
+    researcher.provider_options = fast_latency(2)
+    researcher.save()
+    runs.retry_task(run.tasks.get(), user=User.objects.get())
+    run = run_here(run)
+    assert run.status == Run.Status.SUCCEEDED
+    band = ended_row.locator(".gantt-ended")
+    expect(band).to_have_attribute(
+        "title", re.compile(r"^Ended \(failed\) for 10 min [0-5]\d s, then reopened by a retry of scope$")
+    )
+    expect(page.locator("#run-gantt .gantt-bar")).to_have_count(2)
+    expect(page.locator("#run-gantt .gantt-bar.attempt-succeeded")).to_have_count(1)
+    expect(band).to_have_class(re.compile(r"\bis-folded\b"))
+    drawn = page.evaluate(
+        """() => {
+            const width = el => el.getBoundingClientRect().width;
+            const gantt = document.querySelector('#run-gantt');
+            return {
+                lane: width(gantt.querySelector('.gantt-ticks')),
+                bars: [...gantt.querySelectorAll('.gantt-bar')].map(width),
+                band: width(gantt.querySelector('.gantt-ended-row .gantt-ended')),
+                ticks: [...gantt.querySelectorAll('.gantt-tick')].map(tick => tick.textContent),
+            };
+        }"""
+    )
+    # Seconds of work in each start on a ten-minute axis: each bar was drawn 3 px wide.
+    assert all(width > drawn["lane"] / 5 for width in drawn["bars"]), drawn
+    assert 30 < drawn["band"] < 60, drawn  # folded to a break of fixed width, whatever it lasted
+    assert drawn["ticks"][0] == "0 s" and any(tick.startswith("10 min") for tick in drawn["ticks"]), drawn
+    assert_not_reloaded(page)
+    page.locator("#run-gantt").scroll_into_view_if_needed()
+    path = screenshot(page, "timeline-reopened")
+    page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline.png")))
+    page.set_viewport_size({"width": 390, "height": 860})
+    page.wait_for_timeout(1_500)  # laid out again at the clock's next tick: the fold keeps its width
+    page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline-390.png")))
+    print(path.parent)
+
+
 def test_a_run_stopped_over_budget_has_its_budget_raised_from_its_header_and_a_retry_goes_on(
     logged_in_page, demo_agents, priced_limit, make_plan, screenshot
 ):

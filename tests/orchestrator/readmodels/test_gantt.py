@@ -9,7 +9,16 @@ from django.db import transaction
 
 from orchestrator.engine import runs, scheduler
 from orchestrator.models import Attempt, Run, TaskRun
-from orchestrator.readmodels.gantt import PausedSpan, assign_tracks, gantt, gantt_bar, paused_spans, started_attempts
+from orchestrator.readmodels.gantt import (
+    EndedSpan,
+    PausedSpan,
+    assign_tracks,
+    ended_spans,
+    gantt,
+    gantt_bar,
+    paused_spans,
+    started_attempts,
+)
 
 from .conftest import start
 
@@ -46,6 +55,58 @@ def test_paused_spans_run_from_each_pause_to_its_resume_or_to_the_runs_end():
     # A run reopened by a retry is resumed without a pause: no span.
     assert paused_spans([("run.resumed", t[2])], None) == []
     assert PausedSpan(ms[1], ms[3]).seconds == 2.0 and PausedSpan(ms[5], None).seconds is None
+
+
+def test_a_pause_the_run_ended_in_ends_with_it_when_a_person_reopens_the_run():
+    """Paused, its last running task ended the run; a retry later reopened it: the work after the
+    reopening was drawn under a "paused" band that ran on to the run's second end."""
+    t = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=s) for s in range(0, 1000, 100)]
+    ms = [int(x.timestamp() * 1000) for x in t]
+    changes = [("run.paused", t[1]), ("run.succeeded", t[2]), ("run.reopened", t[8])]
+    assert paused_spans(changes, t[9]) == [PausedSpan(ms[1], ms[2])]
+
+
+def test_ended_spans_run_from_each_end_to_the_reopening_after_it_and_say_what_reopened_the_run():
+    t = [datetime(2026, 1, 1, tzinfo=UTC) + timedelta(seconds=s) for s in (0, 600, 610, 4210, 4300)]
+    ms = [int(x.timestamp() * 1000) for x in t]
+    changes = [
+        ("run.failed", t[0], "0 of 1 tasks succeeded"),
+        ("run.reopened", t[1], "run reopened by a retry of scope"),
+        ("run.over_budget", t[2], "stopped: over budget"),
+        ("run.reopened", t[3], "run reopened by a re-run from draft"),
+        ("run.succeeded", t[4], "1 of 1 tasks succeeded"),  # its last end: the end of the timeline
+    ]
+    first, second = ended_spans(changes)
+    assert first == EndedSpan(ms[0], ms[1], "failed", "a retry of scope")
+    assert first.title == "Ended (failed) for 10 min 00 s, then reopened by a retry of scope"
+    assert second.title == "Ended (over budget) for 1 h 00 min, then reopened by a re-run from draft"
+    assert ended_spans([("run.succeeded", t[0], "")]) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("no_broker")
+def test_a_run_reopened_by_a_retry_ten_minutes_after_it_failed_shows_that_span_and_no_pause(
+    make_agent, make_plan, stopped_clock
+):
+    from tests.conftest import fast_latency, run_here
+
+    breaker = make_agent("breaker", provider_options={**fast_latency(0.01), "failure_rate": 1}, max_retries=0)
+    run = run_here(runs.launch(make_plan({"a": ("breaker", [])})))
+    assert gantt(run).ended == []  # ended, never reopened: the timeline ends there
+    failed_at = int(run.finished_at.timestamp() * 1000)
+    stopped_clock(600)
+    breaker.provider_options = fast_latency(0.01)
+    breaker.save()
+    runs.retry_task(run.tasks.get())
+    run.refresh_from_db()
+    (ended,) = gantt(run).ended
+    assert ended.title == "Ended (failed) for 10 min 00 s, then reopened by a retry of a"
+    assert (ended.start_ms, ended.end_ms) == (failed_at, failed_at + 600_000)
+    stopped_clock(5)
+    run = run_here(run)
+    timeline = gantt(run)
+    assert run.status == Run.Status.SUCCEEDED and timeline.ended == [ended] and timeline.paused == []
+    assert [bar.number for _, bar in timeline.lanes[0].bars] == [1, 2]
 
 
 def test_the_timeline_shows_each_pause_as_it_happens(launched):
