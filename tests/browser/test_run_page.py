@@ -427,13 +427,17 @@ def test_a_reopened_runs_timeline_folds_the_minutes_it_lay_ended(
                 bars: [...gantt.querySelectorAll('.gantt-bar')].map(width),
                 band: width(gantt.querySelector('.gantt-ended-row .gantt-ended')),
                 ticks: [...gantt.querySelectorAll('.gantt-tick')].map(tick => tick.textContent),
+                crowded: [...gantt.querySelectorAll('.gantt-tick')].some((tick, i, all) =>
+                    i > 0 && tick.getBoundingClientRect().left < all[i - 1].getBoundingClientRect().right),
             };
         }"""
     )
     # Seconds of work in each start on a ten-minute axis: each bar was drawn 3 px wide.
     assert all(width > drawn["lane"] / 5 for width in drawn["bars"]), drawn
     assert 30 < drawn["band"] < 60, drawn  # folded to a break of fixed width, whatever it lasted
+    # The ticks go on after the fold from where the run was reopened, none written over another.
     assert drawn["ticks"][0] == "0 s" and any(tick.startswith("10 min") for tick in drawn["ticks"]), drawn
+    assert not drawn["crowded"], drawn
     assert_not_reloaded(page)
     page.locator("#run-gantt").scroll_into_view_if_needed()
     path = screenshot(page, "timeline-reopened")

@@ -208,8 +208,8 @@ function drawTicks(gantt, axis) {
   var step = niceStep(scaledS / TICKS);
   for (;;) {
     writeTicks(ticks, axis, step);
-    dropCrowded(ticks, ".after-fold");
     keepLabelsInside(ticks);
+    dropCrowded(ticks, ".past-fold");
     var longer = niceStep(step + 0.001);
     if (!labelsOverlap(ticks)) {
       return;
@@ -232,15 +232,15 @@ function writeTicks(ticks, axis, step) {
       tick.className = "gantt-tick";
       tick.textContent = formatDuration(s).replace(".0 s", " s");
       tick.style.left = axis.x(axis.t0 + s * 1000).toFixed(3) + "%";
-      tick.classList.toggle("after-fold", i > 0 && s * 1000 < piece.from - axis.t0 + step * 1000);
+      tick.classList.toggle("past-fold", i > 0);
       ticks.appendChild(tick);
     }
   });
 }
 
-// The ticks matching `which` are left out where the label before them still writes: the first
-// after a fold (the fold is narrow, and the step stays the one the pieces drawn to scale need), or
-// any, when even the longest step leaves labels over each other.
+// The ticks matching `which` are left out where the label before them still writes: those after a
+// fold (the fold is narrow, their labels long: "10 min 24 s"; the step stays the one the time
+// before the first fold needs), or any, when even the longest step leaves labels over each other.
 function dropCrowded(ticks, which) {
   var right = -Infinity;
   Array.prototype.slice.call(ticks.children).forEach(function (tick) {
