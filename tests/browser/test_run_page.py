@@ -383,7 +383,6 @@ def test_the_timeline_shows_a_pause_as_it_happens_and_where_it_ended(
     page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline.png")))
     page.set_viewport_size({"width": 390, "height": 860})
     page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline-390.png")))
-    print(path.parent)
 
 
 def test_a_reopened_runs_timeline_folds_the_minutes_it_lay_ended(
@@ -445,7 +444,6 @@ def test_a_reopened_runs_timeline_folds_the_minutes_it_lay_ended(
     page.set_viewport_size({"width": 390, "height": 860})
     page.wait_for_timeout(1_500)  # laid out again at the clock's next tick: the fold keeps its width
     page.locator("#run-gantt").screenshot(path=str(path.with_name("timeline-390.png")))
-    print(path.parent)
 
 
 def test_a_run_stopped_over_budget_has_its_budget_raised_from_its_header_and_a_retry_goes_on(
