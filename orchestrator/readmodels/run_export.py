@@ -2,9 +2,9 @@
 
 `RunExport` is built from the records of orchestrator/readmodels/records.py (its checkpoints'
 from checkpoint_event_records.py), so the download has the same fields and formats as the JSON
-API, plus the path of every agent that used tools (`paths`: its steps as the glass box shows them,
+API, plus the path of every agent that took steps (`paths`: its steps as the glass box shows them,
 orchestrator/readmodels/steps.py). `run_markdown` writes the same content as a document: the final
-output first, then every task's, each with its path. A task's text that is not its result (the
+output first, then every task's, each with the path of every attempt that called a tool. A task's text that is not its result (the
 partial text of a failed, timed-out or cancelled attempt, or an output its review rejected) is
 labelled as such in both, as the run page heads it: in the JSON it is `partial_output.text`, and
 the task's `output` is null.
@@ -244,6 +244,27 @@ def tasks_outcome(run: Run, tasks: list[dict]) -> str:
     return outcome_text(counts, len(tasks), rejected)
 
 
+# The steps that make a path worth reading: a tool call, a call the runtime refused, or a model
+# call's wait for the provider's budget (only a call after a tool's result waits: the first call
+# was admitted with its budget).
+PATH_STEP_KINDS = ("call", "refused", "wait")
+
+
+def tool_paths(path: list[dict[str, Any]]) -> list[tuple[int | None, list[dict[str, Any]]]]:
+    """A task's path per attempt (by number, those without one last), keeping only the attempts
+    that took a tool step. An attempt that answered without calling a tool records its text and its
+    model call and nothing else: its "Path" repeated the output above it and read as if the agent
+    had acted."""
+    by_attempt: dict[int | None, list[dict[str, Any]]] = defaultdict(list)
+    for step in path:
+        by_attempt[step["attempt"]].append(step)
+    return [
+        (number, steps)
+        for number, steps in sorted(by_attempt.items(), key=lambda item: (item[0] is None, item[0] or 0))
+        if any(step["kind"] in PATH_STEP_KINDS for step in steps)
+    ]
+
+
 def run_markdown(run: Run) -> str:
     """The run's result as a Markdown document: the final output first, then every task's.
 
@@ -286,35 +307,78 @@ def run_markdown(run: Run) -> str:
             lines += [f"_No output: {_one_line(task['error'])}_", ""]
         else:
             lines += ["_No output._", ""]
-        path = data["paths"].get(task["key"], [])
-        attempts = sorted({step["attempt"] for step in path}, key=lambda n: (n is None, n or 0))
-        for number in attempts:
+        for number, steps in tool_paths(data["paths"].get(task["key"], [])):
             label = f"attempt {number}" if number is not None else "steps without an attempt number"
             lines += [f"Path ({label}):", ""]
-            lines += [path_line(step) for step in path if step["attempt"] == number]
+            lines += [path_line(step) for step in steps]
             lines.append("")
     return "\n".join(lines).rstrip() + "\n"
 
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _ATX_HEADING = re.compile(r"^( {0,3})(#{1,6})(?=\s|$)")
+# A setext heading's underline: "===" makes its paragraph a level-1 heading, "---" a level-2 one.
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
+# A horizontal rule ("---", "* * *", "___"): one that no paragraph line sits on stays a rule.
+_THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
+# A line that opens a block quote or a list item: the lines after it belong to that block (a
+# "---" under them is a rule, not an underline), until a blank line.
+_CONTAINER = re.compile(r"^ {0,3}(?:>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$))")
+# The second row of a table ("| --- | :-: |"): the line above is its header, not a paragraph.
+_TABLE_DELIMITER = re.compile(r"^ {0,3}(?=[^|]*\|)\|?[ \t]*:?-+:?[ \t]*(?:\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
+# Of the ordered list items only one numbered 1 may interrupt a paragraph ("in 2021. The" may not).
+_INTERRUPTS = re.compile(r"^ {0,3}(?:>|[-+*](?:[ \t]|$)|1[.)](?:[ \t]|$))")
+
+
+def _atx(indent: str, level: int, text: str) -> str:
+    """An ATX heading of `level` (at most "######"); a "#" ending the text is escaped, or it would
+    read as the heading's closing sequence and be dropped."""
+    text = re.sub(r"(^|\s)(#+)$", r"\1\\\2", text)
+    return f"{indent}{'#' * min(6, level)} {text}".rstrip()
 
 
 def below_heading(text: str, level: str) -> str:
     """An agent's Markdown put under a heading of `level` ("###"): its own headings moved down
     below it (its "## Findings" becomes "#### Findings", never past "######"), code blocks left
-    as they are. Its "##" headings sat under the task's "###" and broke the document's outline."""
+    as they are. Its "##" headings sat under the task's "###" and broke the document's outline.
+
+    Its setext headings ("Findings" underlined with "===" or "---") are moved down the same way,
+    written as ATX headings ("#### Findings": an underline has no level past 2). A "---" that
+    underlines no paragraph line (after a blank line, a heading, a list item) is a horizontal rule
+    and stays one."""
     depth = len(level)
-    lines, fence = [], ""
+    lines: list[str] = []
+    fence = ""
+    paragraph: list[int] = []  # the indexes in `lines` of the open paragraph's lines
+    in_container = False  # the lines follow a list item or a block quote's first line
     for line in text.split("\n"):
         opened = _FENCE.match(line)
         if fence:
             if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
                 fence = ""
         elif opened:
-            fence = opened.group(1)
+            fence, paragraph, in_container = opened.group(1), [], False
+        elif not line.strip():
+            paragraph, in_container = [], False
+        elif paragraph and (underline := _SETEXT_UNDERLINE.match(line)):
+            first = lines[paragraph[0]]
+            words = " ".join(lines[i].strip() for i in paragraph)
+            del lines[paragraph[0] :]
+            demoted = depth + (1 if underline.group(1)[0] == "=" else 2)
+            line, paragraph = _atx(first[: len(first) - len(first.lstrip(" "))], demoted, words), []
+        elif paragraph and _TABLE_DELIMITER.match(line):  # the paragraph was a table's header row
+            paragraph, in_container = [], True
         elif heading := _ATX_HEADING.match(line):
             hashes = "#" * min(6, len(heading.group(2)) + depth)
             line = heading.group(1) + hashes + line[heading.end() :]
+            paragraph, in_container = [], False
+        elif _THEMATIC_BREAK.match(line):
+            paragraph, in_container = [], False
+        elif (_INTERRUPTS if paragraph else _CONTAINER).match(line):
+            paragraph, in_container = [], True
+        elif paragraph:
+            paragraph.append(len(lines))
+        elif not in_container and not line.startswith("    ") and not line.startswith("\t"):
+            paragraph = [len(lines)]  # indented four spaces it would be code
         lines.append(line)
     return "\n".join(lines)

@@ -169,6 +169,24 @@ def test_both_downloads_carry_the_path_of_an_agent_that_used_tools(run, artifact
     assert document.count("Path (") == 1  # the other tasks took no step
 
 
+def test_the_markdown_gives_no_path_for_an_attempt_that_called_no_tool(run, artifacts_dir):
+    """An agent holding tools that answered without calling one had a "Path (attempt 1):" of its
+    text and its model call, as if it had acted: only an attempt that took a tool step has one."""
+    from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, echo, tool_turn
+    from tests.scripted_agent_path import record_loop
+
+    scope = run.tasks.get(subtask__key="scope")
+    record_loop(scope, ScriptedProvider(answer("Scoped without tools.")), FakeTools(echo=(echo, False)))
+    assert [s["kind"] for s in run_export(run)["paths"]["scope"]] == ["text", "model"]  # the JSON keeps them
+    assert "Path (" not in run_markdown(run)
+
+    provider = ScriptedProvider(tool_turn(("echo", {"text": "hi"})), answer("Done."))
+    record_loop(scope, provider, FakeTools(echo=(echo, False)), attempt=2)
+    document = run_markdown(run)
+    assert "Path (attempt 2):" in document and "Path (attempt 1)" not in document
+    assert "- Step 1, said: Scoped without tools." not in document
+
+
 def test_a_long_result_is_one_cut_line_in_the_markdown_and_says_how_long_it_was(run, artifacts_dir):
     from tests.orchestrator.engine.test_agent_loop import FakeTools, ScriptedProvider, answer, tool_turn
     from tests.scripted_agent_path import record_loop
@@ -259,3 +277,27 @@ def test_an_agents_headings_sit_below_its_tasks_heading_in_the_markdown_export()
     assert below_heading(text, "###") == (
         "#### Report\n\n##### Findings\nSome #hashtag text.\n```sh\n# a shell comment\n```\n###### Deep"
     )
+
+
+def test_an_agents_underlined_headings_sit_below_its_tasks_heading_too():
+    """An agent's "Findings" underlined with "-----" is a level-2 heading: it sat under the task's
+    "###" as the "##" headings did. It is moved below it as an ATX heading; a "---" that underlines
+    no paragraph line is a horizontal rule and stays one, and code is left as it is."""
+    from orchestrator.readmodels.run_export import below_heading
+
+    text = (
+        "Report\n======\n\nIntro.\n\nKey\nfindings\n---\n\n---\n\n- a list item\n---\n"
+        "```md\nNot a heading\n---\n```\nC#\n==\n| a | b |\n| - | - |\n| 1 | 2 |\n\nLast\n-"
+    )
+    assert below_heading(text, "###") == (
+        "#### Report\n\nIntro.\n\n##### Key findings\n\n---\n\n- a list item\n---\n"
+        "```md\nNot a heading\n---\n```\n#### C#\n| a | b |\n| - | - |\n| 1 | 2 |\n\n##### Last"
+    )
+    assert below_heading("Deep\n---", "#####") == "###### Deep"  # never past "######"
+    assert below_heading("Issue #\n===", "###") == "#### Issue \\#"  # its "#" is not a closing sequence
+
+
+def test_the_markdown_export_moves_a_final_outputs_underlined_heading_below_its_tasks(run):
+    TaskRun.objects.filter(pk=run.tasks.get(subtask__key="w").pk).update(output="Final\n=====\n\nDone.\n\n---\n\nEnd.")
+    document = run_markdown(run)
+    assert "(`w`, writer, succeeded)\n\n#### Final\n\nDone.\n\n---\n\nEnd.\n" in document
