@@ -165,11 +165,13 @@ def run_attempt(request, run_id: int, task_id: int, number: int):
 @require_GET
 @permission_required(VIEW_RUN)
 def run_task_output(request, run_id: int, task_id: int):
-    """One task's output as sanitised HTML (the result section loads it when opened)."""
+    """One task's output as sanitised HTML (the result section loads it when opened). A partial
+    text is headed with what it is ("Partial output of attempt 1 (failed):"), unless the page heads
+    it already (`headed`: the Result's final task said it twice, above and in what it opened)."""
     run = _run(run_id)
     task = _task(run, task_id)
     if task.output:
-        if not is_partial_output(task):
+        if not is_partial_output(task) or request.GET.get("headed"):
             return HttpResponse(render_markdown(task.output))
         heading = run_tasks.output_heading(task, task.attempts.order_by("-number").first())
         return HttpResponse(format_html('<p class="muted">{}:</p>{}', heading, render_markdown(task.output)))

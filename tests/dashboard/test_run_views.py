@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from datetime import timedelta
@@ -208,6 +209,27 @@ def test_goal_titles_and_output_are_escaped(login, personas, make_plan, demo_age
             assert "&lt;script&gt;alert" in html  # the goal and the title show it as text
     html = client.get(url("run_task_output", run, t.pk)).content.decode()
     assert "<h1>Head</h1>" in html
+
+
+def test_a_failed_final_tasks_text_is_headed_once_when_opened(login, personas, make_plan, demo_agents, monkeypatch):
+    """Of several final tasks, a failed one's Result says "Partial output of attempt 1 (failed): the
+    text it wrote before it ended…"; opening "The text it wrote" repeated the heading under it."""
+    monkeypatch.setattr(dispatch, "enqueue_attempt", lambda attempt_id: None)
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", [])}), budget_usd="5")
+    finish(task(run, "a"))
+    b = task(run, "b")
+    finish(b, output="Half of a report", state=TaskRun.State.FAILED)
+    Attempt.objects.filter(task_run=b).update(state=Attempt.State.FAILED)
+    client = login(personas["viewer"])
+    page = client.get(url("run_detail", run)).content.decode()
+    final = re.search(rf'<article class="final-output" id="final-{b.pk}">.*?</article>', page, re.S).group()
+    opens = re.search(r'<details class="final-full" hx-get="([^"]+)"', final).group(1)
+    opened = client.get(html.unescape(opens), HTTP_HX_REQUEST="true").content.decode()
+    assert opened == "<p>Half of a report</p>"
+    assert (final + opened).count("Partial output of attempt 1 (failed)") == 1
+    # Where nothing above heads it (the list of every task's output), the text says what it is.
+    alone = client.get(url("run_task_output", run, b.pk), HTTP_HX_REQUEST="true").content.decode()
+    assert alone.startswith('<p class="muted">Partial output of attempt 1 (failed):</p>')
 
 
 # --- Task panel ---------------------------------------------------------------------------------
