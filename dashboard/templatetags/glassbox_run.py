@@ -12,7 +12,7 @@ from datetime import datetime
 from django import template
 
 from orchestrator.engine import checkpoint_questions, tool_approvals
-from orchestrator.readmodels import silence
+from orchestrator.readmodels import silence, tasks
 from orchestrator.readmodels.log import describe_event
 from orchestrator.readmodels.tasks import STATE_LABELS, display_state
 
@@ -69,6 +69,18 @@ def worked_s(attempt) -> float | None:
 def lost_text(attempt) -> str:
     """A lost attempt's time: "ran 8.3 s until last heard from at 10:30:52 UTC; declared lost at …" ("" unless lost)."""
     return silence.lost_text(attempt)
+
+
+@register.filter
+def lost_said(lost_count: int) -> str:
+    """ "1 lost when its worker stopped" ("" for none)."""
+    return tasks.lost_said(lost_count)
+
+
+@register.filter
+def lost_note(task, attempts) -> str:
+    """What a task's attempt list says of its attempts lost with their worker ("" for none)."""
+    return tasks.lost_note(task.attempt_count, task.lost_count, attempts)
 
 
 @register.filter

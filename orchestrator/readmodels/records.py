@@ -475,6 +475,15 @@ class TaskRecord(Record):
     )
     cost_usd: Money
     attempt_count: int
+    lost_count: int = Field(
+        description=(
+            "How many of the task's attempts were declared lost because their worker died or fell silent "
+            "past its lease, since the task last started over (a person's retry or a re-run sets it to 0; "
+            'each lost attempt is also in attempt_count, its state "lost"). A lost attempt spends none of '
+            "the task's retries: the task is tried again until GLASSBOX_MAX_LOST_ATTEMPTS of them are lost, "
+            "then it fails."
+        )
+    )
     ready_at: Time
     started_at: Time
     finished_at: Time
@@ -501,6 +510,7 @@ class TaskRecord(Record):
             output_tokens=task.output_tokens,
             cost_usd=task.cost_usd,
             attempt_count=task.attempt_count,
+            lost_count=task.lost_count,
             ready_at=task.ready_at,
             started_at=task.started_at,
             finished_at=task.finished_at,

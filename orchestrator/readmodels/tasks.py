@@ -16,6 +16,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal, NamedTuple, Self
 
+from django.conf import settings
 from django.db.models import Case, CharField, Count, F, OuterRef, Q, Subquery, Value, When
 
 from orchestrator import sql, wording
@@ -319,7 +320,7 @@ class TaskView(TaskRecord):
     def of_values(cls, values: dict[str, Any]) -> Self:
         """The view of a task read as plain values: VIEW_COLUMNS by their field names, and its
         LEASE_COLUMNS (`task_views`)."""
-        owner, expires, lost = values.pop("lease_owner"), values.pop("lease_expires_at"), values.pop("lost_count")
+        owner, expires, lost = values.pop("lease_owner"), values.pop("lease_expires_at"), values["lost_count"]
         attempts = values["attempt_count"] - values["earlier_attempts"]
         return cls(
             **{
@@ -338,6 +339,12 @@ class TaskView(TaskRecord):
     @property
     def state_label(self) -> str:
         return STATE_LABELS.get(self.display_state, self.display_state)
+
+    @property
+    def attempts_text(self) -> str:
+        """Its attempts as its panel's head counts them: "3", or "3 · 2 lost" (its attempt list
+        says how they were lost, `lost_note`; the head's narrow column has room for a word)."""
+        return f"{self.attempt_count} · {self.lost_count} lost" if self.lost_count else str(self.attempt_count)
 
     @property
     def progress_text(self) -> str:
@@ -386,6 +393,32 @@ class TaskView(TaskRecord):
         return TaskNote("summary", self.summary) if self.summary else NO_NOTE
 
 
+def lost_said(lost_count: int) -> str:
+    """A task's attempts lost with their worker (`TaskRun.lost_count`), in words: "1 lost when its
+    worker stopped", "2 lost when their workers stopped" ("" for none). It was shown nowhere: a
+    panel said "Attempts 3" of a task whose two workers had died, as if it had failed twice."""
+    if not lost_count:
+        return ""
+    return f"{lost_count} lost when {'its worker' if lost_count == 1 else 'their workers'} stopped"
+
+
+def lost_note(attempt_count: int, lost_count: int, attempts: Iterable[Attempt] = ()) -> str:
+    """What the task panel's attempt list says of the attempts lost with their worker: "2 attempts
+    · 1 lost when its worker stopped", that they spent no retry, and when the task fails of them
+    ("" for none). `attempts`: the task's attempts; when more of them are lost than it counts, the
+    others were lost before a person's retry or a re-run started the count again: said so."""
+    if not lost_count:
+        return ""
+    listed = sum(1 for a in attempts if a.state == Attempt.State.LOST)
+    since = " since its last retry or re-run" if listed > lost_count else ""
+    bound = settings.GLASSBOX_MAX_LOST_ATTEMPTS
+    return (
+        f"{wording.counted(attempt_count, 'attempt')} · {lost_said(lost_count)}{since}. A lost attempt spends "
+        f"none of the task's retries; the task fails once {bound} {'is' if bound == 1 else 'are'} lost "
+        "(GLASSBOX_MAX_LOST_ATTEMPTS; a retry or a re-run counts again from 0)."
+    )
+
+
 def output_heading(task: TaskRun, last_attempt: Attempt | None) -> str:
     """What the task's output is, as the panel heads it: "Output" (its result, or the text its
     running attempt streams), or for a task with no result the partial text its last attempt wrote
@@ -402,13 +435,14 @@ def tasks_query(run_id: int):
 # column. The live view builds the view of every task a frame touches (all but one of a 200-task
 # run's at its fan-out); reading them as model instances (three per task: the task, its subtask
 # and its agent) took half the time of building that frame.
+# What a view reads for its `silence` (and whether losing its attempt leaves a retry): the last
+# is a field of the view too.
+LEASE_COLUMNS = ("lease_owner", "lease_expires_at", "lost_count")
 VIEW_COLUMNS = {
     name: {"id": "pk", "key": "subtask__key", "title": "subtask__title", "agent": "agent__name"}.get(name, name)
     for name in TaskView.model_fields
-    if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity", "silence")
+    if name not in ("display_state", "live_input_tokens", "live_output_tokens", "activity", "silence", *LEASE_COLUMNS)
 } | {"gate": "subtask__gate"}
-# What a view reads besides, for its `silence` (and whether losing its attempt leaves a retry).
-LEASE_COLUMNS = ("lease_owner", "lease_expires_at", "lost_count")
 
 
 def task_views(run: Run | int, task_ids: Iterable[int] | None = None) -> list[TaskView]:

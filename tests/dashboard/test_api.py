@@ -740,6 +740,24 @@ def test_a_task_that_ended_otherwise_has_no_progress_in_its_record_as_on_its_pan
     assert "null for a task that failed, was cancelled or skipped" in schema["properties"]["progress"]["description"]
 
 
+def test_a_tasks_record_counts_its_attempts_lost_with_their_worker(api, two_runs):
+    """`lost_count` was in no record: the API said `attempt_count: 2` of a task whose first worker
+    died, and not that this attempt spent none of its retries."""
+    first, _ = two_runs
+    a = first.tasks.get(subtask__key="a")
+    Attempt.objects.filter(task_run=a).update(state=Attempt.State.LOST)
+    Attempt.objects.create(task_run=a, number=2)
+    TaskRun.objects.filter(pk=a.pk).update(attempt_count=2, lost_count=1)
+    tasks = {t["key"]: t for t in api["viewer"].get(f"/runs/{first.pk}").json()["tasks"]}
+    assert (tasks["a"]["attempt_count"], tasks["a"]["lost_count"]) == (2, 1)
+    assert [attempt["state"] for attempt in tasks["a"]["attempts"]] == ["lost", "queued"]
+    assert tasks["b"]["lost_count"] == 0
+    schema = api["viewer"].get("/openapi.json").json()["components"]["schemas"]["TaskRunRecord"]
+    said = schema["properties"]["lost_count"]["description"]
+    assert "spends none of the task's retries" in said and "GLASSBOX_MAX_LOST_ATTEMPTS" in said
+    assert "lost_count" in schema["required"]
+
+
 def test_the_schema_says_which_task_and_run_tokens_are_settled_and_which_run_now(api):
     schemas = api["viewer"].get("/openapi.json").json()["components"]["schemas"]
     task = schemas["TaskRunRecord"]["properties"]

@@ -249,6 +249,27 @@ def test_task_panel_shows_instructions_upstream_summaries_output_and_attempts(lo
     assert "Done" in html or "Scope summary text." in html
 
 
+def test_task_panel_says_how_many_attempts_were_lost_with_their_worker(login, personas, brief, settings):
+    """A task tried again after its worker died read "Attempts 2", as if it had failed once; its
+    `lost_count` was shown nowhere, nor that the loss spent no retry."""
+    settings.GLASSBOX_MAX_LOST_ATTEMPTS = 3
+    scope = task(brief, "scope")
+    Attempt.objects.filter(task_run=scope).update(state=Attempt.State.LOST, worker="vm:4121")
+    Attempt.objects.create(task_run=scope, number=2)
+    TaskRun.objects.filter(pk=scope.pk).update(attempt_count=2, lost_count=1)
+    panel = login(personas["viewer"]).get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").content.decode()
+    text = " ".join(re.sub(r"<[^>]+>", " ", html.unescape(panel)).split())
+    assert "Attempts 2 · 1 lost" in text
+    assert 'title="1 lost when its worker stopped, spending no retry"' in panel
+    assert (
+        "Attempts 2 attempts · 1 lost when its worker stopped. A lost attempt spends none of the task's retries; "
+        "the task fails once 3 are lost (GLASSBOX_MAX_LOST_ATTEMPTS; a retry or a re-run counts again from 0)."
+    ) in text
+    a = task(brief, "a")  # none lost: the count alone
+    panel = login(personas["viewer"]).get(url("run_task", brief, a.pk), HTTP_HX_REQUEST="true").content.decode()
+    assert "lost when" not in panel
+
+
 def test_task_panel_without_htmx_redirects_to_the_page_with_it_open(login, personas, brief):
     a = task(brief, "a")
     response = login(personas["viewer"]).get(url("run_task", brief, a.pk))

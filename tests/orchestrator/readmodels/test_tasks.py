@@ -18,6 +18,8 @@ from orchestrator.readmodels.tasks import (
     TaskView,
     counts_by_run,
     display_state,
+    lost_note,
+    lost_said,
     outcome_of,
     outcome_text,
     rejected_at_gate,
@@ -252,3 +254,32 @@ def test_a_task_table_says_it_scrolls_only_when_it_holds_more_than_it_shows_whol
     assert task_table_scroll_cue(6) == ""
     assert task_table_scroll_cue(TASK_TABLE_WHOLE) == ""
     assert task_table_scroll_cue(20) == "20 tasks in all: scroll the table to see every one"
+
+
+def test_a_tasks_attempts_say_how_many_were_lost_with_their_worker(launched, settings):
+    """`TaskRun.lost_count` was shown nowhere: a task tried again after its worker died read
+    "Attempts 2" as if it had failed once, and nothing said the loss spent no retry."""
+    settings.GLASSBOX_MAX_LOST_ATTEMPTS = 3
+    run = launched({"a": ("researcher", []), "b": ("researcher", [])})
+    a = run.tasks.get(subtask__key="a")
+    Attempt.objects.filter(task_run=a).update(state=Attempt.State.LOST)
+    Attempt.objects.create(task_run=a, number=2)
+    TaskRun.objects.filter(pk=a.pk).update(attempt_count=2, lost_count=1)
+    views = {view.key: view for view in task_views(run)}
+    assert (views["a"].lost_count, views["a"].attempts_text) == (1, "2 · 1 lost")
+    assert task_view(run.tasks.get(pk=a.pk)).attempts_text == "2 · 1 lost"
+    assert views["b"].attempts_text == str(views["b"].attempt_count)  # none lost: the count alone
+    assert lost_said(2) == "2 lost when their workers stopped"
+
+    attempts = list(a.attempts.order_by("number"))
+    rule = (
+        "A lost attempt spends none of the task's retries; the task fails once 3 are lost "
+        "(GLASSBOX_MAX_LOST_ATTEMPTS; a retry or a re-run counts again from 0)."
+    )
+    assert lost_note(2, 1, attempts) == f"2 attempts · 1 lost when its worker stopped. {rule}"
+    assert lost_note(2, 0, attempts) == ""
+    # A person's retry counts again from 0: the attempts lost before it are not in the count.
+    earlier = Attempt(task_run=a, number=3, state=Attempt.State.LOST)
+    assert lost_note(3, 1, [*attempts, earlier]).startswith(
+        "3 attempts · 1 lost when its worker stopped since its last retry or re-run. A lost"
+    )
