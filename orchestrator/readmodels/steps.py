@@ -243,6 +243,34 @@ class AttemptPath:
         return f"{model} · {wording.counted(self.calls, 'tool call')}{whole}"
 
     @property
+    def approval_wait_s(self) -> float:
+        """How long its agent waited for people to decide on its tool calls, by the waits their
+        decisions recorded: time its timeout does not count (engine/agent_loop.py, `_Clock`). The
+        calls of one step are asked at once and wait together: each step counts its longest wait,
+        as the timeout counts overlapping waits once."""
+        longest: dict[int, float] = {}
+        for row in self.rows:
+            if row.kind == "call" and row.approval_wait_s is not None:
+                longest[row.step] = max(longest.get(row.step, 0.0), row.approval_wait_s)
+        return sum(longest.values())
+
+    @property
+    def timeout_note(self) -> str:
+        """What its timeout did not count, said beside it: "not counting 45 s waiting for approval"
+        ("" when it waited for nobody). An attempt that "took 1 min 17 s" beside "timeout 1 min
+        00 s" read as if it had run past its timeout. A wait with no decision recorded goes on, or
+        was cut off by the attempt's end: it is not counted either, and said so without a time."""
+        waited = wording.duration(self.approval_wait_s) if self.approval_wait_s else ""
+        undecided = [row for row in self.rows if row.kind == "call" and row.approval_required and row.approved is None]
+        if any(row.waiting_for_approval for row in undecided):
+            open_wait = "the wait for approval going on now"
+        elif undecided:
+            open_wait = "the wait for approval its end cut off"
+        else:
+            return f"not counting {waited} waiting for approval" if waited else ""
+        return f"not counting {waited} waiting for approval, nor {open_wait}" if waited else f"not counting {open_wait}"
+
+    @property
     def ended(self) -> bool:
         """Its attempt ended (neither queued nor running): no step of it will come any more."""
         return self.attempt is not None and self.attempt.state not in (Attempt.State.QUEUED, Attempt.State.RUNNING)

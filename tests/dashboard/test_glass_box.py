@@ -127,6 +127,26 @@ def test_a_calls_duration_is_its_own_with_its_servers_start_up_apart_everywhere(
     assert f"→ result: `found: x` ({said})" in markdown
 
 
+def test_an_attempt_page_says_its_timeout_does_not_count_the_wait_for_approval(viewer, run):
+    """It said "took 1 min 17 s" and "timeout 1 min 00 s", as if the timeout had passed: the 45 s
+    the agent waited for a person's decision are not counted, and it now says so beside it."""
+    task = look(run)
+    provider = ScriptedProvider(tool_turn(("lookup", {"text": "wal"})), answer("ok"))
+    steps = loop_steps(provider, FakeTools(lookup=(lookup, True)), decisions=[Decision(True, "", "alice")])
+    for step in steps:
+        record_step(task, dataclasses.replace(step, duration_s=45.0) if step.kind == "approval" else step)
+    ended = timezone.now()
+    Attempt.objects.filter(task_run=task).update(
+        state=Attempt.State.SUCCEEDED,
+        started_at=ended - timedelta(seconds=77),
+        finished_at=ended,
+        request={"provider": "simulated", "model": "sim-1", "max_tokens": 1024, "timeout_s": 60, "prompt": "p"},
+    )
+    page = words(viewer.get(reverse("run_attempt", args=[run.pk, task.pk, 1])).content.decode())
+    assert "took 1 min 17 s" in page
+    assert "timeout 1 min 00 s, not counting 45 s waiting for approval" in page
+
+
 def test_a_rejected_call_reads_as_rejected_and_not_run_not_as_a_failure(viewer, run):
     task = look(run)
     provider = ScriptedProvider(tool_turn(("lookup", {"text": "x"})), answer("Fine, without it."))

@@ -320,3 +320,39 @@ def test_a_call_its_attempts_end_cut_off_is_not_still_calling_unless_its_result_
     cut, answered = attempt_paths(task)[0].rows
     assert (cut.calling, cut.cut_off, cut.done, cut.waiting_for_approval) == (False, True, False, False)
     assert (answered.calling, answered.cut_off, answered.done) == (False, False, True)
+
+
+def asked(task: TaskRun, step: int, call_id: str, waited_s: float | None) -> None:
+    """Record a call of a tool granted with approval, and its decision after `waited_s` (None: no
+    decision recorded), as the runtime records them."""
+    where = {"step": step, "call_id": call_id, "tool": "deploy", "server": "srv", "server_tool": "deploy"}
+    record_step(task, agent_steps.Step(kind="tool_call", arguments={}, approval_required=True, **where))
+    if waited_s is not None:
+        decision = {"approved": True, "decided_by": "alice", "duration_s": waited_s}
+        record_step(task, agent_steps.Step(kind="approval", **where, **decision))
+
+
+def test_an_attempts_timeout_is_said_not_to_count_its_waits_for_approval(launched, artifacts_dir, personas):
+    """The attempt's page said "took 1 min 17 s" beside "timeout 1 min 00 s", as if the timeout had
+    passed: the time its agent waited for a person's decision is not counted (agent_loop's clock
+    pauses). The calls of one step are asked together and their waits overlap: counted once."""
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    start(task)
+    assert attempt_path(task, 1).timeout_note == ""  # it waited for nobody
+    asked(task, 1, "c1", 30.0)
+    asked(task, 1, "c2", 45.0)  # asked with c1: they waited together
+    asked(task, 2, "c3", 12.0)
+    path = attempt_path(task, 1)
+    assert path.approval_wait_s == 57.0
+    assert path.timeout_note == "not counting 57 s waiting for approval"
+
+    asked(task, 3, "c4", None)  # a person has yet to decide
+    assert attempt_path(task, 1).timeout_note == (
+        "not counting 57 s waiting for approval, nor the wait for approval going on now"
+    )
+    runs.cancel(run, user=personas["launcher"])
+    Attempt.objects.filter(task_run=task).update(state=Attempt.State.CANCELLED)
+    assert attempt_path(task, 1).timeout_note == (
+        "not counting 57 s waiting for approval, nor the wait for approval its end cut off"
+    )
