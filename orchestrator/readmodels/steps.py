@@ -3,7 +3,9 @@
 The agent loop (orchestrator/engine/agent_loop.py) reports every step; the runtime records each as
 an event of the task. This module turns those events back into rows: a call joined with its
 approval and its result, in the order the agent took them, per attempt, and the task's current
-activity for its DAG node ("step 3 · calling lookup").
+activity for its DAG node and its row ("step 3 · calling lookup"). A call put to a person is read
+from its tool checkpoint too (`with_tool_checkpoints`): the steps are written behind the agent, and
+the checkpoint is what the task waits on.
 
 The contract with the runtime (what it must write, per attempt ``n`` of a task):
 
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from orchestrator import wording
-from orchestrator.models import Attempt, Event, TaskRun
+from orchestrator.models import Attempt, Checkpoint, Event, TaskRun
 from orchestrator.tools import full_results
 
 STEP_EVENT_TYPES = (
@@ -48,6 +50,9 @@ STEP_EVENT_TYPES = (
     "agent.rate_wait",
     "agent.rate_waited",
 )
+# The wait code (engine/waits.py: codes are data, never renamed) of a running task whose agent waits
+# for a person to approve a tool call: its pending tool checkpoint says which call.
+TOOL_APPROVAL = "tool_approval"
 # How much of a result the task panel shows (the event keeps more, the attempt's detail all).
 PANEL_RESULT_CHARS = 800
 # A model call's stop reason, in words (others are shown as they are).
@@ -483,10 +488,12 @@ def whole_result(task: TaskRun, row: PathRow) -> str | None:
 
 
 def activity_of(rows: list[PathRow]) -> str:
-    """What an agent whose current attempt's path is ``rows`` is doing now."""
+    """What an agent whose current attempt's path is ``rows`` is doing now. Of the calls under
+    way, the one waiting for a person is named: its task reads "needs approval", and its other
+    calls of the turn ("calling fetch (+1 more)") are not why."""
     waiting = [row for row in rows if row.kind == "call" and not row.done]
     if waiting:
-        row = waiting[-1]
+        row = next((row for row in reversed(waiting) if row.waiting_for_approval), waiting[-1])
         if row.waiting_for_approval:
             doing = f"waiting for approval of {row.tool}"
         elif row.approved is False:
@@ -520,11 +527,15 @@ class Attempted(Protocol):
     def state(self) -> str: ...
     @property
     def attempt_count(self) -> int: ...
+    @property
+    def wait_code(self) -> str: ...
 
 
 def activities(tasks: Iterable[Attempted]) -> dict[int, str]:
-    """What each running task's agent is doing now (one query for all); others are left out."""
-    running = {t.pk: t.attempt_count for t in tasks if t.state == TaskRun.State.RUNNING}
+    """What each running task's agent is doing now (one query for all; a second one for those
+    asking a person about a call: `with_tool_checkpoints`); others are left out."""
+    tasks = [t for t in tasks if t.state == TaskRun.State.RUNNING]
+    running = {t.pk: t.attempt_count for t in tasks}
     if not running:
         return {}
     found: dict[int, list[Event]] = defaultdict(list)
@@ -532,7 +543,42 @@ def activities(tasks: Iterable[Attempted]) -> dict[int, str]:
     for event in events.only("seq", "type", "payload", "task_run_id"):
         if (event.payload or {}).get("attempt") == running[event.task_run_id]:
             found[event.task_run_id].append(event)
-    return {task_id: activity_of(rows_of(found.get(task_id, []))) for task_id in running}
+    paths = {task_id: rows_of(found.get(task_id, [])) for task_id in running}
+    asking = {t.pk for t in tasks if t.wait_code == TOOL_APPROVAL}
+    asking |= {task_id for task_id, rows in paths.items() if any(row.waiting_for_approval for row in rows)}
+    if asking:
+        paths = with_tool_checkpoints(paths, {task_id: running[task_id] for task_id in asking})
+    return {task_id: activity_of(rows) for task_id, rows in paths.items()}
+
+
+# A tool checkpoint's decisions: the call runs, or is refused (a closed one's attempt has ended).
+DECIDED = (Checkpoint.Status.APPROVED, Checkpoint.Status.REJECTED)
+
+
+def with_tool_checkpoints(paths: dict[int, list[PathRow]], attempts: dict[int, int]) -> dict[int, list[PathRow]]:
+    """The paths of these tasks (task id -> the number of its running attempt) as their tool
+    checkpoints have it. A checkpoint is the state; the steps are its record, written behind the
+    agent (engine/tool_attempt.StepLog): a call asked about before its step was written, or whose
+    step was lost, still waits for a person (its task reads "needs approval", and its row said
+    "step 1 · thinking"), and a call decided before its worker wrote the decision is decided."""
+    rows = Checkpoint.objects.filter(task_run_id__in=list(attempts), kind=Checkpoint.Kind.TOOL).values_list(
+        "task_run_id", "attempt__number", "call_id", "status", "details"
+    )
+    paths = {task_id: list(path) for task_id, path in paths.items()}
+    for task_id, number, call_id, status, details in rows.order_by("created_at", "pk"):
+        if number != attempts[task_id]:
+            continue
+        path = paths[task_id]
+        row = next((row for row in path if row.kind == "call" and row.call_id == call_id), None)
+        if row is None and status == Checkpoint.Status.PENDING:
+            asked = (details or {}).get("name") or (details or {}).get("tool", "")
+            step = max((row.step for row in path), default=1)
+            path.append(
+                PathRow(step=step, kind="call", attempt=number, call_id=call_id, tool=asked, approval_required=True)
+            )
+        elif row is not None and row.approved is None and status in DECIDED:
+            row.approved = status == Checkpoint.Status.APPROVED
+    return paths
 
 
 def current_activity(task: TaskRun) -> str:

@@ -25,7 +25,7 @@ from orchestrator.models import Agent, Attempt, Checkpoint, Run, TaskRun
 from .live_tokens import NO_LIVE_TOKENS, NOT_RUNNING_ON, LiveTokens, live_tokens
 from .records import ENDED_OTHERWISE, PartialOutputRecord, TaskRecord, progress_shown
 from .silence import Silence, silence_of
-from .steps import activities
+from .steps import TOOL_APPROVAL, activities
 
 State = TaskRun.State
 
@@ -36,10 +36,9 @@ WAITING = "waiting"
 # raise, and not to be counted with those (it was "3 held back" beside "0 running of 4").
 RETRYING = "retrying"
 # The wait codes (engine/waits.py: codes are data, never renamed) of a retry's backoff, and of a
-# running task whose agent waits for a person to approve a tool call: it shows "needs approval",
-# as a task at its gate does, where its node was drawn running.
+# running task whose agent waits for a person to approve a tool call (steps.TOOL_APPROVAL): it shows
+# "needs approval", as a task at its gate does, where its node was drawn running.
 RETRY_BACKOFF = "retry_backoff"
-TOOL_APPROVAL = "tool_approval"
 
 # Display states in the order a legend or a count lists them (active work first).
 DISPLAY_ORDER = (

@@ -804,4 +804,6 @@ def test_a_task_waiting_for_a_tool_calls_approval_or_its_retry_is_drawn_in_its_o
     assert wait_for_node(page, held.pk, ("waiting",)) == "waiting"
     drawn = page.evaluate("id => window.glassboxRun.cy.getElementById('t' + id).style('border-color')", calls.pk)
     assert drawn.replace(" ", "") == "rgb(124,58,237)"  # base.css: --state-waiting_gate, the purple of "needs approval"
+    # Its row says which call waits (it said "step 1 · thinking", from before the call was asked).
+    expect(page.locator(f"#task-{calls.pk} .wait-reason")).to_have_text("step 1 · waiting for approval of write_file")
     screenshot(page, "approval-and-retry")

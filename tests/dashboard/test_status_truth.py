@@ -942,6 +942,28 @@ def test_the_last_task_s_tool_call_says_nothing_else_is_left(viewer, demo_agents
     assert tool_wait_note(run_page(viewer, run)) == "no other task of the run is left"
 
 
+def test_a_task_whose_call_waits_for_approval_says_which_call_in_its_row_until_it_is_decided(
+    viewer, personas, demo_agents, make_plan
+):
+    """Its row read "needs approval · step 1 · thinking": what its agent did before it asked."""
+    from dashboard import fragments, frames
+
+    run = runs.launch(make_plan({"a": ("researcher", []), "b": ("writer", [])}))
+    checkpoint = tool_call_waiting(run, "a")
+    task = run.tasks.get(subtask__key="a")
+    assert "needs approval step 1 · waiting for approval of write_file" in text_of(
+        task_row(run_page(viewer, run), task)
+    )
+
+    seen = Run.objects.get(pk=run.pk).last_event_seq
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    batch = frames.render_batch(run.pk, seen, fragments.Viewer(can_control=False, can_decide=False), in_step=True)
+    assert batch is not None
+    row = text_of(task_row(batch.html, task))
+    assert "running step 1 · thinking" in row and "approval" not in row
+    assert text_of(task_row(run_page(viewer, run), task)) == row
+
+
 def cost_card(html: str) -> str:
     """The Cost card's words."""
     card = re.search(

@@ -356,3 +356,81 @@ def test_an_attempts_timeout_is_said_not_to_count_its_waits_for_approval(launche
     assert attempt_path(task, 1).timeout_note == (
         "not counting 57 s waiting for approval, nor the wait for approval its end cut off"
     )
+
+
+# --- A call waiting for a person: what its tool checkpoint says ----------------------------------
+
+
+def ask_about(task: TaskRun, call_id: str = "c1", name: str = "write_file"):
+    """The task's running attempt asks a person about a call, as engine/tool_approvals opens it
+    (the task then waits: "needs approval"); its checkpoint."""
+    from orchestrator.engine import execution, tool_approvals
+    from orchestrator.models import Checkpoint
+
+    claim = execution.claim_attempt(Attempt.objects.get(task_run=task).pk, "host:1")
+    assert claim is not None
+    asked = tool_approvals.Asked(call_id, name, "workspace", name, {"path": "notes.md"})
+    return Checkpoint.objects.get(pk=tool_approvals.open_checkpoint(claim, asked))
+
+
+def row_of(run, key: str = "a"):
+    return next(view for view in task_views(run) if view.key == key)
+
+
+def test_a_call_asked_about_before_its_step_is_written_is_said_to_wait_for_approval(launched, personas):
+    """Its row said "needs approval" over "step 1 · thinking", what the agent did before it asked:
+    the call's step is written behind the agent, and the checkpoint is what it waits on."""
+    run = launched({"a": ("researcher", [])})
+    checkpoint = ask_about(run.tasks.get())
+    view = row_of(run)
+    assert view.state_label == "needs approval"
+    assert view.note == ("activity", "step 1 · waiting for approval of write_file")
+
+    runs.decide(checkpoint, approve=True, user=personas["approver"])
+    view = row_of(run)
+    assert (view.state_label, view.activity) == ("running", "step 1 · thinking")  # what its steps say
+
+
+@pytest.mark.parametrize(("approve", "said"), [(True, "calling lookup"), (False, "lookup rejected")])
+def test_a_decided_call_is_said_as_decided_before_its_worker_writes_the_decision(
+    launched, artifacts_dir, personas, approve, said
+):
+    """The decision's frame drew the row "running" beside "waiting for approval of lookup" until the
+    agent's worker polled its checkpoint (up to a second later) and wrote the approval's step."""
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    provider = ScriptedProvider(tool_turn(("lookup", {"q": "x"})), answer("Found it."))
+    steps = loop_steps(provider, FakeTools(lookup=(echo_q, True)), decisions=[Decision(True, "", "alice")])
+    checkpoint = ask_about(task, call_id=next(s.call_id for s in steps if s.kind == "tool_call"), name="lookup")
+    for step in steps[: [s.kind for s in steps].index("tool_call") + 1]:
+        record_step(task, step)
+    assert row_of(run).activity == "step 1 · waiting for approval of lookup"
+
+    runs.decide(checkpoint, approve=approve, user=personas["approver"], comment="" if approve else "not now")
+    view = row_of(run)
+    assert (view.state_label, view.activity) == ("running", f"step 1 · {said}")
+
+
+def test_of_a_turns_calls_the_one_waiting_for_a_person_is_named(launched, artifacts_dir):
+    """A turn's calls run at once: one waiting for a person beside one under way read "calling
+    fetch (+1 more)" under "needs approval"."""
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    start(task)
+    call = {"step": 1, "arguments": {}, "attempt": 1}
+    events.record(
+        "tool.call", task=task, payload={**call, "call_id": "c1", "tool": "lookup", "approval_required": True}
+    )
+    events.record("tool.call", task=task, payload={**call, "call_id": "c2", "tool": "fetch"})
+    task.refresh_from_db()
+    assert current_activity(task) == "step 1 · waiting for approval of lookup (+1 more)"
+
+
+def test_a_checkpoint_of_an_earlier_attempt_says_nothing_of_the_running_one(launched, personas):
+    run = launched({"a": ("researcher", [])})
+    task = run.tasks.get()
+    ask_about(task)
+    Attempt.objects.filter(task_run=task).update(state=Attempt.State.LOST)
+    Attempt.objects.create(task_run=task, number=2)
+    start(task)
+    assert row_of(run).activity == "step 1 · thinking"
