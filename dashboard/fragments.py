@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from django.contrib.messages.storage.base import Message
 from django.http import HttpRequest
 from django.middleware.csrf import get_token
 from django.template.loader import render_to_string
@@ -470,3 +471,19 @@ def render_path_steps(task: TaskRun, viewer: Viewer, from_seq: int, to_seq: int)
 
 def render_flash(message: str, level: str = "success") -> str:
     return render("flash", {"message": message, "level": level, "oob": True})
+
+
+# Django's message levels that the message line keeps until dismissed; the others fade (flash.js).
+KEPT_LEVELS = {"warning", "error"}
+
+
+def stored_flash(stored: Iterable[Message]) -> dict[str, str]:
+    """What the messages a redirect left for the run page ("Run #7 launched.", the answer to a
+    plain form post) say in its message line: one line, an error when any of them warns (kept
+    until dismissed), else a success (it fades, as an action's answer does); {} when none.
+    Reading them uses them up: they are not said again on the next page."""
+    said = list(stored)
+    if not said:
+        return {}
+    level = "error" if any(message.level_tag in KEPT_LEVELS for message in said) else "success"
+    return {"message": " ".join(str(message) for message in said), "level": level}

@@ -104,6 +104,7 @@ def run_detail(request, run_id: int):
     if request.GET.get("task", "").isdigit():
         selected = TaskRun.objects.filter(pk=int(request.GET["task"]), run=run).first()
     ctx = fragments.page_context(run, _viewer(request), selected=selected)
+    ctx["flash"] = fragments.stored_flash(messages.get_messages(request))
     return render(request, "dashboard/run_detail.html", ctx)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import html as html_module
 import json
 import re
 from datetime import timedelta
@@ -732,3 +733,32 @@ def test_an_attempts_page_names_the_model_it_ran_with(login, personas, brief):
     page = login(personas["viewer"]).get(url("run_attempt", brief, scope.pk, 1)).content.decode()
     assert '<p class="subtitle">researcher (simulated:sim-old) ·' in page
     assert "simulated:sim-1" not in page  # the researcher's model now
+
+
+def flash_of(page: str) -> tuple[str, str]:
+    """The run page's message line: its level ("success", "error"; "" when it is empty) and words."""
+    found = re.search(r'<div id="run-flash" class="run-flash(?: run-flash-(\w+))?"[^>]*>(.*?)</div>', page, re.S)
+    assert found, "no message line"
+    return found.group(1) or "", html_module.unescape(re.sub(r"<[^>]+>", "", found.group(2))).replace("×", "").strip()
+
+
+def test_the_messages_a_redirect_leaves_are_said_once_in_the_run_pages_message_line(login, personas, brief):
+    """ "Run #7 launched." was a list above the page that stayed there while the run ran and ended
+    (only a reload took it away); the message line is where the page's successes fade
+    (run/flash.js), and where its errors wait to be dismissed."""
+    client = login(personas["launcher"])
+    runs.cancel(brief, user=personas["launcher"])
+    response = client.post(url("run_launch_again", brief), follow=True)
+    again = Run.objects.latest("pk")
+    assert response.redirect_chain == [(url("run_detail", again), 302)]
+    page = response.content.decode()
+    assert flash_of(page) == (
+        "success",
+        f"Run #{again.pk} launched: plan {brief.plan_id} again, with run #{brief.pk}'s settings.",
+    )
+    assert 'class="messages"' not in page
+    assert flash_of(client.get(url("run_detail", again)).text) == ("", "")  # said once
+
+    refused = client.post(url("run_budget", again), {"budget_usd": "lots"}, follow=True).content.decode()
+    level, words = flash_of(refused)
+    assert level == "error" and "Budget must be an amount in USD such as 0.50" in words

@@ -1,4 +1,6 @@
-/* The run page's message line (#run-flash): refused actions, HTTP errors, fading successes. */
+/* The run page's message line (#run-flash): refused actions, HTTP errors, fading successes (an
+ * action's answer, and a message the page came with: "Run #7 launched."). A success is news for
+ * SUCCESS_SHOWN_MS; it said "will run again" beside a task that had run again and finished. */
 
 var SUCCESS_SHOWN_MS = 6000;
 var successTimer = null;
@@ -6,6 +8,7 @@ var successTimer = null;
 export function clearFlash(flash) {
   flash.className = "run-flash";
   flash.textContent = "";
+  delete flash.dataset.timed;
 }
 
 export function showFlash(message, level) {

@@ -163,6 +163,7 @@ function start(root, htmx) {
     lastSeq: lastSeq,
   };
   hideOwnApprove();
+  fadeSuccess(); // a message the page came with ("Run #7 launched.") fades as an action's answer does
   filterLog();
   readSkew();
   tick();
