@@ -2,6 +2,8 @@
  * action's answer, and a message the page came with: "Run #7 launched."). A success is news for
  * SUCCESS_SHOWN_MS; it said "will run again" beside a task that had run again and finished. */
 
+import { isLive } from "./live.js";
+
 var SUCCESS_SHOWN_MS = 6000;
 var successTimer = null;
 
@@ -46,8 +48,21 @@ export function fadeSuccess() {
   }, SUCCESS_SHOWN_MS);
 }
 
+/** A request the page makes by itself, on a timer (hx-trigger "every 5s": the header's approvals
+ * count), not a person's action. */
+function isPoll(elt) {
+  return !!elt && /(^|[\s,])every\s/.test(elt.getAttribute("hx-trigger") || "");
+}
+
 /** A refused action answers 200 with the engine's reason as an error message; a missing
- * permission answers 403 with a sentence, any other error status a generic one: show them. */
+ * permission answers 403 with a sentence, any other error status a generic one: show them.
+ *
+ * A poll's failure to reach the server is no answer to anything a person did, and says nothing
+ * the live badge (#live-status, live.js) does not: a server that does not answer is a connection
+ * that is down, which the badge says ("reconnecting…") as soon as it knows. It toasted "The server
+ * did not answer" at every poll beside that badge, and the error stayed after the server came
+ * back. Nor does a poll's error status while the badge says the page is not live (a proxy's 502
+ * while the server restarts). The poll keeps what it showed and tries again at its next turn. */
 export function showActionErrors(body) {
   body.addEventListener("htmx:beforeSwap", function (event) {
     var status = event.detail.xhr.status;
@@ -56,13 +71,19 @@ export function showActionErrors(body) {
     }
     event.detail.shouldSwap = false;
     event.detail.isError = false;
+    if (isPoll(event.detail.elt) && !isLive()) {
+      return;
+    }
     if (status === 403) {
       showFlash(event.detail.xhr.responseText || "You do not have permission to do this.", "error");
     } else {
       showFlash("The server could not do this (HTTP " + status + "). Reload the page and try again.", "error");
     }
   });
-  body.addEventListener("htmx:sendError", function () {
+  body.addEventListener("htmx:sendError", function (event) {
+    if (isPoll(event.detail.elt)) {
+      return;
+    }
     showFlash("The server did not answer. Check the connection and try again.", "error");
   });
 }

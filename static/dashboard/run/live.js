@@ -59,7 +59,8 @@ function applyFrameRange() {
   }
 }
 
-function isLive() {
+/** The badge says the page is live (not "connecting…", not "reconnecting…"). */
+export function isLive() {
   var el = document.getElementById("live-status");
   return !!el && el.dataset.state === "live";
 }
