@@ -9,7 +9,8 @@ loop's hooks:
 * ``on_step``: each step becomes a durable audit event of the task (``Step.event_type``, its
   ``payload()`` and the attempt's number), written behind the loop in batches by
   :class:`StepLog` (one transaction a batch, numbered through the run's event sequence: never the
-  run row); the step also goes to viewers live (``AttemptRun.add_step``, engine/live.py).
+  run row); viewers read it after the run's doorbell like any other event (engine/live.py sends
+  progress and text, not steps).
 * ``on_text``: the streamed text feeds the live output, as a plain completion's does, the turns'
   texts apart as the outcome joins them; an end without success keeps it as the task's partial
   output (``agent_runner`` hands it to every end, the cut turn's text too).
