@@ -333,6 +333,12 @@ def task_actions(task: TaskRun) -> dict:
         and (not run_finished or task.run.status == Run.Status.FAILED),
         "rerun": rerun,
         "rerun_below": len(engine_runs.downstream_closure(task)) if rerun else 0,
+        # A cancelled run's task offers nothing: the panel said nothing either, where the command
+        # line answers "run 5 was cancelled: launch it again instead".
+        "none_because": "The run was cancelled: its tasks can no longer be retried or re-run. "
+        "Launch again (above) starts a new run of the same plan."
+        if task.run.status == Run.Status.CANCELLED
+        else "",
     }
 
 

@@ -271,3 +271,20 @@ def task_is(state: str) -> str:
     start has succeeded: only a failed, cancelled or skipped task can be retried"),
     task_is("waiting_gate") == "needs approval"."""
     return TASK_STATE_CLAUSES.get(state, f"is {state}")
+
+
+# The command line acts as no user: its actions are recorded as "cli:" and the system user
+# (management/console.py `cli_actor`).
+CLI_PREFIX = "cli:"
+
+
+def who(user=None, actor_name: str = "") -> str:
+    """Who did something, in words: a person's username; "root from the command line" for
+    `cli:root`; any other recorded actor by its name; "the command line" when none is known.
+    A cancelled run's header said "cancelled by cli:root" beside "launched by root from the
+    command line"."""
+    if user is not None:
+        return user.get_username()
+    if actor_name.startswith(CLI_PREFIX):
+        return f"{actor_name.removeprefix(CLI_PREFIX)} from the command line"
+    return actor_name or "the command line"

@@ -38,6 +38,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from orchestrator import wording
 from orchestrator.engine.agent_steps import Decision, ModelCallUsage, Step, ToolCall
 from orchestrator.providers.base import (
     AgentRequest,
@@ -128,6 +129,7 @@ class LoopOutcome:
     tool_calls: int = 0
     simulated: bool = False
     texts: list[str] = field(default_factory=list)
+    waited_for_people_s: float = 0.0  # not counted against the deadline (`_Clock.pause`)
 
     @property
     def finished(self) -> bool:
@@ -198,7 +200,16 @@ async def run_agent_loop(
         call = replace(request, messages=list(messages), tools=offered)
         if clock.expired():
             return await _stop(
-                hooks, step, DEADLINE, "the task's time is up", total, messages, texts, calls_made, simulated
+                hooks,
+                step,
+                DEADLINE,
+                "the task's time is up",
+                total,
+                messages,
+                texts,
+                calls_made,
+                simulated,
+                waited_s=clock.paused,
             )
         if not await hooks.reserve(call):
             reason = "the budget cannot cover another model call"
@@ -206,7 +217,16 @@ async def run_agent_loop(
         turn = await _model_call(provider, call, step, clock, hooks)
         if turn is None:
             return await _stop(
-                hooks, step, DEADLINE, "the task's time is up", total, messages, texts, calls_made, simulated
+                hooks,
+                step,
+                DEADLINE,
+                "the task's time is up",
+                total,
+                messages,
+                texts,
+                calls_made,
+                simulated,
+                waited_s=clock.paused,
             )
         completed, text, uses, duration = turn
         simulated = simulated or completed.simulated
@@ -242,7 +262,7 @@ async def run_agent_loop(
             {"role": "user", "content": [_result_block(use, result) for use, result in zip(uses, results, strict=True)]}
         )
         if step >= max_steps:
-            reason = f"{max_steps} model call(s) made, the agent's max_steps"
+            reason = f"{wording.counted(max_steps, 'model call')} made, the agent's max_steps"
             return await _stop(hooks, step, MAX_STEPS, reason, total, messages, texts, calls_made, simulated)
 
 
@@ -395,6 +415,8 @@ async def _stop(
     texts: list[str],
     calls: int,
     simulated: bool,
+    *,
+    waited_s: float = 0.0,
 ) -> LoopOutcome:
     await hooks.on_step(Step(kind="stopped", step=step, stop_reason=stop, text=reason))
     steps = step if stop == MAX_STEPS else step - 1
@@ -407,6 +429,7 @@ async def _stop(
         tool_calls=calls,
         simulated=simulated,
         texts=texts,
+        waited_for_people_s=waited_s,
     )
 
 

@@ -261,10 +261,14 @@ async def _act(current: AttemptRun, request: AgentRequest, grants) -> str:
 
 def loop_stop_message(outcome: LoopOutcome, request: AgentRequest, max_steps: int) -> str:
     """Why an agent loop did not finish, in words a person can act on."""
-    calls = f"{outcome.steps} model call(s) and {outcome.tool_calls} tool call(s)"
+    calls = f"{wording.counted(outcome.steps, 'model call')} and {wording.counted(outcome.tool_calls, 'tool call')}"
     if outcome.stop == agent_loop.DEADLINE:
         limit = wording.time_limit(request.timeout_s)
-        return f"timed out after {limit} (time awaiting approvals not counted), after {calls}"
+        if waited := outcome.waited_for_people_s:  # the deadline's clock stops while a call waits
+            limit += f" (not counting {wording.duration(waited)} waiting for approval)"
+        # "after 0 model calls" read as if nothing was spent: the deadline cut the first one
+        done = f"after {calls}" if outcome.steps or outcome.tool_calls else "during its first model call"
+        return f"timed out after {limit}, {done}"
     if outcome.stop == agent_loop.MAX_STEPS:
         return (
             f"stopped unfinished after {calls}: the agent's max_steps is {max_steps}; "

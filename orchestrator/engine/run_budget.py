@@ -48,7 +48,7 @@ def change_budget(run: Run, budget_usd, *, user=None, actor_name: str = "") -> R
             )
         Run.objects.filter(pk=locked.pk).update(budget_usd=amount)
         locked.budget_usd = amount
-        who = user.get_username() if user else actor_name or "the command line"
+        who = wording.who(user, actor_name)
         events.record(
             "run.budget_changed",
             run=locked,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from orchestrator import events
+from orchestrator import events, wording
 from orchestrator.engine import scheduler, transitions
 from orchestrator.engine.action_errors import ActionError, already_ended
 from orchestrator.models import Run, TaskRun
@@ -55,7 +55,7 @@ def cancel(run: Run, *, user=None, actor_name: str = "") -> Run:
         scheduler.end_run(
             locked,
             Run.Status.CANCELLED,
-            f"cancelled by {user.get_username() if user else actor_name or 'the command line'}",
+            f"cancelled by {wording.who(user, actor_name)}",
             user=user,
             actor_name=actor_name,
         )

@@ -92,9 +92,7 @@ def skip_task(task: TaskRun, *, user=None, actor_name: str = "", reason: str = "
             raise ActionError(f"task {task.key} already ended ({task.get_state_display().lower()})")
         if run.is_finished and run.status != Run.Status.FAILED:
             raise ActionError(already_ended(run))
-        cli_user = actor_name.removeprefix("cli:")  # console.cli_actor: "cli:" and the system user
-        who = user.get_username() if user else f"{cli_user} from the command line" if cli_user else "the command line"
-        why = reason or f"skipped by {who}"
+        why = reason or f"skipped by {wording.who(user, actor_name)}"
         transitions.move(
             task,
             State.SKIPPED,

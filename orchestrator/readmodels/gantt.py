@@ -129,6 +129,12 @@ class EndedSpan:
         return (self.end_ms - self.start_ms) / 1000
 
     @property
+    def label(self) -> str:
+        """What the band says on the timeline: "ended 10 min 00 s" (folded, the axis jumps over it:
+        "ended" alone left its length to the hover)."""
+        return f"ended {wording.duration(self.seconds)}"
+
+    @property
     def title(self) -> str:
         """What the band says on hover: "Ended (failed) for 10 min 00 s, then reopened by a retry of scope"."""
         return f"Ended ({self.ended_as}) for {wording.duration(self.seconds)}, then reopened by {self.reopened_by}"

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from orchestrator import wording
 from orchestrator.models import Event, Run
 
-CLI_PREFIX = "cli:"
+CLI_PREFIX = wording.CLI_PREFIX
 # A run with no `run.created` event (made without runs.launch) has no recorded launcher.
 NOT_RECORDED = "not recorded"
 
@@ -21,7 +22,7 @@ def launcher_text(actor_kind: str, actor_name: str) -> str:
     """The actor of a `run.created` event in words: a person's username; "root from the command
     line" for `cli:root`; any other actor by its recorded name ("system")."""
     if actor_kind != Event.ActorKind.USER and actor_name.startswith(CLI_PREFIX):
-        return f"{actor_name.removeprefix(CLI_PREFIX)} from the command line"
+        return wording.who(None, actor_name)
     return actor_name or NOT_RECORDED
 
 

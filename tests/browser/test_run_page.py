@@ -417,6 +417,7 @@ def test_a_reopened_runs_timeline_folds_the_minutes_it_lay_ended(
     expect(page.locator("#run-gantt .gantt-bar")).to_have_count(2)
     expect(page.locator("#run-gantt .gantt-bar.attempt-succeeded")).to_have_count(1)
     expect(band).to_have_class(re.compile(r"\bis-folded\b"))
+    expect(band).to_contain_text(re.compile(r"^ended 10 min [0-5]\d s$"))  # how long, not on hover alone
     drawn = page.evaluate(
         """() => {
             const width = el => el.getBoundingClientRect().width;

@@ -395,6 +395,19 @@ def test_cancel(login, personas, brief):
     assert brief.status == Run.Status.CANCELLED
 
 
+def test_a_cancelled_runs_task_panel_says_why_it_offers_no_control(login, personas, brief):
+    """It showed no Retry and no word why; the command line answered "launch it again instead"."""
+    scope = task(brief, "scope")
+    panel = login(personas["launcher"]).get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").text
+    assert "task-no-actions" not in panel  # a running run's task: its controls, no excuse
+    runs.cancel(brief)
+    panel = login(personas["launcher"]).get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").text
+    assert 'data-action="retry"' not in panel and 'data-action="rerun"' not in panel
+    assert "The run was cancelled: its tasks can no longer be retried or re-run." in panel
+    viewer = login(personas["viewer"]).get(url("run_task", brief, scope.pk), HTTP_HX_REQUEST="true").text
+    assert "task-no-actions" not in viewer  # one who may not control the run is told nothing of controls
+
+
 def test_retry_and_skip_a_task(login, personas, brief):
     client = login(personas["launcher"])
     scope = task(brief, "scope")

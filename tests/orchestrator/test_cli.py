@@ -761,7 +761,8 @@ def test_pause_resume_cancel(gated_run):
     done_here = Event.objects.filter(run=run, type__in=["run.paused", "run.resumed", "task.cancelled"])
     assert {e.actor_name for e in done_here} == {console.cli_actor()} and done_here.count() == 4
     run.refresh_from_db()
-    assert run.summary == f"cancelled by {console.cli_actor()}"
+    # named as its launch is: "root from the command line", not "cli:root"
+    assert run.summary == f"cancelled by {console.cli_actor().removeprefix('cli:')} from the command line"
 
 
 @pytest.mark.django_db
@@ -775,7 +776,7 @@ def test_budget_changes_a_runs_budget_as_the_command_lines_user(demo_agents, mak
     event = Event.objects.get(run=run, type="run.budget_changed")
     assert (event.actor_name, event.message) == (
         console.cli_actor(),
-        f"budget changed from $1.00 to $2.50 by {console.cli_actor()}",
+        f"budget changed from $1.00 to $2.50 by {console.cli_actor().removeprefix('cli:')} from the command line",
     )
     with pytest.raises(CommandError, match=r"^Budget must have at most 4 decimal places, got \$0\.123456$"):
         run_command("budget", str(run.pk), "0.123456")

@@ -117,3 +117,10 @@ def test_every_task_state_has_a_label_and_a_clause_in_its_words():
 )
 def test_an_amount_of_money_is_written_whatever_its_size(amount, text):
     assert wording.usd(amount) == text
+
+
+def test_who_did_it_reads_as_the_launcher_does():
+    """A cancelled run's header said "cancelled by cli:root" beside "launched by root from the command line"."""
+    assert wording.who(None, "cli:root") == "root from the command line"
+    assert wording.who(None, "") == "the command line"
+    assert wording.who(None, "system") == "system"

@@ -117,3 +117,29 @@ def test_an_attempt_cancelled_before_its_hosts_first_save_keeps_what_it_streamed
     partial = PartialOutputRecord.of(task, task.attempts.get())
     assert partial is not None
     assert (partial.heading, partial.text) == ("Partial output of attempt 1 (cancelled)", "An answer.")
+
+
+def test_a_loop_stopped_by_its_deadline_says_what_it_did_and_what_the_deadline_left_out():
+    """It said "timed out after 1 s (time awaiting approvals not counted), after 0 model call(s)
+    and 0 tool call(s)" of an attempt that waited for no approval and whose first call the deadline
+    cut after 282 tokens."""
+    from orchestrator.engine.agent_loop import DEADLINE, MAX_STEPS, LoopOutcome
+    from orchestrator.engine.agent_runner import loop_stop_message
+    from orchestrator.providers.base import Usage
+    from tests.orchestrator.engine.test_agent_loop import request
+
+    def outcome(stop=DEADLINE, steps=0, calls=0, waited=0.0):
+        return LoopOutcome("", stop, steps, Usage(), [], tool_calls=calls, waited_for_people_s=waited)
+
+    limit = request(timeout_s=1)
+    assert loop_stop_message(outcome(), limit, 8) == "timed out after 1 s, during its first model call"
+    assert (
+        loop_stop_message(outcome(steps=2, calls=1), limit, 8)
+        == "timed out after 1 s, after 2 model calls and 1 tool call"
+    )
+    assert loop_stop_message(outcome(steps=1, calls=1, waited=45), request(timeout_s=60), 8) == (
+        "timed out after 1 min 00 s (not counting 45 s waiting for approval), after 1 model call and 1 tool call"
+    )
+    assert loop_stop_message(outcome(MAX_STEPS, steps=8, calls=9), limit, 8).startswith(
+        "stopped unfinished after 8 model calls and 9 tool calls: the agent's max_steps is 8"
+    )

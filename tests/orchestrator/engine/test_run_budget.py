@@ -102,7 +102,7 @@ def test_the_command_line_is_named_when_it_changes_a_budget(demo_agents, make_pl
     assert (event.actor_kind, event.actor_name, event.message) == (
         "system",
         "cli:alice",
-        "budget changed from $1.00 to $2.50 by cli:alice",
+        "budget changed from $1.00 to $2.50 by alice from the command line",
     )
 
 

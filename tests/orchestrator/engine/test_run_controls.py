@@ -34,7 +34,11 @@ def test_a_cancel_names_the_person_who_cancelled_on_the_runs_end_as_on_its_tasks
 def test_a_cancel_from_the_command_line_names_its_operating_system_user(run):
     runs.cancel(run, actor_name="cli:alice")
     ended = Event.objects.get(run=run, type="run.cancelled")
-    assert (ended.actor_kind, ended.actor_name, ended.message) == ("system", "cli:alice", "cancelled by cli:alice")
+    assert (ended.actor_kind, ended.actor_name, ended.message) == (
+        "system",
+        "cli:alice",
+        "cancelled by alice from the command line",
+    )
 
 
 def test_a_pause_and_a_resume_name_who_did_them(run, personas):

@@ -79,6 +79,7 @@ def test_ended_spans_run_from_each_end_to_the_reopening_after_it_and_say_what_re
     first, second = ended_spans(changes)
     assert first == EndedSpan(ms[0], ms[1], "failed", "a retry of scope")
     assert first.title == "Ended (failed) for 10 min 00 s, then reopened by a retry of scope"
+    assert (first.label, second.label) == ("ended 10 min 00 s", "ended 1 h 00 min")
     assert second.title == "Ended (over budget) for 1 h 00 min, then reopened by a re-run from draft"
     assert ended_spans([("run.succeeded", t[0], "")]) == []
 
