@@ -199,35 +199,13 @@ async def run_agent_loop(
         step += 1
         call = replace(request, messages=list(messages), tools=offered)
         if clock.expired():
-            return await _stop(
-                hooks,
-                step,
-                DEADLINE,
-                "the task's time is up",
-                total,
-                messages,
-                texts,
-                calls_made,
-                simulated,
-                waited_s=clock.paused,
-            )
+            return await _out_of_time(hooks, step, clock, total, messages, texts, calls_made, simulated)
         if not await hooks.reserve(call):
             reason = "the budget cannot cover another model call"
             return await _stop(hooks, step, BUDGET, reason, total, messages, texts, calls_made, simulated)
         turn = await _model_call(provider, call, step, clock, hooks)
         if turn is None:
-            return await _stop(
-                hooks,
-                step,
-                DEADLINE,
-                "the task's time is up",
-                total,
-                messages,
-                texts,
-                calls_made,
-                simulated,
-                waited_s=clock.paused,
-            )
+            return await _out_of_time(hooks, step, clock, total, messages, texts, calls_made, simulated)
         completed, text, uses, duration = turn
         simulated = simulated or completed.simulated
         _add(total, completed.usage)
@@ -403,6 +381,21 @@ async def _report_result(
             **where,
         )
     )
+
+
+async def _out_of_time(
+    hooks: LoopHooks,
+    step: int,
+    clock: _Clock,
+    total: Usage,
+    messages: list[dict[str, Any]],
+    texts: list[str],
+    calls: int,
+    simulated: bool,
+) -> LoopOutcome:
+    """Stopped by the deadline, with the time its clock did not count (calls waiting for people)."""
+    reason = "the task's time is up"
+    return await _stop(hooks, step, DEADLINE, reason, total, messages, texts, calls, simulated, waited_s=clock.paused)
 
 
 async def _stop(
