@@ -721,6 +721,12 @@ beside the benchmark). **52 of the 58 goals are met.** The six missed: "ours fas
 on five production cells, by 2.4 % or less, and production efficiency at cap 8 on random 300
 (0.928, goal 0.95).
 
+*Spot check after it* (2026-11-28 22:46, e9b718a: the code of this run plus the pages, the task
+controls and the command line changed since, nothing on the hot path; one repeat of chain 50 at
+cap 8, on the same machine running ~1.6× slow: the CPU loop took 1.34 s against 0.86 s; not in
+the tables): production 13.06 s against Prefect's 12.92 s (ratio 1.011, as in the tables' 1.011),
+efficiency 0.934; embedded 12.60 s against 12.79 s (0.985).
+
 - **Prefect** (measured as Prefect records its runs: the flow run's Running → Completed):
   **embedded ahead on all 8 cells** — random 300 at cap 8 by 17 %, layered at cap 8 by 8 %, the
   fan at cap 64 by 1 %, the chains, random 300 at cap 64, layered at cap 64 and the fan at cap 8
