@@ -57,10 +57,7 @@ def run_action(action: Callable[..., Any], run_id: int) -> Run:
     """Apply a runs.py action (pause, resume, cancel) to a run as the command line's user
     (`cli_actor`); an ActionError becomes a CommandError."""
     run = get_run(run_id)
-    try:
-        action(run, user=None, actor_name=cli_actor())
-    except runs.ActionError as error:
-        raise CommandError(error.sentence) from None
+    _as_cli(action, run)
     run.refresh_from_db()
     return run
 
@@ -79,12 +76,17 @@ def task_action(action: Callable[..., Any], run_id: int, key: str) -> TaskRun:
     """Apply a task control (retry, skip, re-run) to the run's task `key` as the command line's
     user (`cli_actor`); an ActionError becomes a CommandError. The task as it is after."""
     task = get_task(get_run(run_id), key)
-    try:
-        action(task, user=None, actor_name=cli_actor())
-    except runs.ActionError as error:
-        raise CommandError(error.sentence) from None
+    _as_cli(action, task)
     task.refresh_from_db()
     return task
+
+
+def _as_cli(action: Callable[..., Any], target) -> None:
+    """`action` on `target` as the command line's user; its refusal becomes a CommandError."""
+    try:
+        action(target, user=None, actor_name=cli_actor())
+    except runs.ActionError as error:
+        raise CommandError(error.sentence) from None
 
 
 def decide_checkpoint(checkpoint_id: int, *, approve: bool, comment: str) -> Checkpoint:
